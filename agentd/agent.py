@@ -1,0 +1,163 @@
+"""agentd's connection to the control plane: register, heartbeat, reconnect.
+
+The agent dials out (nodes sit behind NAT and firewalls more often than the
+control plane does), tries the control planes of agent.yaml in turn, and
+backs off between attempts so a restarting control plane is not stormed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import socket
+import time
+from pathlib import Path
+
+import grpclib.const
+from grpclib.client import Channel
+from grpclib.const import Status
+from grpclib.exceptions import GRPCError, StreamTerminatedError
+
+from agentd.heartbeat import build_heartbeat
+from llmgw import __version__
+from llmgw.config import AgentConfig, split_host_port
+from llmgw.inventory import Inventory, gpu_to_proto, host_to_proto
+from llmgw.keepalive import keepalive_config
+from llmgw.paths import Paths
+from llmgw.tlsconf import client_context
+from proto.llmgw.v1 import AgentMessage, CommandAck, ControlMessage, Register
+
+log = logging.getLogger(__name__)
+
+CONNECT_PATH = "/llmgw.v1.AgentService/Connect"
+REGISTERED_TIMEOUT_S = 30.0
+BACKOFF_INITIAL_S = 0.5
+BACKOFF_MAX_S = 30.0
+# A session that lasted this long was healthy: the next failure starts the
+# backoff from the beginning again.
+HEALTHY_SESSION_S = 30.0
+
+
+class Backoff:
+    """Exponential backoff with jitter, so many agents do not dial in lockstep."""
+
+    def __init__(self, initial_s: float = BACKOFF_INITIAL_S, max_s: float = BACKOFF_MAX_S):
+        self.initial_s, self.max_s = initial_s, max_s
+        self._next_s = initial_s
+
+    def reset(self) -> None:
+        self._next_s = self.initial_s
+
+    def next(self) -> float:
+        delay = self._next_s * random.uniform(0.8, 1.2)
+        self._next_s = min(self._next_s * 2, self.max_s)
+        return delay
+
+
+class Agent:
+    def __init__(self, cfg: AgentConfig, paths: Paths, *, probe):
+        self.cfg = cfg
+        self.paths = paths
+        self.probe = probe
+        self.data_dir = Path(cfg.data_dir) if cfg.data_dir else paths.agent_data_dir
+        ca = Path(cfg.pki.ca_cert or paths.ca_cert)
+        cert = Path(cfg.pki.cert or paths.pki_dir / "node.crt")
+        key = Path(cfg.pki.key or paths.pki_dir / "node.key")
+        self._ssl = client_context(ca, cert, key)
+        self._seq = 0
+        self.connected_to: str | None = None
+        self.inventory: Inventory | None = None
+
+    def register_message(self, inv: Inventory) -> Register:
+        return Register(
+            node_id=self.cfg.node_id,
+            hostname=inv.host.hostname or socket.gethostname(),
+            version=__version__,
+            host=host_to_proto(inv.host),
+            gpus=[gpu_to_proto(g) for g in inv.gpus],
+            installable_engines=["llama.cpp", "sim"] + (["vllm", "sglang"] if inv.gpus else []),
+        )
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Stay connected to one of the control planes until ``stop`` is set."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.inventory = await asyncio.to_thread(self.probe.inventory)
+        for w in self.inventory.host.warnings:
+            log.warning("%s", w)
+        if self.inventory.host.gpu_note:
+            log.info("no GPUs reported: %s", self.inventory.host.gpu_note)
+        backoff = Backoff()
+        index = 0
+        while not stop.is_set():
+            addr = self.cfg.control_planes[index % len(self.cfg.control_planes)]
+            started = time.monotonic()
+            session = asyncio.create_task(self._session(addr))
+            stopper = asyncio.create_task(stop.wait())
+            await asyncio.wait({session, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            stopper.cancel()
+            if stop.is_set():
+                session.cancel()
+                with contextlib.suppress(BaseException):
+                    await session
+                break
+            self.connected_to = None
+            try:
+                session.result()
+                log.warning("control plane %s closed the stream", addr)
+            except GRPCError as e:
+                if e.status in (Status.PERMISSION_DENIED, Status.UNAUTHENTICATED):
+                    log.error("control plane %s refused this node: %s", addr, e.message)
+                else:
+                    log.warning("control plane %s: %s %s", addr, e.status.name, e.message or "")
+            except (OSError, StreamTerminatedError, TimeoutError) as e:
+                log.warning("control plane %s unreachable: %s", addr, e or e.__class__.__name__)
+            if time.monotonic() - started >= HEALTHY_SESSION_S:
+                backoff.reset()
+            index += 1  # fail over to the next control plane in the list
+            delay = backoff.next()
+            log.info("reconnecting in %.1f s", delay)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), delay)
+
+    async def _session(self, addr: str) -> None:
+        host, port = split_host_port(addr)
+        channel = Channel(host, port, ssl=self._ssl, config=keepalive_config())
+        try:
+            async with channel.request(
+                CONNECT_PATH, grpclib.const.Cardinality.STREAM_STREAM, AgentMessage, ControlMessage
+            ) as stream:
+                await stream.send_message(AgentMessage(register=self.register_message(self.inventory)))
+                first = await asyncio.wait_for(stream.recv_message(), REGISTERED_TIMEOUT_S)
+                if first is None or first.registered is None:
+                    return
+                interval_s = max(first.registered.heartbeat_interval_ms, 100) / 1000
+                self.connected_to = addr
+                log.info("registered with %s as %s (heartbeat every %.1f s)",
+                         addr, self.cfg.node_id, interval_s)
+                beats = asyncio.create_task(self._heartbeats(stream, interval_s))
+                try:
+                    async for msg in stream:
+                        await self._handle(stream, msg)
+                finally:
+                    beats.cancel()
+                    with contextlib.suppress(BaseException):
+                        await beats
+        finally:
+            channel.close()
+
+    async def _heartbeats(self, stream, interval_s: float) -> None:
+        while True:
+            self._seq += 1
+            hb = await asyncio.to_thread(build_heartbeat, self.probe, self.data_dir, self._seq)
+            await stream.send_message(AgentMessage(heartbeat=hb))
+            await asyncio.sleep(interval_s)
+
+    async def _handle(self, stream, msg: ControlMessage) -> None:
+        kind = next((f for f in ("start_shard", "stop_shard", "install_engine", "agent_settings",
+                                 "control_planes") if getattr(msg, f) is not None), "unknown")
+        # Shards and engines come with later work; say so rather than pretend.
+        await stream.send_message(AgentMessage(ack=CommandAck(
+            command_id=msg.command_id, ok=False, error=f"{kind} is not supported by this agent yet",
+        )))

@@ -1,0 +1,102 @@
+"""The admin API: one RPC per console screen and ctl command.
+
+Served on 127.0.0.1 only; every call must carry the admin token (checked by
+``token_guard`` before any handler runs).
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from collections.abc import AsyncIterator
+from datetime import datetime
+
+from grpclib.const import Status
+from grpclib.events import RecvRequest
+from grpclib.exceptions import GRPCError
+
+from gatewayd.nodes.registry import NOT_READY, READY, NodeRegistry
+from llmgw import __version__
+from proto.llmgw.v1 import (
+    AdminServiceBase,
+    CordonNodeRequest,
+    GetNodeRequest,
+    ListNodesReply,
+    ListNodesRequest,
+    NodeView,
+    StatusReply,
+    StatusRequest,
+    WatchEvent,
+    WatchRequest,
+)
+
+log = logging.getLogger(__name__)
+
+
+def token_guard(token: str):
+    """A grpclib RecvRequest listener refusing calls without the admin token."""
+    expected = f"Bearer {token}".encode()
+
+    async def check(event: RecvRequest) -> None:
+        got = event.metadata.get("authorization", "")
+        if isinstance(got, bytes):
+            got = got.decode(errors="replace")
+        if not hmac.compare_digest(got.encode(), expected):
+            log.warning("refused admin call %s: wrong or missing token", event.method_name)
+            raise GRPCError(Status.UNAUTHENTICATED, "the admin token was refused")
+
+    return check
+
+
+class AdminService(AdminServiceBase):
+    def __init__(self, registry: NodeRegistry, *, info: dict):
+        self._registry = registry
+        self._info = info  # cluster_name, store_backend, agent_listen, http_listen
+        self._started_at = datetime.now().astimezone()
+
+    async def status(self, message: StatusRequest) -> StatusReply:
+        counts = self._registry.counts()
+        return StatusReply(
+            version=__version__,
+            cluster_name=self._info.get("cluster_name", ""),
+            leader=True,
+            store_backend=self._info.get("store_backend", ""),
+            started_at=self._started_at.isoformat(timespec="seconds"),
+            agent_listen=self._info.get("agent_listen", ""),
+            http_listen=self._info.get("http_listen", ""),
+            nodes_total=sum(counts.values()),
+            nodes_ready=counts.get(READY, 0),
+            nodes_not_ready=counts.get(NOT_READY, 0),
+        )
+
+    async def list_nodes(self, message: ListNodesRequest) -> ListNodesReply:
+        return ListNodesReply(nodes=self._registry.views())
+
+    def _node(self, node_id: str) -> NodeView:
+        view = self._registry.view(node_id)
+        if view is None:
+            raise GRPCError(Status.NOT_FOUND, f"no node named {node_id!r}; see: llmgw ctl nodes")
+        return view
+
+    async def get_node(self, message: GetNodeRequest) -> NodeView:
+        return self._node(message.node_id)
+
+    async def cordon_node(self, message: CordonNodeRequest) -> NodeView:
+        self._node(message.node_id)
+        return await self._registry.set_cordoned(message.node_id, True)  # type: ignore[return-value]
+
+    async def uncordon_node(self, message: CordonNodeRequest) -> NodeView:
+        self._node(message.node_id)
+        return await self._registry.set_cordoned(message.node_id, False)  # type: ignore[return-value]
+
+    async def watch(self, message: WatchRequest) -> AsyncIterator[WatchEvent]:
+        topics = list(message.topics) or ["nodes"]
+        unknown = set(topics) - {"nodes"}
+        if unknown:
+            raise GRPCError(Status.INVALID_ARGUMENT, f"unknown watch topic(s): {sorted(unknown)}")
+        sub = self._registry.watch.subscribe(topics)
+        try:
+            async for topic, key in sub.changes():
+                yield WatchEvent(topic=topic, key=key, node=self._registry.view(key))
+        finally:
+            self._registry.watch.unsubscribe(sub)

@@ -1,0 +1,126 @@
+"""AgentService.Connect: one bidirectional stream per node, over mutual TLS.
+
+The stream must open with Register. The node id it claims must equal the
+common name of the client certificate the TLS layer verified against the
+cluster CA: a node can only ever speak for itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+
+import grpclib.const
+from grpclib.const import Status
+from grpclib.exceptions import GRPCError, StreamTerminatedError
+from grpclib.server import Stream
+
+from gatewayd.nodes.registry import NodeRegistry
+from llmgw.config import check_name
+from llmgw.tlsconf import peer_common_name
+from proto.llmgw.v1 import AgentMessage, ControlMessage, Registered
+
+log = logging.getLogger(__name__)
+
+# An agent that connects but says nothing is not kept waiting on a slot forever.
+REGISTER_TIMEOUT_S = 30.0
+
+_command_ids = itertools.count(1)
+
+
+def new_command_id() -> str:
+    return f"c{next(_command_ids)}"
+
+
+class AgentService:
+    """grpclib handler for /llmgw.v1.AgentService/Connect.
+
+    Written against the raw grpclib stream, not the generated base class,
+    because it needs the peer certificate and full control of both
+    directions of the stream.
+    """
+
+    def __init__(self, registry: NodeRegistry, *, heartbeat_interval_s: float):
+        self._registry = registry
+        self._heartbeat_interval_ms = int(heartbeat_interval_s * 1000)
+
+    def __mapping__(self):
+        return {
+            "/llmgw.v1.AgentService/Connect": grpclib.const.Handler(
+                self.connect,
+                grpclib.const.Cardinality.STREAM_STREAM,
+                AgentMessage,
+                ControlMessage,
+            )
+        }
+
+    async def connect(self, stream: Stream[AgentMessage, ControlMessage]) -> None:
+        peer_addr = stream.peer.addr()
+        host = peer_addr[0] if peer_addr else ""
+        cn = peer_common_name(stream.peer.cert())
+        try:
+            first = await asyncio.wait_for(stream.recv_message(), REGISTER_TIMEOUT_S)
+        except TimeoutError:
+            raise GRPCError(Status.DEADLINE_EXCEEDED, "no Register message within 30 s") from None
+        if first is None or first.register is None:
+            raise GRPCError(Status.INVALID_ARGUMENT, "the stream must open with Register")
+        reg = first.register
+        try:
+            check_name(reg.node_id, what="node id")
+        except ValueError as e:
+            raise GRPCError(Status.INVALID_ARGUMENT, str(e)) from None
+        if cn != reg.node_id:
+            log.warning(
+                "refused an agent stream from %s: its certificate is for %r but it registers as %r",
+                host, cn, reg.node_id,
+            )
+            raise GRPCError(
+                Status.PERMISSION_DENIED,
+                f"the client certificate is for {cn!r}, not for node {reg.node_id!r}; "
+                f"issue one with: llmgw node cert {reg.node_id}",
+            )
+
+        session = await self._registry.register(reg, address=host)
+        await stream.send_message(
+            ControlMessage(
+                command_id=new_command_id(),
+                registered=Registered(
+                    node_id=reg.node_id, heartbeat_interval_ms=self._heartbeat_interval_ms
+                ),
+            )
+        )
+        receiver = asyncio.create_task(self._receive(stream, reg.node_id, session))
+        why = {"text": ""}
+
+        def close(reason: str) -> None:
+            why["text"] = reason
+            receiver.cancel()
+
+        self._registry.bind_session(reg.node_id, session, close)
+        try:
+            why["text"] = await receiver
+        except asyncio.CancelledError:
+            if not why["text"]:  # the server itself is stopping
+                why["text"] = "the control plane is stopping"
+                raise
+        finally:
+            if not receiver.done():
+                receiver.cancel()
+            await self._registry.disconnected(reg.node_id, session, why["text"])
+
+    async def _receive(self, stream: Stream, node_id: str, session: int) -> str:
+        """Read the agent's messages until the stream ends; returns why it ended."""
+        try:
+            async for msg in stream:
+                if msg.heartbeat is not None:
+                    await self._registry.heartbeat(node_id, session, msg.heartbeat)
+                elif msg.ack is not None and not msg.ack.ok:
+                    log.warning("node %s refused command %s: %s", node_id, msg.ack.command_id,
+                                msg.ack.error)
+                # ShardStatus and EngineStatus are handled by the controller (later).
+        except StreamTerminatedError:
+            return "the connection was lost"
+        except (ConnectionError, OSError) as e:
+            return f"the connection failed ({e.__class__.__name__})"
+        return "the agent closed the stream"

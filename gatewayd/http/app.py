@@ -1,0 +1,47 @@
+"""The HTTP port: /health, /ready, /leader now; the OpenAI/Anthropic API later.
+
+/health: the process is up. /leader: 200 on the leader, 503 on a standby
+(load balancers use it). /ready: 200 only when there is somewhere to route a
+request — a control plane with no model ready answers 503, so it is never
+put in front of users before it can serve.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+
+def make_app(*, is_leader: Callable[[], bool], routable: Callable[[], tuple[bool, str]]):
+    async def app(scope, receive, send):
+        if scope["type"] == "lifespan":
+            while True:
+                msg = await receive()
+                if msg["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif msg["type"] == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        if scope["type"] != "http":
+            return
+        path = scope["path"]
+        if path == "/health":
+            status, body = 200, {"status": "ok"}
+        elif path == "/leader":
+            leader = is_leader()
+            status, body = (200 if leader else 503), {"leader": leader}
+        elif path == "/ready":
+            ok, why = routable()
+            status, body = (200 if ok else 503), {"ready": ok, "reason": why}
+        else:
+            status, body = 404, {"error": {"message": f"no route for {path}", "type": "not_found"}}
+        data = json.dumps(body).encode()
+        await send({
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"),
+                        (b"content-length", str(len(data)).encode())],
+        })
+        await send({"type": "http.response.body", "body": data})
+
+    return app

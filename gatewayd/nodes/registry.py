@@ -1,0 +1,212 @@
+"""The live view of every node: registration, heartbeats, liveness, overlays.
+
+Heartbeats land here, in memory; the store gets the latest one per node in a
+batch every ``heartbeat_flush_interval_s`` — a thousand nodes beating every
+second must not mean a thousand writes a second. State changes (ready,
+not_ready, cordon) are written through at once: they are rare and matter.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from gatewayd.nodes.views import node_view
+from gatewayd.nodes.watch import Broadcaster
+from gatewayd.store import HeartbeatRow, NodeRecord, Store
+from llmgw.protojson import to_plain
+from proto.llmgw.v1 import Heartbeat, NodeView, Register
+
+log = logging.getLogger(__name__)
+
+READY = "ready"
+NOT_READY = "not_ready"
+REGISTERING = "registering"
+GONE = "gone"
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass
+class NodeLive:
+    """What the control plane knows of one node right now."""
+
+    record: NodeRecord
+    connected: bool = False
+    # time.monotonic() of the last message from the agent; None until one arrives.
+    last_seen_mono: float | None = None
+    heartbeat: Heartbeat | None = None
+    heartbeat_dirty: bool = False
+    session_id: int = 0
+    # Set by the agent service to close the stream (e.g. superseded session).
+    on_close: Callable[[str], None] | None = field(default=None, repr=False)
+
+
+class NodeRegistry:
+    """Every node, in memory, backed by the store."""
+
+    def __init__(self, store: Store, *, not_ready_grace_s: float, clock=time.monotonic):
+        self._store = store
+        self._grace_s = not_ready_grace_s
+        self._clock = clock
+        self._nodes: dict[str, NodeLive] = {}
+        self._sessions = 0
+        self.watch = Broadcaster()
+
+    async def load(self) -> None:
+        """Take the nodes from the store; none is connected until its agent dials in."""
+        for rec in await self._store.list_nodes():
+            live = NodeLive(record=rec)
+            if rec.state in (READY, REGISTERING):
+                reason = "the control plane restarted; waiting for the agent to reconnect"
+                rec.state, rec.reason, rec.state_since = NOT_READY, reason, utcnow()
+                await self._store.set_node_state(rec.node_id, rec.state, reason, rec.state_since)
+            live.last_seen_mono = None
+            self._nodes[rec.node_id] = live
+
+    # ---- agent side ----------------------------------------------------
+
+    async def register(self, reg: Register, *, address: str) -> int:
+        """Accept a node's registration; returns the session id the stream holds."""
+        now = utcnow()
+        live = self._nodes.get(reg.node_id)
+        if live is not None and live.connected and live.on_close is not None:
+            # The agent reconnected before its old stream was noticed dead
+            # (frozen, then resumed): the newer stream wins.
+            live.on_close("superseded by a new connection from the agent")
+        prev = live.record if live else None
+        was = prev.state if prev else None
+        rec = NodeRecord(
+            node_id=reg.node_id,
+            hostname=reg.hostname,
+            version=reg.version,
+            address=address,
+            state=READY,
+            reason=self._ready_reason(prev, now),
+            state_since=now,
+            cordoned=prev.cordoned if prev else False,
+            draining=prev.draining if prev else False,
+            host=to_plain(reg.host) if reg.host else {},
+            gpus=[to_plain(g) for g in reg.gpus],
+            installable_engines=list(reg.installable_engines),
+            registered_at=now,
+            last_heartbeat_at=now,
+            heartbeat_seq=0,
+        )
+        await self._store.upsert_node(rec)
+        self._sessions += 1
+        live = NodeLive(record=rec, connected=True, last_seen_mono=self._clock())
+        live.session_id = self._sessions
+        self._nodes[reg.node_id] = live
+        log.info("node %s registered from %s (was %s)", reg.node_id, address, was or "new")
+        self.watch.publish("nodes", reg.node_id)
+        return live.session_id
+
+    @staticmethod
+    def _ready_reason(prev: NodeRecord | None, now: datetime) -> str:
+        if prev is None:
+            return "registered"
+        if prev.state == NOT_READY:
+            away_s = int((now - prev.state_since).total_seconds())
+            return f"back after {away_s} s ({prev.reason})"
+        return "re-registered"
+
+    async def heartbeat(self, node_id: str, session_id: int, hb: Heartbeat) -> None:
+        """A heartbeat: memory only; written to the store by ``flush``."""
+        live = self._nodes.get(node_id)
+        if live is None or live.session_id != session_id:
+            return
+        live.last_seen_mono = self._clock()
+        live.heartbeat = hb
+        live.heartbeat_dirty = True
+        live.record.heartbeat_seq = hb.seq
+        live.record.last_heartbeat_at = utcnow()
+        if live.record.state == NOT_READY:
+            # Heartbeats resumed on the same stream (the agent was frozen, not cut).
+            await self._set_state(live, READY, self._ready_reason(live.record, utcnow()))
+        else:
+            self.watch.publish("nodes", node_id)
+
+    async def disconnected(self, node_id: str, session_id: int, why: str) -> None:
+        live = self._nodes.get(node_id)
+        if live is None or live.session_id != session_id:
+            return  # an older, superseded stream ending
+        live.connected = False
+        live.on_close = None
+        if live.record.state != GONE:
+            await self._set_state(live, NOT_READY, f"agent disconnected: {why}")
+
+    # ---- liveness and persistence -------------------------------------
+
+    async def check_liveness(self) -> None:
+        """Mark nodes that stopped heartbeating not_ready (they keep their replicas)."""
+        now = self._clock()
+        for live in list(self._nodes.values()):
+            if live.record.state != READY or live.last_seen_mono is None:
+                continue
+            silent_s = now - live.last_seen_mono
+            if silent_s >= self._grace_s:
+                await self._set_state(
+                    live, NOT_READY, f"no heartbeat for {int(silent_s)} s (grace {self._grace_s:g} s)"
+                )
+
+    async def flush(self) -> int:
+        """Write the latest heartbeat of every node that beat since the last flush."""
+        rows = []
+        for live in self._nodes.values():
+            if live.heartbeat_dirty and live.heartbeat is not None:
+                live.heartbeat_dirty = False
+                rows.append(
+                    HeartbeatRow(
+                        node_id=live.record.node_id,
+                        at=live.record.last_heartbeat_at or utcnow(),
+                        seq=live.heartbeat.seq,
+                        sample=to_plain(live.heartbeat),
+                    )
+                )
+        if rows:
+            await self._store.record_heartbeats(rows)
+        return len(rows)
+
+    async def _set_state(self, live: NodeLive, state: str, reason: str) -> None:
+        rec = live.record
+        if rec.state == state and rec.reason == reason:
+            return
+        log.info("node %s: %s -> %s (%s)", rec.node_id, rec.state, state, reason)
+        rec.state, rec.reason, rec.state_since = state, reason, utcnow()
+        await self._store.set_node_state(rec.node_id, state, reason, rec.state_since)
+        self.watch.publish("nodes", rec.node_id)
+
+    # ---- operator side -------------------------------------------------
+
+    async def set_cordoned(self, node_id: str, cordoned: bool) -> NodeView | None:
+        live = self._nodes.get(node_id)
+        if live is None:
+            return None
+        await self._store.set_node_cordoned(node_id, cordoned)
+        live.record.cordoned = cordoned
+        self.watch.publish("nodes", node_id)
+        return self.view(node_id)
+
+    def view(self, node_id: str) -> NodeView | None:
+        live = self._nodes.get(node_id)
+        return node_view(live.record, live.connected, live.heartbeat) if live else None
+
+    def views(self) -> list[NodeView]:
+        return [self.view(n) for n in sorted(self._nodes)]  # type: ignore[misc]
+
+    def bind_session(self, node_id: str, session_id: int, on_close: Callable[[str], None]) -> None:
+        live = self._nodes.get(node_id)
+        if live is not None and live.session_id == session_id:
+            live.on_close = on_close
+
+    def counts(self) -> dict[str, int]:
+        out = {READY: 0, NOT_READY: 0}
+        for live in self._nodes.values():
+            out[live.record.state] = out.get(live.record.state, 0) + 1
+        return out

@@ -1,0 +1,160 @@
+"""gatewayd: the control plane process, its ports and its background work.
+
+``GatewayServer`` opens the store, serves the agent port (mutual TLS), the
+admin port (127.0.0.1, token) and the HTTP port, and runs the liveness check
+and the heartbeat flush. Tests run it in-process on port 0; ``llmgw server``
+runs it until SIGTERM/SIGINT.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+import uvicorn
+from grpclib.events import RecvRequest, listen
+from grpclib.server import Server
+
+from gatewayd.admin.service import AdminService, token_guard
+from gatewayd.agents.service import AgentService
+from gatewayd.http.app import make_app
+from gatewayd.nodes.registry import NodeRegistry
+from gatewayd.store import Store, open_store_from_config
+from llmgw.config import ServerConfig, server_pki_paths, split_host_port
+from llmgw.errors import ConfigError
+from llmgw.keepalive import keepalive_config
+from llmgw.paths import Paths
+from llmgw.tlsconf import server_context
+
+log = logging.getLogger(__name__)
+
+LIVENESS_CHECK_INTERVAL_S = 1.0
+
+
+class _QuietUvicorn(uvicorn.Server):
+    """uvicorn without its own signal handling: gatewayd owns the signals."""
+
+    @contextlib.contextmanager
+    def capture_signals(self):
+        yield
+
+
+class GatewayServer:
+    def __init__(self, cfg: ServerConfig, paths: Paths, *, store: Store | None = None):
+        self.cfg = cfg
+        self.paths = paths
+        self.store = store or open_store_from_config(cfg.store, paths)
+        self.registry = NodeRegistry(self.store, not_ready_grace_s=cfg.nodes.not_ready_grace_s)
+        self.ports: dict[str, int] = {}
+        self._grpc: list[Server] = []
+        self._http: _QuietUvicorn | None = None
+        self._tasks: list[asyncio.Task] = []
+
+    def _read_token(self) -> str:
+        try:
+            token = self.paths.admin_token_file.read_text().strip()
+        except OSError as e:
+            raise ConfigError(
+                f"the admin token {self.paths.admin_token_file} cannot be read",
+                hint="create it with: llmgw server init",
+            ) from e
+        if not token:
+            raise ConfigError(f"the admin token {self.paths.admin_token_file} is empty")
+        return token
+
+    async def start(self) -> None:
+        token = self._read_token()
+        ca, cert, key = server_pki_paths(self.cfg, self.paths)
+        ssl_ctx = server_context(ca, cert, key)
+        await self.store.open()
+        await self.registry.load()
+
+        agent = Server([AgentService(self.registry,
+                                     heartbeat_interval_s=self.cfg.nodes.heartbeat_interval_s)],
+                       config=keepalive_config())
+        host, port = split_host_port(self.cfg.listen.agent)
+        await agent.start(host, port, ssl=ssl_ctx)
+        self.ports["agent"] = agent._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self._grpc.append(agent)
+
+        admin = Server([AdminService(self.registry, info=self._info())])
+        listen(admin, RecvRequest, token_guard(token))
+        host, port = split_host_port(self.cfg.listen.admin)
+        await admin.start(host, port)
+        self.ports["admin"] = admin._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self._grpc.append(admin)
+
+        await self._start_http()
+        self._tasks.append(asyncio.create_task(self._liveness_loop(), name="liveness"))
+        self._tasks.append(asyncio.create_task(self._flush_loop(), name="heartbeat-flush"))
+        log.info("gatewayd up: agent :%s admin :%s http :%s (store %s)",
+                 self.ports["agent"], self.ports["admin"], self.ports["http"], self.store.backend)
+
+    def _info(self) -> dict:
+        return {
+            "cluster_name": self.cfg.cluster_name,
+            "store_backend": self.store.backend,
+            "agent_listen": self.cfg.listen.agent,
+            "http_listen": self.cfg.listen.http,
+        }
+
+    def _routable(self) -> tuple[bool, str]:
+        return False, "no model is ready to serve yet"
+
+    async def _start_http(self) -> None:
+        host, port = split_host_port(self.cfg.listen.http)
+        app = make_app(is_leader=lambda: True, routable=self._routable)
+        config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off",
+                                access_log=False)
+        self._http = _QuietUvicorn(config)
+        task = asyncio.create_task(self._http.serve(), name="http")
+        self._tasks.append(task)
+        while not self._http.started:
+            if task.done():
+                task.result()  # raises what uvicorn hit (port in use)
+                raise ConfigError(f"the HTTP port {self.cfg.listen.http} could not be opened")
+            await asyncio.sleep(0.02)
+        self.ports["http"] = self._http.servers[0].sockets[0].getsockname()[1]
+
+    async def _liveness_loop(self) -> None:
+        while True:
+            await asyncio.sleep(LIVENESS_CHECK_INTERVAL_S)
+            try:
+                await self.registry.check_liveness()
+            except Exception:
+                log.exception("liveness check failed; trying again")
+
+    async def _flush_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.cfg.nodes.heartbeat_flush_interval_s)
+            try:
+                await self.registry.flush()
+            except Exception:
+                log.exception("writing heartbeats to the store failed; kept in memory")
+
+    async def stop(self) -> None:
+        for server in self._grpc:
+            server.close()
+        if self._http is not None:
+            self._http.should_exit = True
+        for task in self._tasks:
+            if task.get_name() != "http":
+                task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for server in self._grpc:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(server.wait_closed(), 5)
+        with contextlib.suppress(Exception):
+            await self.registry.flush()
+        await self.store.close()
+
+
+async def run(cfg: ServerConfig, paths: Paths, stop: asyncio.Event) -> None:
+    """Run gatewayd until ``stop`` is set."""
+    server = GatewayServer(cfg, paths)
+    await server.start()
+    try:
+        await stop.wait()
+    finally:
+        await server.stop()

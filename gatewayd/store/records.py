@@ -1,0 +1,40 @@
+"""What the store keeps, as plain pydantic records (no proto, no SQL)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+
+class NodeRecord(BaseModel):
+    """One node as the control plane remembers it across restarts."""
+
+    node_id: str
+    hostname: str = ""
+    version: str = ""
+    address: str = ""
+    # registering, ready, not_ready or gone.
+    state: str = "registering"
+    reason: str = ""
+    state_since: datetime
+    cordoned: bool = False
+    draining: bool = False
+    # The Register message's host facts and GPUs, as JSON-able dicts.
+    host: dict[str, Any] = Field(default_factory=dict)
+    gpus: list[dict[str, Any]] = Field(default_factory=list)
+    installable_engines: list[str] = Field(default_factory=list)
+    registered_at: datetime
+    last_heartbeat_at: datetime | None = None
+    heartbeat_seq: int = 0
+
+
+class HeartbeatRow(BaseModel):
+    """The latest heartbeat of one node, written in batches."""
+
+    node_id: str
+    at: datetime
+    seq: int
+    # The heartbeat's GPU samples, disk and memory, as a JSON-able dict.
+    sample: dict[str, Any] = Field(default_factory=dict)

@@ -1,0 +1,138 @@
+"""The admin client: the one way the CLI and the console talk to gatewayd.
+
+Every ``llmgw ctl`` command and every console screen call a method here; each
+method calls one admin RPC and returns its reply message unchanged, so what a
+screen shows and what ``--json`` prints come from the same answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+from grpclib.client import Channel
+from grpclib.const import Status
+from grpclib.exceptions import GRPCError, StreamTerminatedError
+
+from llmgw.config import load_server_config, split_host_port
+from llmgw.errors import AdminError, AdminUnauthenticated, AdminUnreachable, ConfigError
+from llmgw.errors import NotFoundError, UsageError
+from llmgw.paths import Paths
+from proto.llmgw.v1 import (
+    AdminServiceStub,
+    CordonNodeRequest,
+    GetNodeRequest,
+    ListNodesReply,
+    ListNodesRequest,
+    NodeView,
+    StatusReply,
+    StatusRequest,
+    WatchEvent,
+    WatchRequest,
+)
+
+DEFAULT_TIMEOUT_S = 10.0
+
+
+class AdminClient:
+    """A connection to gatewayd's admin API on 127.0.0.1, authenticated by token."""
+
+    def __init__(self, address: str, token: str, *, timeout_s: float = DEFAULT_TIMEOUT_S):
+        self.address = address
+        host, port = split_host_port(address)
+        self._channel = Channel(host, port)
+        self._stub = AdminServiceStub(self._channel, metadata={"authorization": f"Bearer {token}"})
+        self._timeout_s = timeout_s
+
+    @classmethod
+    def from_paths(cls, paths: Paths, **kw) -> AdminClient:
+        """The admin address from server.yaml and the token from the secrets dir."""
+        cfg = load_server_config(paths.server_yaml)
+        try:
+            token = paths.admin_token_file.read_text().strip()
+        except FileNotFoundError as e:
+            raise ConfigError(
+                f"the admin token {paths.admin_token_file} does not exist",
+                hint="create it with: llmgw server init",
+            ) from e
+        except PermissionError as e:
+            raise ConfigError(
+                f"the admin token {paths.admin_token_file} cannot be read",
+                hint="run as the user that owns it (sudo for a system install)",
+            ) from e
+        return cls(cfg.listen.admin, token, **kw)
+
+    def close(self) -> None:
+        self._channel.close()
+
+    async def __aenter__(self) -> AdminClient:
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        self.close()
+
+    async def _call(self, coro):
+        try:
+            return await coro
+        except GRPCError as e:
+            raise self._map(e) from e
+        except (ConnectionError, OSError, StreamTerminatedError, asyncio.TimeoutError) as e:
+            raise AdminUnreachable(
+                f"gatewayd does not answer on {self.address}",
+                hint="start it (llmgw server, or llmgw up) and check listen.admin in server.yaml",
+            ) from e
+
+    def _map(self, e: GRPCError) -> Exception:
+        if e.status is Status.UNAUTHENTICATED:
+            return AdminUnauthenticated(
+                "the admin token was refused",
+                hint="use the token of this control plane (secrets/admin-token), "
+                "or run as the user that owns it",
+            )
+        if e.status is Status.NOT_FOUND:
+            return NotFoundError(e.message or "not found")
+        if e.status in (Status.INVALID_ARGUMENT, Status.FAILED_PRECONDITION):
+            return UsageError(e.message or "refused")
+        if e.status is Status.UNAVAILABLE:
+            return AdminUnreachable(e.message or f"gatewayd at {self.address} is unavailable")
+        return AdminError(f"gatewayd answered {e.status.name}: {e.message}")
+
+    async def status(self) -> StatusReply:
+        return await self._call(self._stub.status(StatusRequest(), timeout=self._timeout_s))
+
+    async def list_nodes(self) -> ListNodesReply:
+        return await self._call(self._stub.list_nodes(ListNodesRequest(), timeout=self._timeout_s))
+
+    async def get_node(self, node_id: str) -> NodeView:
+        return await self._call(
+            self._stub.get_node(GetNodeRequest(node_id=node_id), timeout=self._timeout_s)
+        )
+
+    async def cordon_node(self, node_id: str) -> NodeView:
+        return await self._call(
+            self._stub.cordon_node(CordonNodeRequest(node_id=node_id), timeout=self._timeout_s)
+        )
+
+    async def uncordon_node(self, node_id: str) -> NodeView:
+        return await self._call(
+            self._stub.uncordon_node(CordonNodeRequest(node_id=node_id), timeout=self._timeout_s)
+        )
+
+    async def watch(self, topics: list[str]) -> AsyncIterator[WatchEvent]:
+        """Live changes of the given topics ("nodes"), until cancelled."""
+        try:
+            async for event in self._stub.watch(WatchRequest(topics=topics)):
+                yield event
+        except GRPCError as e:
+            raise self._map(e) from e
+        except (ConnectionError, OSError, StreamTerminatedError) as e:
+            raise AdminUnreachable(f"the watch on {self.address} was cut") from e
+
+
+def admin_client_for(paths: Paths | None = None) -> AdminClient:
+    from llmgw.paths import resolve
+
+    return AdminClient.from_paths(paths or resolve())
+
+
+__all__ = ["AdminClient", "admin_client_for"]

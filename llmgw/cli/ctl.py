@@ -1,0 +1,71 @@
+"""``llmgw ctl``: scriptable operations against a running control plane.
+
+Each command calls one AdminClient method and hands its reply to
+``output.emit``: a table for people, the reply itself with ``--json``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import typer
+
+import llmgw.cli.render  # noqa: F401  (registers the renderers)
+from llmgw import output
+from llmgw.admin_client import AdminClient
+from llmgw.errors import LlmgwError
+from llmgw.paths import resolve
+
+app = typer.Typer(help="Operate a running control plane (what the console does, scriptable).",
+                  no_args_is_help=True)
+node_app = typer.Typer(help="One node.", no_args_is_help=True)
+app.add_typer(node_app, name="node")
+
+JsonOpt = typer.Option(False, "--json", help="Print the admin reply as JSON, and nothing else.")
+
+
+def call(method: Callable[[AdminClient], Awaitable[Any]], *, json: bool, next_step: str = "") -> None:
+    """Run one admin call and print its reply; errors to stderr with their exit code."""
+
+    async def go():
+        async with AdminClient.from_paths(resolve()) as client:
+            return await method(client)
+
+    try:
+        reply = asyncio.run(go())
+    except LlmgwError as e:
+        raise typer.Exit(code=output.fail(e)) from None
+    output.emit(reply, json=json, next_step=next_step)
+
+
+@app.command()
+def status(json: bool = JsonOpt) -> None:
+    """The control plane: version, role, store, node counts."""
+    call(lambda c: c.status(), json=json)
+
+
+@app.command()
+def nodes(json: bool = JsonOpt) -> None:
+    """Every node with its state and the reason for it."""
+    call(lambda c: c.list_nodes(), json=json)
+
+
+@node_app.command("show")
+def node_show(node_id: str = typer.Argument(..., help="The node id."), json: bool = JsonOpt) -> None:
+    """One node's host facts, GPUs and state."""
+    call(lambda c: c.get_node(node_id), json=json)
+
+
+@app.command()
+def cordon(node_id: str = typer.Argument(..., help="The node id."), json: bool = JsonOpt) -> None:
+    """Place nothing new on a node (what runs there stays)."""
+    call(lambda c: c.cordon_node(node_id), json=json,
+         next_step=f"Undo it: llmgw ctl uncordon {node_id}")
+
+
+@app.command()
+def uncordon(node_id: str = typer.Argument(..., help="The node id."), json: bool = JsonOpt) -> None:
+    """Let placement use a cordoned node again."""
+    call(lambda c: c.uncordon_node(node_id), json=json)

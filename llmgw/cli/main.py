@@ -1,0 +1,98 @@
+"""The ``llmgw`` command."""
+
+from __future__ import annotations
+
+import json as _json
+import sys
+from pathlib import Path
+
+import typer
+
+from llmgw import __version__, output
+from llmgw.cli import ctl
+from llmgw.cli.doctor_cmd import doctor
+from llmgw.cli.init_cmds import node_cert, server_init
+from llmgw.errors import LlmgwError
+from llmgw.paths import resolve
+
+app = typer.Typer(
+    help="Run LLMs on your own GPU and CPU servers, from the terminal.\n\n"
+    "Without a command, opens the console.",
+    add_completion=False,
+)
+server_app = typer.Typer(help="The control plane (gatewayd).")
+node_app = typer.Typer(help="Nodes: certificates and onboarding.", no_args_is_help=True)
+app.add_typer(server_app, name="server")
+app.add_typer(node_app, name="node")
+app.add_typer(ctl.app, name="ctl")
+server_app.command("init", help="Create the cluster CA, certificates, admin token and server.yaml.")(
+    server_init
+)
+node_app.command("cert", help="Issue a node certificate bundle signed by the cluster CA.")(node_cert)
+app.command(help="Check this machine is ready to be a node (AVX2, driver, NVML, OS, disk, glibc).")(
+    doctor
+)
+
+
+def _run_or_exit(fn, *args) -> None:
+    try:
+        fn(*args)
+    except LlmgwError as e:
+        raise typer.Exit(code=output.fail(e)) from None
+
+
+@app.callback(invoke_without_command=True)
+def _root(ctx: typer.Context) -> None:
+    if ctx.invoked_subcommand is None:
+        from tui.app import run_console
+
+        _run_or_exit(run_console, resolve())
+
+
+@app.command()
+def version(json: bool = typer.Option(False, "--json", help="Print as JSON.")) -> None:
+    """Print the llmgw version."""
+    if json:
+        sys.stdout.write(_json.dumps({"version": __version__}) + "\n")
+    else:
+        typer.echo(f"llmgw {__version__}")
+
+
+@server_app.callback(invoke_without_command=True)
+def server(
+    ctx: typer.Context,
+    config: Path = typer.Option(None, "--config", help="server.yaml to use (default: the machine's)."),
+) -> None:
+    """Run the control plane until Ctrl-C or SIGTERM."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from gatewayd.main import main as gatewayd_main
+
+    _run_or_exit(gatewayd_main, resolve(), config)
+
+
+@app.command()
+def agent(
+    config: Path = typer.Option(None, "--config", help="agent.yaml to use (default: the machine's)."),
+) -> None:
+    """Run this node's agent until Ctrl-C or SIGTERM."""
+    from agentd.main import main as agentd_main
+
+    _run_or_exit(agentd_main, resolve(), config)
+
+
+@app.command()
+def up(
+    host: list[str] = typer.Option([], "--host", help="Extra name/address for the server certificate."),
+) -> None:
+    """Run a whole cluster on this machine, without root: gatewayd + a local agent.
+
+    Uses LLMGW_HOME (default ~/.llmgw); initialises it on first use.
+    """
+    from llmgw.cli.up import run_up
+
+    _run_or_exit(run_up, host)
+
+
+def main() -> None:
+    app()

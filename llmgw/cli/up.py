@@ -1,0 +1,215 @@
+"""``llmgw up``: gatewayd and a local agentd on one machine, without root.
+
+It supervises both as child processes the way the systemd units would on a
+real install: a child that exits unexpectedly is restarted (and said so),
+Ctrl-C or SIGTERM stops both, agent first, and nothing is left behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import os
+import re
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+
+from llmgw.admin_client import AdminClient
+from llmgw.cluster_init import init_server, write_local_agent
+from llmgw.config import (
+    DEFAULT_ADMIN_PORT,
+    DEFAULT_AGENT_PORT,
+    DEFAULT_HTTP_PORT,
+    DEFAULT_METRICS_PORT,
+    load_server_config,
+    split_host_port,
+)
+from llmgw.errors import AdminError, LlmgwError
+from llmgw.output import stdout as console
+from llmgw.paths import ENV_HOME, Paths, user_home
+
+STOP_TIMEOUT_S = 10.0
+READY_TIMEOUT_S = 30.0
+RESTART_DELAY_MAX_S = 30.0
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def choose_ports() -> dict[str, int]:
+    """The default ports, or free ones where a default is taken (said aloud)."""
+    ports = {}
+    defaults = {"agent": DEFAULT_AGENT_PORT, "admin": DEFAULT_ADMIN_PORT,
+                "http": DEFAULT_HTTP_PORT, "metrics": DEFAULT_METRICS_PORT}
+    for name, port in defaults.items():
+        if _port_free(port):
+            ports[name] = port
+        else:
+            ports[name] = _free_port()
+            console.print(f"port {port} ({name}) is taken; using {ports[name]}")
+    return ports
+
+
+def local_node_id() -> str:
+    name = re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname()).lstrip(".-_") or "local"
+    return name[:63]
+
+
+def _die_with_parent() -> None:
+    # If `llmgw up` itself is killed outright, its children must not live on.
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+class Child:
+    def __init__(self, name: str, args: list[str], log_file: Path, env: dict[str, str]):
+        self.name, self.args, self.log_file, self.env = name, args, log_file, env
+        self.proc: asyncio.subprocess.Process | None = None
+        self.restarts = 0
+
+    async def start(self) -> None:
+        self.log_file.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_file, "ab")
+        try:
+            self.proc = await asyncio.create_subprocess_exec(
+                *self.args, stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log,
+                env=self.env, preexec_fn=_die_with_parent,
+            )
+        finally:
+            log.close()
+
+    async def stop(self) -> None:
+        p = self.proc
+        if p is None or p.returncode is not None:
+            return
+        p.terminate()
+        try:
+            await asyncio.wait_for(p.wait(), STOP_TIMEOUT_S)
+        except TimeoutError:
+            console.print(f"{self.name} did not stop within {STOP_TIMEOUT_S:g} s; killing it")
+            p.kill()
+            await p.wait()
+
+
+async def _wait_ready(paths: Paths, gatewayd: Child) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        if gatewayd.proc and gatewayd.proc.returncode is not None:
+            tail = gatewayd.log_file.read_text(errors="replace").strip().splitlines()[-5:]
+            raise LlmgwError("gatewayd exited while starting:\n  " + "\n  ".join(tail),
+                             hint=f"full log: {gatewayd.log_file}")
+        try:
+            async with AdminClient.from_paths(paths, timeout_s=2) as c:
+                await c.status()
+                return
+        except AdminError as e:
+            last = e
+        await asyncio.sleep(0.3)
+    raise LlmgwError(f"gatewayd did not answer within {READY_TIMEOUT_S:g} s ({last})",
+                     hint=f"see {gatewayd.log_file}")
+
+
+def _supervise_delay(restarts: int) -> float:
+    return min(2 ** min(restarts, 5), RESTART_DELAY_MAX_S)
+
+
+async def _up(paths: Paths, hosts: list[str]) -> None:
+    if not paths.server_yaml.exists():
+        console.print(f"Setting up a new cluster in {paths.home} …")
+        res = init_server(paths, hosts=hosts or [socket.gethostname()], ports=choose_ports())
+        del res
+    cfg = load_server_config(paths.server_yaml)
+    _, agent_port = split_host_port(cfg.listen.agent)
+    if not paths.agent_yaml.exists():
+        write_local_agent(paths, local_node_id(), [f"127.0.0.1:{agent_port}"])
+
+    env = dict(os.environ)
+    env[ENV_HOME] = str(paths.home)
+    exe = [sys.executable, "-m", "llmgw"]
+    gatewayd = Child("gatewayd", exe + ["server"], paths.log_dir / "gatewayd.log", env)
+    agentd = Child("agentd", exe + ["agent"], paths.log_dir / "agentd.log", env)
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+
+    try:
+        await gatewayd.start()
+        await _wait_ready(paths, gatewayd)
+        await agentd.start()
+        _, http_port = split_host_port(cfg.listen.http)
+        home_note = "" if paths.home == user_home().resolve() else f"LLMGW_HOME={paths.home} "
+        console.print(
+            f"[bold green]llmgw is up[/bold green] (cluster {cfg.cluster_name!r}, home {paths.home})\n"
+            f"  API        http://127.0.0.1:{http_port}/v1  (health: /health, /ready)\n"
+            f"  agents     {cfg.listen.agent} (mutual TLS)\n"
+            f"  admin      {cfg.listen.admin} (token in {paths.admin_token_file})\n"
+            f"  logs       {paths.log_dir}\n"
+            f"Check it: {home_note}llmgw ctl nodes   ·   Stop: Ctrl-C"
+        )
+        await _supervise(stop, [gatewayd, agentd])
+    finally:
+        console.print("Stopping …")
+        await agentd.stop()
+        await gatewayd.stop()
+        console.print("Stopped.")
+
+
+async def _supervise(stop: asyncio.Event, children: list[Child]) -> None:
+    while not stop.is_set():
+        waits = {asyncio.create_task(c.proc.wait()): c for c in children if c.proc}
+        stopper = asyncio.create_task(stop.wait())
+        done, _ = await asyncio.wait({stopper, *waits}, return_when=asyncio.FIRST_COMPLETED)
+        for t in waits:
+            t.cancel()
+        stopper.cancel()
+        if stop.is_set():
+            return
+        for t in done:
+            if t is stopper:
+                continue
+            child = waits[t]
+            code = child.proc.returncode if child.proc else None
+            delay = _supervise_delay(child.restarts)
+            child.restarts += 1
+            console.print(
+                f"[yellow]{child.name} exited unexpectedly (code {code}); restarting it in "
+                f"{delay:g} s, as its service would be[/yellow] — log: {child.log_file}"
+            )
+            try:
+                await asyncio.wait_for(stop.wait(), delay)
+                return
+            except TimeoutError:
+                pass
+            await child.start()
+
+
+def run_up(hosts: list[str]) -> None:
+    home = os.environ.get(ENV_HOME)
+    paths = Paths.under(Path(home) if home else user_home())
+    try:
+        asyncio.run(_up(paths, hosts))
+    except KeyboardInterrupt:
+        pass
+    except LlmgwError:
+        raise

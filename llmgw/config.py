@@ -1,0 +1,226 @@
+"""The schemas of server.yaml and agent.yaml, and their loading.
+
+Both refuse unknown or ill-typed keys, naming the file, the key and what is
+expected, so a typo never silently falls back to a default.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from llmgw.errors import ConfigError
+from llmgw.paths import Paths
+
+DEFAULT_AGENT_PORT = 7070
+DEFAULT_ADMIN_PORT = 9090
+DEFAULT_HTTP_PORT = 8080
+DEFAULT_METRICS_PORT = 9091
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ListenConfig(_Strict):
+    """Addresses gatewayd listens on, as HOST:PORT."""
+
+    agent: str = f"0.0.0.0:{DEFAULT_AGENT_PORT}"
+    admin: str = f"127.0.0.1:{DEFAULT_ADMIN_PORT}"
+    http: str = f"0.0.0.0:{DEFAULT_HTTP_PORT}"
+    metrics: str = f"0.0.0.0:{DEFAULT_METRICS_PORT}"
+
+    @field_validator("agent", "admin", "http", "metrics")
+    @classmethod
+    def _host_port(cls, v: str) -> str:
+        split_host_port(v)
+        return v
+
+    @field_validator("admin")
+    @classmethod
+    def _admin_loopback(cls, v: str) -> str:
+        # The admin port serves the whole cluster to whoever holds the token;
+        # it is never exposed beyond this machine.
+        host, _ = split_host_port(v)
+        if host not in ("127.0.0.1", "localhost", "::1"):
+            raise ValueError("the admin API listens on 127.0.0.1 only")
+        return v
+
+
+class StoreConfig(_Strict):
+    """Where the control plane keeps its state.
+
+    ``dsn`` empty means the embedded SQLite file under the data dir;
+    ``postgresql://…`` uses PostgreSQL; ``sqlite:///path`` a SQLite file elsewhere.
+    ``dsn_file`` reads the DSN from a secrets file instead (it may hold a password).
+    """
+
+    dsn: str = ""
+    dsn_file: str = ""
+
+    @field_validator("dsn")
+    @classmethod
+    def _scheme(cls, v: str) -> str:
+        if v and not v.startswith(("postgresql://", "postgres://", "sqlite://")):
+            raise ValueError("expected postgresql://… or sqlite:///path (or empty for the default)")
+        return v
+
+
+class NodesConfig(_Strict):
+    """How the control plane judges node liveness."""
+
+    heartbeat_interval_s: Annotated[float, Field(gt=0, le=60)] = 2.0
+    # A node silent for this long is not_ready; its replicas stay where they are.
+    not_ready_grace_s: Annotated[float, Field(gt=0, le=3600)] = 15.0
+    # Heartbeats are kept in memory and written to the store at this pace.
+    heartbeat_flush_interval_s: Annotated[float, Field(gt=0, le=300)] = 5.0
+
+
+class ServerPki(_Strict):
+    ca_cert: str = ""
+    server_cert: str = ""
+    server_key: str = ""
+
+
+class ServerConfig(_Strict):
+    """server.yaml: the control plane's settings."""
+
+    cluster_name: str = "llmgw"
+    listen: ListenConfig = ListenConfig()
+    store: StoreConfig = StoreConfig()
+    nodes: NodesConfig = NodesConfig()
+    pki: ServerPki = ServerPki()
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+
+class AgentPki(_Strict):
+    ca_cert: str = ""
+    cert: str = ""
+    key: str = ""
+
+
+class HardwareConfig(_Strict):
+    """Where the agent's hardware facts come from.
+
+    ``probe: real`` reads this machine (NVML, /proc, /etc/os-release).
+    ``probe: fake`` reports a recorded inventory instead (``fixture``: a name
+    in tests/fixtures/hardware or a path to a JSON file); such a node says it
+    is fake everywhere it is shown. For tests and demos only.
+    """
+
+    probe: Literal["real", "fake"] = "real"
+    fixture: str = ""
+
+
+class AgentConfig(_Strict):
+    """agent.yaml: bootstrap settings of one node's agent."""
+
+    node_id: str
+    # Tried in turn; the agent fails over to the next when one is unreachable.
+    control_planes: list[str]
+    pki: AgentPki = AgentPki()
+    data_dir: str = ""
+    hardware: HardwareConfig = HardwareConfig()
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    @field_validator("control_planes", mode="before")
+    @classmethod
+    def _comma_list(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            v = [p.strip() for p in v.split(",") if p.strip()]
+        return v
+
+    @field_validator("control_planes")
+    @classmethod
+    def _addresses(cls, v: list[str]) -> list[str]:
+        if not v:
+            raise ValueError("at least one control plane address (HOST:PORT) is needed")
+        for a in v:
+            split_host_port(a)
+        return v
+
+    @field_validator("node_id")
+    @classmethod
+    def _node_id(cls, v: str) -> str:
+        check_name(v, what="node id")
+        return v
+
+
+def check_name(v: str, *, what: str) -> str:
+    """A name from outside that becomes a path element or a certificate CN."""
+    import re
+
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}", v or ""):
+        raise ValueError(
+            f"{what} {v!r} must be 1-63 letters, digits, '.', '_' or '-', not starting with a dot"
+        )
+    return v
+
+
+def split_host_port(addr: str) -> tuple[str, int]:
+    """``"host:port"`` or ``"[::1]:port"`` into its parts; ValueError when malformed."""
+    if addr.startswith("["):
+        host, sep, port = addr[1:].partition("]:")
+    else:
+        host, sep, port = addr.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"{addr!r} is not HOST:PORT")
+    return host, int(port)
+
+
+def _describe(err: dict[str, Any]) -> str:
+    loc = ".".join(str(p) for p in err["loc"])
+    if err["type"] == "extra_forbidden":
+        return f"unknown key '{loc}'"
+    if err["type"] == "missing":
+        return f"missing key '{loc}'"
+    msg = err["msg"].removeprefix("Value error, ")
+    return f"key '{loc}': {msg} (got {err.get('input')!r})"
+
+
+def _load(path: Path, model: type[BaseModel], *, hint: str):
+    try:
+        text = path.read_text()
+    except FileNotFoundError as e:
+        raise ConfigError(f"{path} does not exist", hint=hint) from e
+    except OSError as e:
+        raise ConfigError(f"{path} cannot be read: {e.strerror}") from e
+    try:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path} is not valid YAML: {e}") from e
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of keys at the top level")
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        problems = "; ".join(_describe(err) for err in e.errors())
+        allowed = ", ".join(model.model_fields)
+        raise ConfigError(
+            f"{path}: {problems}",
+            hint=f"top-level keys of {path.name} are: {allowed}",
+        ) from e
+
+
+def load_server_config(path: Path) -> ServerConfig:
+    return _load(path, ServerConfig, hint="create it with: llmgw server init")
+
+
+def load_agent_config(path: Path) -> AgentConfig:
+    return _load(path, AgentConfig, hint="write it, or let `llmgw up` / `llmgw node add` do so")
+
+
+def dump_yaml(model: BaseModel) -> str:
+    return yaml.safe_dump(model.model_dump(mode="json"), sort_keys=False)
+
+
+def server_pki_paths(cfg: ServerConfig, paths: Paths) -> tuple[Path, Path, Path]:
+    """(ca_cert, server_cert, server_key), defaults from the machine's layout."""
+    return (
+        Path(cfg.pki.ca_cert or paths.ca_cert),
+        Path(cfg.pki.server_cert or paths.server_cert),
+        Path(cfg.pki.server_key or paths.server_key),
+    )

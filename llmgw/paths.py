@@ -1,0 +1,126 @@
+"""Where llmgw keeps its files on a machine.
+
+The system layout (ARCHITECTURE.md §6) is used by root installs:
+``/etc/llmgw``, ``/var/lib/llmgw``, ``/var/lib/llmgw-agent``, ``/opt/llmgw``.
+With ``LLMGW_HOME`` set, every one of those lives under that single directory,
+which is how tests, ``llmgw up`` and non-root use keep to themselves.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+ENV_HOME = "LLMGW_HOME"
+SYSTEM_CONFIG_DIR = Path("/etc/llmgw")
+USER_HOME_DEFAULT = Path("~/.llmgw")
+
+
+@dataclass(frozen=True)
+class Paths:
+    """Every path llmgw reads or writes on one machine."""
+
+    config_dir: Path
+    server_data_dir: Path
+    agent_data_dir: Path
+    engines_dir: Path
+    run_dir: Path
+    home: Path | None = None
+
+    @property
+    def server_yaml(self) -> Path:
+        return self.config_dir / "server.yaml"
+
+    @property
+    def agent_yaml(self) -> Path:
+        return self.config_dir / "agent.yaml"
+
+    @property
+    def pki_dir(self) -> Path:
+        return self.config_dir / "pki"
+
+    @property
+    def secrets_dir(self) -> Path:
+        return self.config_dir / "secrets"
+
+    @property
+    def admin_token_file(self) -> Path:
+        return self.secrets_dir / "admin-token"
+
+    @property
+    def ca_cert(self) -> Path:
+        return self.pki_dir / "ca.crt"
+
+    @property
+    def ca_key(self) -> Path:
+        return self.pki_dir / "ca.key"
+
+    @property
+    def server_cert(self) -> Path:
+        return self.pki_dir / "server.crt"
+
+    @property
+    def server_key(self) -> Path:
+        return self.pki_dir / "server.key"
+
+    @property
+    def node_certs_dir(self) -> Path:
+        """Bundles issued by ``llmgw node cert`` (one folder per node id)."""
+        return self.pki_dir / "nodes"
+
+    @property
+    def sqlite_file(self) -> Path:
+        return self.server_data_dir / "llmgw.db"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.run_dir / "log"
+
+    @classmethod
+    def under(cls, home: Path) -> Paths:
+        """The layout with everything under one directory."""
+        home = home.expanduser().resolve()
+        return cls(
+            config_dir=home / "etc",
+            server_data_dir=home / "var" / "lib" / "llmgw",
+            agent_data_dir=home / "var" / "lib" / "llmgw-agent",
+            engines_dir=home / "opt" / "engines",
+            run_dir=home / "run",
+            home=home,
+        )
+
+    @classmethod
+    def system(cls) -> Paths:
+        """The root layout of ARCHITECTURE.md §6."""
+        return cls(
+            config_dir=SYSTEM_CONFIG_DIR,
+            server_data_dir=Path("/var/lib/llmgw"),
+            agent_data_dir=Path("/var/lib/llmgw-agent"),
+            engines_dir=Path("/opt/llmgw/engines"),
+            run_dir=Path("/run/llmgw"),
+        )
+
+
+def user_home() -> Path:
+    """The directory ``llmgw up`` uses when LLMGW_HOME is not set."""
+    return USER_HOME_DEFAULT.expanduser()
+
+
+def resolve(env: dict[str, str] | None = None) -> Paths:
+    """The paths in force for this process.
+
+    ``LLMGW_HOME`` wins. Without it, a machine set up as root
+    (``/etc/llmgw/server.yaml`` or ``agent.yaml`` present) uses the system
+    layout; otherwise the per-user ``~/.llmgw`` that ``llmgw up`` creates.
+    """
+    env = os.environ if env is None else env
+    home = env.get(ENV_HOME)
+    if home:
+        return Paths.under(Path(home))
+    system = Paths.system()
+    if system.server_yaml.exists() or system.agent_yaml.exists():
+        return system
+    if os.geteuid() == 0 and not user_home().exists():
+        return system
+    return Paths.under(user_home())

@@ -1,0 +1,106 @@
+"""A real control plane in-process on free ports, and agents to connect to it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from agentd.agent import Agent
+from agentd.discovery import probe_for
+from gatewayd.server import GatewayServer
+from llmgw.admin_client import AdminClient
+from llmgw.cluster_init import init_server, issue_node_bundle
+from llmgw.config import AgentConfig, HardwareConfig, ServerConfig, StoreConfig, load_server_config
+from llmgw.paths import Paths
+
+
+
+async def wait_for(predicate, *, attempts: int = 200, interval_s: float = 0.05):
+    """Poll an async or sync predicate until it returns something truthy (bounded)."""
+    for _ in range(attempts):
+        value = predicate()
+        if asyncio.iscoroutine(value):
+            value = await value
+        if value:
+            return value
+        await asyncio.sleep(interval_s)
+    raise AssertionError(f"condition not met after {attempts} attempts")
+
+
+@dataclass
+class Cluster:
+    paths: Paths
+    server: GatewayServer
+    token: str
+    agents: list[tuple[Agent, asyncio.Event, asyncio.Task]] = field(default_factory=list)
+
+    @property
+    def agent_address(self) -> str:
+        return f"127.0.0.1:{self.server.ports['agent']}"
+
+    def admin(self, token: str | None = None) -> AdminClient:
+        return AdminClient(f"127.0.0.1:{self.server.ports['admin']}", token or self.token)
+
+    def agent_config(self, node_id: str, *, fixture: str = "", cert_paths=None) -> AgentConfig:
+        bundle = issue_node_bundle(self.paths, node_id, control_planes=[self.agent_address])
+        cfg = bundle.agent_config
+        if cert_paths is not None:
+            cfg.pki.ca_cert, cfg.pki.cert, cfg.pki.key = (str(p) for p in cert_paths)
+        if fixture:
+            cfg.hardware = HardwareConfig(probe="fake", fixture=fixture)
+        cfg.data_dir = str(self.paths.agent_data_dir / node_id)
+        return cfg
+
+    async def start_agent(self, node_id: str, *, fixture: str = "", cfg: AgentConfig | None = None):
+        cfg = cfg or self.agent_config(node_id, fixture=fixture)
+        agent = Agent(cfg, self.paths, probe=probe_for(cfg.hardware, Path(cfg.data_dir)))
+        stop = asyncio.Event()
+        task = asyncio.create_task(agent.run(stop))
+        self.agents.append((agent, stop, task))
+        return agent, stop, task
+
+    async def stop_agents(self) -> None:
+        for _, stop, task in self.agents:
+            stop.set()
+        for _, _, task in self.agents:
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(task, 10)
+        self.agents.clear()
+
+
+def make_server_config(paths: Paths, **nodes) -> ServerConfig:
+    cfg = load_server_config(paths.server_yaml)
+    for k, v in nodes.items():
+        setattr(cfg.nodes, k, v)
+    return cfg
+
+
+@contextlib.asynccontextmanager
+async def running_cluster(tmp_path: Path, *, store: StoreConfig | None = None, **nodes):
+    paths = Paths.under(tmp_path / "home")
+    if not paths.server_yaml.exists():
+        init_server(paths, hosts=["localhost"])
+    cfg = make_server_config(paths, **nodes)
+    # Port 0 everywhere: tests run side by side; the server reports what it got.
+    cfg.listen.agent, cfg.listen.admin = "127.0.0.1:0", "127.0.0.1:0"
+    cfg.listen.http, cfg.listen.metrics = "127.0.0.1:0", "127.0.0.1:0"
+    if store is not None:
+        cfg.store = store
+    server = GatewayServer(cfg, paths)
+    await server.start()
+    cluster = Cluster(paths, server, paths.admin_token_file.read_text().strip())
+    try:
+        yield cluster
+    finally:
+        await cluster.stop_agents()
+        await server.stop()
+
+
+@pytest.fixture
+async def cluster(tmp_path):
+    async with running_cluster(tmp_path) as c:
+        yield c

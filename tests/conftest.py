@@ -1,0 +1,1 @@
+pytest_plugins = ["tests.pg_fixture", "tests.cluster_fixture"]
