@@ -132,7 +132,7 @@ def _driver_install_fix(host: HostInfo) -> str:
     if "ubuntu" in family:
         how = "sudo ubuntu-drivers install"
     elif "debian" in family:
-        how = "apt install nvidia-driver (from non-free)"
+        how = "apt install nvidia-driver, from non-free"
     elif family & RHEL_FAMILY:
         how = "dnf module install nvidia-driver, from NVIDIA's CUDA repository"
     else:

@@ -70,9 +70,9 @@ class GatewayServer:
         await self.store.open()
         await self.registry.load()
 
-        agent = Server([AgentService(self.registry,
-                                     heartbeat_interval_s=self.cfg.nodes.heartbeat_interval_s)],
-                       config=keepalive_config())
+        self._agent_service = AgentService(
+            self.registry, heartbeat_interval_s=self.cfg.nodes.heartbeat_interval_s)
+        agent = Server([self._agent_service], config=keepalive_config())
         host, port = split_host_port(self.cfg.listen.agent)
         await agent.start(host, port, ssl=ssl_ctx)
         self.ports["agent"] = agent._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
@@ -134,6 +134,8 @@ class GatewayServer:
                 log.exception("writing heartbeats to the store failed; kept in memory")
 
     async def stop(self) -> None:
+        if hasattr(self, "_agent_service"):
+            self._agent_service.stopping = True
         for server in self._grpc:
             server.close()
         if self._http is not None:

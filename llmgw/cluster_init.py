@@ -126,6 +126,8 @@ def init_server(
     steps.append(step)
     server, step = _ensure_server_cert(paths, ca, hosts)
     steps.append(step)
+    if step.action == "reissued":
+        notes.append("the server certificate changed: restart llmgw server if it runs")
     steps.append(_ensure_admin_token(paths))
     steps.extend(
         _ensure_server_yaml(
@@ -258,7 +260,7 @@ def _ensure_ca(paths: Paths, cluster_name: str) -> tuple[pki.CertKey, InitStep]:
             item="ca",
             path=str(paths.ca_cert),
             action="kept",
-            reason=f"a CA exists ({cn}); it is never replaced",
+            reason=f"{cn}; never replaced, every node trusts it",
         )
     ca = pki.create_ca(cluster_name)
     # Key first: a run cut short leaves a key without a certificate, which
@@ -277,7 +279,13 @@ def _ensure_server_cert(
         have = pki.cert_hosts(crt.read_bytes())
         want = pki.server_hosts(hosts)
         if set(have) != set(want):
-            problem = f"hosts changed: {', '.join(have)} -> {', '.join(want)}"
+            added = [h for h in want if h not in have]
+            removed = [h for h in have if h not in want]
+            problem = "hosts changed: " + "; ".join(
+                f"{word} {', '.join(hs)}"
+                for word, hs in (("added", added), ("removed", removed))
+                if hs
+            )
     if not problem:
         _tighten(key)
         return pki.load_cert_key(crt, key), InitStep(

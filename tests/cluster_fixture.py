@@ -100,7 +100,11 @@ async def running_cluster(tmp_path: Path, *, store: StoreConfig | None = None, *
         await server.stop()
 
 
-@pytest.fixture
-async def cluster(tmp_path):
-    async with running_cluster(tmp_path) as c:
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+async def cluster(request, tmp_path):
+    """A running control plane on each store backend."""
+    store = None
+    if request.param == "postgres":
+        store = StoreConfig(dsn=request.getfixturevalue("fresh_postgres_dsn"))
+    async with running_cluster(tmp_path, store=store) as c:
         yield c

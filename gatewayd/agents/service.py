@@ -44,6 +44,7 @@ class AgentService:
     def __init__(self, registry: NodeRegistry, *, heartbeat_interval_s: float):
         self._registry = registry
         self._heartbeat_interval_ms = int(heartbeat_interval_s * 1000)
+        self.stopping = False
 
     def __mapping__(self):
         return {
@@ -101,9 +102,12 @@ class AgentService:
         try:
             why["text"] = await receiver
         except asyncio.CancelledError:
-            if not why["text"]:  # the server itself is stopping
-                why["text"] = "the control plane is stopping"
-                raise
+            if why["text"]:  # closed by the registry (superseded): not our own cancellation
+                return
+            # grpclib cancels the handler when the connection drops (keepalive
+            # timeout, reset) and when the server stops.
+            why["text"] = "the control plane is stopping" if self.stopping else "the connection was lost"
+            raise
         finally:
             if not receiver.done():
                 receiver.cancel()

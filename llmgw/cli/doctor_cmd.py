@@ -18,7 +18,7 @@ _STYLE = {"ok": "green", "warn": "yellow", "fail": "bold red"}
 
 def doctor(
     json_output: bool = typer.Option(
-        False, "--json", help="Print the checks as JSON ({\"checks\": [...]}) and nothing else."
+        False, "--json", help='Print the checks as JSON ({"checks": [...]}) and nothing else.'
     ),
 ) -> None:
     """Check this machine for what llmgw's engines need: CPU, NVIDIA driver, OS, disk, glibc."""

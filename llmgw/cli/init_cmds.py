@@ -5,13 +5,14 @@ Plain command functions; the app in llmgw/cli/main.py registers them.
 
 import os
 import sys
-from typing import NoReturn
+from typing import Annotated, NoReturn
 
 import typer
+import yaml
 
 from llmgw import cluster_init
 from llmgw.cluster_init import InitResult, NodeBundle
-from llmgw.config import AgentPki, dump_yaml
+from llmgw.config import AgentPki
 from llmgw.errors import LlmgwError
 from llmgw.paths import Paths, resolve
 
@@ -27,38 +28,48 @@ _ITEM_WORDS = {
 
 
 def server_init(
-    host: list[str] | None = typer.Option(
-        None,
-        "--host",
-        help="A DNS name or IP address nodes dial to reach this server (repeat for each). "
-        "Given, it replaces the server certificate's hosts; localhost, 127.0.0.1 and ::1 "
-        "are always included.",
-    ),
-    cluster_name: str = typer.Option("llmgw", "--name", help="The cluster's name."),
-    agent_port: int | None = typer.Option(
-        None, "--agent-port", min=1, max=65535, help="Port agents dial (default 7070)."
-    ),
-    admin_port: int | None = typer.Option(
-        None, "--admin-port", min=1, max=65535, help="Admin API port on 127.0.0.1 (default 9090)."
-    ),
-    http_port: int | None = typer.Option(
-        None, "--http-port", min=1, max=65535, help="HTTP gateway port (default 8080)."
-    ),
-    metrics_port: int | None = typer.Option(
-        None, "--metrics-port", min=1, max=65535, help="Metrics port (default 9091)."
-    ),
-    store_dsn: str = typer.Option(
-        "",
-        "--store-dsn",
-        envvar=STORE_DSN_ENV,
-        show_envvar=True,
-        help="postgresql://… for a PostgreSQL store (default: embedded SQLite). Prefer the "
-        f"{STORE_DSN_ENV} environment variable: a command line is visible to every user.",
-    ),
-    force_config: bool = typer.Option(
-        False, "--force-config", help="Write server.yaml again from these flags."
-    ),
-    json_output: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+    host: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--host",
+            help="A DNS name or IP address nodes dial to reach this server (repeat for each). "
+            "Given, it replaces the server certificate's hosts; localhost, 127.0.0.1 and ::1 "
+            "are always included.",
+        ),
+    ] = None,
+    cluster_name: Annotated[str, typer.Option("--name", help="The cluster's name.")] = "llmgw",
+    agent_port: Annotated[
+        int | None,
+        typer.Option("--agent-port", min=1, max=65535, help="Port agents dial (default 7070)."),
+    ] = None,
+    admin_port: Annotated[
+        int | None,
+        typer.Option(
+            "--admin-port", min=1, max=65535, help="Admin API port on 127.0.0.1 (default 9090)."
+        ),
+    ] = None,
+    http_port: Annotated[
+        int | None,
+        typer.Option("--http-port", min=1, max=65535, help="HTTP gateway port (default 8080)."),
+    ] = None,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option("--metrics-port", min=1, max=65535, help="Metrics port (default 9091)."),
+    ] = None,
+    store_dsn: Annotated[
+        str,
+        typer.Option(
+            "--store-dsn",
+            envvar=STORE_DSN_ENV,
+            show_envvar=True,
+            help="postgresql://… for a PostgreSQL store (default: embedded SQLite). Prefer the "
+            f"{STORE_DSN_ENV} environment variable: a command line is visible to every user.",
+        ),
+    ] = "",
+    force_config: Annotated[
+        bool, typer.Option("--force-config", help="Write server.yaml again from these flags.")
+    ] = False,
+    json_output: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Set this machine up as a control plane: CA, server certificate, admin token, server.yaml."""
     # Read once; child processes started later need not see a password.
@@ -91,14 +102,16 @@ def server_init(
 
 
 def node_cert(
-    node_id: str = typer.Argument(..., help="The node's id: its certificate's common name."),
-    control_plane: list[str] | None = typer.Option(
-        None,
-        "--control-plane",
-        help="HOST:PORT the node dials (repeat for each control plane). Default: the server "
-        "certificate's first host and the agent port.",
-    ),
-    json_output: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+    node_id: Annotated[str, typer.Argument(help="The node's id: its certificate's common name.")],
+    control_plane: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--control-plane",
+            help="HOST:PORT the node dials (repeat for each control plane). Default: the "
+            "server certificate's first host and the agent port.",
+        ),
+    ] = None,
+    json_output: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Issue a node's certificate, signed by the cluster CA, with the CA beside it."""
     try:
@@ -150,7 +163,8 @@ def _print_bundle(b: NodeBundle) -> None:
     typer.echo(f"  {b.key}  (secret: copy it over SSH and keep it 0600)")
     typer.echo(f"  {b.ca_cert}")
     typer.echo(f"agent.yaml for {on_node.agent_yaml} on the node:")
-    for line in dump_yaml(cfg).splitlines():
+    text = yaml.safe_dump(cfg.model_dump(mode="json", exclude_defaults=True), sort_keys=False)
+    for line in text.splitlines():
         typer.echo(f"  {line}")
     for note in b.notes:
         typer.echo(f"note: {note}")

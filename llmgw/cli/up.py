@@ -38,8 +38,10 @@ RESTART_DELAY_MAX_S = 30.0
 
 def _port_free(port: int) -> bool:
     with socket.socket() as s:
+        # As the servers will: a port held only by closed connections is free.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            s.bind(("127.0.0.1", port))
+            s.bind(("0.0.0.0", port))
         except OSError:
             return False
     return True

@@ -8,9 +8,8 @@ from types import SimpleNamespace
 import pynvml
 import pytest
 
-from agentd.discovery import FakeGpuProbe, discover, probe_for
+from agentd.discovery import FakeGpuProbe, discover, nvml, probe_for
 from agentd.discovery import host as hostmod
-from agentd.discovery import nvml
 from agentd.discovery.fake import FIXTURES_DIR, fixture_names
 from llmgw.config import HardwareConfig
 from llmgw.errors import DiscoveryError
@@ -53,12 +52,12 @@ def _host_files(tmp_path: Path, *, cpuinfo: str = CPUINFO_AVX2, driver: str | No
     (tmp_path / "meminfo").write_text(MEMINFO)
     if driver is not None:
         (tmp_path / "nvidia-version").write_text(driver)
-    return dict(
-        os_release_paths=(tmp_path / "os-release",),
-        cpuinfo_path=tmp_path / "cpuinfo",
-        meminfo_path=tmp_path / "meminfo",
-        nvidia_version_path=tmp_path / "nvidia-version",
-    )
+    return {
+        "os_release_paths": (tmp_path / "os-release",),
+        "cpuinfo_path": tmp_path / "cpuinfo",
+        "meminfo_path": tmp_path / "meminfo",
+        "nvidia_version_path": tmp_path / "nvidia-version",
+    }
 
 
 # --- host facts -------------------------------------------------------------
@@ -74,9 +73,8 @@ def test_the_open_kernel_module_version_is_the_number_not_the_word_for():
 
 
 def test_a_two_part_driver_version_and_an_unknown_wording_are_handled():
-    assert hostmod.parse_nvidia_driver("NVRM version: NVIDIA UNIX x86_64 Kernel Module 535.54 Mon\n")[
-        0
-    ] == "535.54"
+    old = "NVRM version: NVIDIA UNIX x86_64 Kernel Module 535.54 Mon\n"
+    assert hostmod.parse_nvidia_driver(old) == ("535.54", False)
     assert hostmod.parse_nvidia_driver("something else\n") == ("", False)
 
 
@@ -205,11 +203,14 @@ class FakeNvml:
         return h.get("temp", 0)
 
 
-H100 = dict(
-    uuid="GPU-1a2b", name="NVIDIA H100 80GB HBM3", total=85520809984, cc=(9, 0),
-    bus="00000000:18:00.0", mig=0, used=1 << 30, util=37, temp=41,
-)  # fmt: skip
-L4 = dict(uuid="GPU-3c4d", name="NVIDIA L4", total=24152899584, cc=(8, 9), bus="00000000:00:03.0")
+H100 = {
+    "uuid": "GPU-1a2b", "name": "NVIDIA H100 80GB HBM3", "total": 85520809984, "cc": (9, 0),
+    "bus": "00000000:18:00.0", "mig": 0, "used": 1 << 30, "util": 37, "temp": 41,
+}  # fmt: skip
+L4 = {
+    "uuid": "GPU-3c4d", "name": "NVIDIA L4", "total": 24152899584, "cc": (8, 9),
+    "bus": "00000000:00:03.0",
+}  # fmt: skip
 
 
 def test_real_discovery_on_this_machine_reports_no_gpus_and_why_without_raising(tmp_path):
@@ -267,9 +268,8 @@ def test_samples_report_memory_used_utilization_and_temperature():
 
 def test_every_recorded_inventory_loads_and_is_marked_fake():
     names = fixture_names()
-    assert {"h100_80g_x8", "rtx6000_24g_x1", "l4_24g_x4", "a100_40g_x2_nvlink", "cpu_only_16c"} <= set(
-        names
-    )
+    recorded = {"h100_80g_x8", "rtx6000_24g_x1", "l4_24g_x4", "a100_40g_x2_nvlink", "cpu_only_16c"}
+    assert recorded <= set(names)
     for name in names:
         inventory = FakeGpuProbe.from_fixture(name).inventory()
         assert inventory.host.fake is True
@@ -315,10 +315,10 @@ def test_a_json_file_that_is_no_inventory_is_refused_in_plain_words(tmp_path):
 
 def test_the_fake_probe_samples_idle_cards():
     samples = FakeGpuProbe.from_fixture("a100_40g_x2_nvlink").sample()
-    assert [(s.index, s.memory_used_bytes, s.utilization_percent, s.temperature_c) for s in samples] == [
-        (0, 0, 0, 35),
-        (1, 0, 0, 35),
+    figures = [
+        (s.index, s.memory_used_bytes, s.utilization_percent, s.temperature_c) for s in samples
     ]
+    assert figures == [(0, 0, 0, 35), (1, 0, 0, 35)]
 
 
 def test_probe_for_picks_the_fake_probe_that_agent_yaml_names(tmp_path):

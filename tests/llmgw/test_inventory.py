@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -51,12 +52,12 @@ def test_every_fixture_is_its_own_json_dump(path):
 
 
 def test_host_facts_carry_every_field_of_the_proto_message():
-    proto_fields = set(HostFacts().to_dict(include_default_values=True))
+    proto_fields = {f.name for f in dataclasses.fields(HostFacts)}
     assert set(HostInfo.model_fields) == proto_fields
 
 
 def test_gpu_fields_match_the_proto_message_apart_from_nvlink():
-    proto_fields = set(Gpu().to_dict(include_default_values=True))
+    proto_fields = {f.name for f in dataclasses.fields(Gpu)}
     assert set(GpuInfo.model_fields) - {"nvlink_peers"} == proto_fields
 
 

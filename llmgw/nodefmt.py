@@ -1,0 +1,104 @@
+"""How a node reads to people, shared by ``llmgw ctl`` and the console.
+
+The rich table ``llmgw ctl nodes`` prints and the console's Nodes screen build
+their rows from ``node_cells``; ``llmgw ctl node show`` and the console's node
+details draw ``node_details``. So the two can never disagree about what a
+node's state, memory or GPUs look like.
+"""
+
+from __future__ import annotations
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from proto.llmgw.v1 import Gpu, NodeView
+
+NODE_COLUMNS = ("NODE", "STATE", "REASON", "OS", "ARCH", "CPUS", "MEMORY", "GPUS")
+GPU_COLUMNS = ("#", "NAME", "MEMORY", "CC", "PCI", "MIG")
+# What an empty cluster says, with the next step, in the command and the console alike.
+NO_NODES = "No nodes yet. Add one: llmgw node add HOST (or run llmgw up here)."
+STATE_STYLE = {"ready": "green", "not_ready": "red", "registering": "yellow", "gone": "dim"}
+
+
+def gib(n: int) -> str:
+    return f"{n / 2**30:.0f} GiB" if n else "-"
+
+
+def node_state(n: NodeView) -> Text:
+    t = Text(n.state, style=STATE_STYLE.get(n.state, ""))
+    if n.cordoned:
+        t.append(" cordoned", style="yellow")
+    if n.draining:
+        t.append(" draining", style="yellow")
+    return t
+
+
+def gpu_summary(n: NodeView) -> str:
+    if not n.gpus:
+        return f"none ({n.host.gpu_note})" if n.host and n.host.gpu_note else "none"
+    names: dict[str, int] = {}
+    for g in n.gpus:
+        names[g.name] = names.get(g.name, 0) + 1
+    return ", ".join(f"{c}× {name}" for name, c in names.items())
+
+
+def os_name(n: NodeView) -> str:
+    h = n.host
+    if not h:
+        return ""
+    name = f"{h.os_id} {h.os_version_id}".strip()
+    # A fake inventory (tests, demos) must never pass for real hardware on screen.
+    return name + " (fake)" if h.fake else name
+
+
+def node_cells(n: NodeView) -> tuple[str | Text, ...]:
+    """One node's cells, in the order of ``NODE_COLUMNS``."""
+    h = n.host
+    return (
+        n.node_id, node_state(n), n.reason, os_name(n), h.arch if h else "",
+        str(h.cpu_count) if h else "", gib(h.memory_total_bytes) if h else "", gpu_summary(n),
+    )
+
+
+def node_facts(n: NodeView) -> list[tuple[str, str | Text]]:
+    """A node's details as (label, value) pairs: state, then host facts."""
+    h = n.host
+    rows: list[tuple[str, str | Text]] = [
+        ("node", n.node_id), ("hostname", n.hostname), ("state", node_state(n)),
+        ("reason", n.reason), ("since", n.state_since), ("address", n.address),
+        ("version", n.version), ("last heartbeat", n.last_heartbeat_at),
+    ]
+    if h:
+        rows += [
+            ("os", f"{h.os_id} {h.os_version_id} (like {' '.join(h.os_id_like) or '-'})"),
+            ("arch", h.arch), ("cpus", f"{h.cpu_count} (AVX2: {'yes' if h.avx2 else 'no'})"),
+            ("memory", gib(h.memory_total_bytes)), ("free disk", gib(h.disk_free_bytes)),
+            ("nvidia driver", h.nvidia_driver_version or h.gpu_note or "-"),
+            ("probe", h.probe + (" (fake inventory)" if h.fake else "")),
+        ]
+    return rows
+
+
+def gpu_cells(gpu: Gpu) -> tuple[str, ...]:
+    """One GPU's cells, in the order of ``GPU_COLUMNS``."""
+    return (str(gpu.index), gpu.name, gib(gpu.memory_total_bytes), gpu.compute_capability,
+            gpu.pci_bus_id, gpu.mig_mode or "-")
+
+
+def node_details(n: NodeView) -> Group:
+    """One node drawn for people: its state and host facts, then a table of its GPUs."""
+    facts = Table.grid(padding=(0, 2))
+    facts.add_column(style="bold")
+    facts.add_column()
+    for k, v in node_facts(n):
+        facts.add_row(k, v)
+    parts: list[Table] = [facts]
+    if n.gpus:
+        gpus = Table(title="GPUs", title_justify="left")
+        for col in GPU_COLUMNS:
+            gpus.add_column(col)
+        for gpu in n.gpus:
+            gpus.add_row(*gpu_cells(gpu))
+        parts.append(gpus)
+    return Group(*parts)

@@ -1,0 +1,82 @@
+"""``llmgw up`` as a new user runs it: a cluster on one machine, supervised."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+
+import psutil
+import pytest
+import yaml
+
+from tests.e2e.helpers import LLMGW, env_for, init_on_free_ports, nodes_json, wait_until
+
+
+def _only_node(home, state=None, reason_prefix=""):
+    nodes = nodes_json(home)
+    if not nodes or len(nodes) != 1:
+        return None
+    n = nodes[0]
+    if state and n["state"] != state:
+        return None
+    if reason_prefix and not n["reason"].startswith(reason_prefix):
+        return None
+    return n
+
+
+def _child(up: psutil.Process, word: str) -> psutil.Process | None:
+    for c in up.children():
+        try:
+            if word in c.cmdline():
+                return c
+        except psutil.Error:  # exited (a zombie until `up` reaps it)
+            continue
+    return None
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def store_flags(request):
+    if request.param == "sqlite":
+        return {}
+    return {"LLMGW_STORE_DSN": request.getfixturevalue("fresh_postgres_dsn")}
+
+
+def test_up_runs_a_cluster_whose_node_goes_not_ready_when_frozen_and_is_restarted_when_killed(
+    tmp_path, store_flags
+):
+    home = tmp_path / "home"
+    init_on_free_ports(home, **store_flags)
+    up = subprocess.Popen(LLMGW + ["up"], env=env_for(home), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
+    proc = psutil.Process(up.pid)
+    try:
+        node = wait_until(lambda: _only_node(home, "ready"), timeout_s=30)
+        host = node["host"]
+        assert host["os_id"] and host["arch"] and host["cpu_flags"]
+        assert host["memory_total_bytes"] > 0
+        assert node["gpus"] == [] and host["gpu_note"] == "no NVIDIA driver"
+        if store_flags:
+            assert "dsn_file" in yaml.safe_load((home / "etc/server.yaml").read_text())["store"]
+
+        # Frozen: its stream stays open but says nothing.
+        agent = wait_until(lambda: _child(proc, "agent"))
+        agent.send_signal(signal.SIGSTOP)
+        frozen = wait_until(lambda: _only_node(home, "not_ready"), timeout_s=30)
+        assert frozen["reason"]
+        agent.send_signal(signal.SIGCONT)
+        back = wait_until(lambda: _only_node(home, "ready", "back after"), timeout_s=40)
+        assert frozen["reason"] in back["reason"]
+
+        # Killed outright: `llmgw up` restarts it, and says so.
+        agent.kill()
+        wait_until(lambda: (a := _child(proc, "agent")) and a.pid != agent.pid, timeout_s=30)
+        wait_until(lambda: _only_node(home, "ready", "back after"), timeout_s=40)
+    finally:
+        children = proc.children(recursive=True)
+        up.send_signal(signal.SIGTERM)
+        out, _ = up.communicate(timeout=30)
+    assert up.returncode == 0, out
+    assert "agentd exited unexpectedly" in out and "restarting it" in out
+    assert "Stopped." in out
+    gone, alive = psutil.wait_procs(children, timeout=5)
+    assert alive == [], f"left running: {alive}"

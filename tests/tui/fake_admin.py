@@ -1,0 +1,144 @@
+"""A small admin server for console tests: real grpclib, real AdminClient, nodes in a dict.
+
+It serves the generated ``AdminServiceBase`` on 127.0.0.1 port 0 with the same
+token check gatewayd does, so the console under test goes through the real
+client, channel and wire format. ``put``/``forget`` change a node the way an
+agent's heartbeat would, and every open ``Watch`` hears of it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Self
+
+from grpclib.const import Status
+from grpclib.events import RecvRequest, listen
+from grpclib.exceptions import GRPCError
+from grpclib.server import Server
+
+from llmgw.admin_client import AdminClient
+from proto.llmgw.v1 import (
+    AdminServiceBase,
+    GetNodeRequest,
+    Gpu,
+    HostFacts,
+    ListNodesReply,
+    ListNodesRequest,
+    NodeView,
+    WatchEvent,
+    WatchRequest,
+)
+
+TOKEN = "test-admin-token"
+
+
+class FakeAdminService(AdminServiceBase):
+    def __init__(self) -> None:
+        self.nodes: dict[str, NodeView] = {}
+        self._watchers: set[asyncio.Queue[str]] = set()
+
+    @property
+    def watchers(self) -> int:
+        """How many Watch streams are open (tests wait for one before changing a node)."""
+        return len(self._watchers)
+
+    def put(self, view: NodeView) -> None:
+        self.nodes[view.node_id] = view
+        self._publish(view.node_id)
+
+    def forget(self, node_id: str) -> None:
+        self.nodes.pop(node_id, None)
+        self._publish(node_id)
+
+    def _publish(self, node_id: str) -> None:
+        for q in self._watchers:
+            q.put_nowait(node_id)
+
+    async def list_nodes(self, message: ListNodesRequest) -> ListNodesReply:
+        return ListNodesReply(nodes=[self.nodes[k] for k in sorted(self.nodes)])
+
+    async def get_node(self, message: GetNodeRequest) -> NodeView:
+        view = self.nodes.get(message.node_id)
+        if view is None:
+            raise GRPCError(Status.NOT_FOUND, f"no node named {message.node_id!r}")
+        return view
+
+    async def watch(self, message: WatchRequest) -> AsyncIterator[WatchEvent]:
+        q: asyncio.Queue[str] = asyncio.Queue()
+        self._watchers.add(q)
+        try:
+            while True:
+                key = await q.get()
+                yield WatchEvent(topic="nodes", key=key, node=self.nodes.get(key))
+        finally:
+            self._watchers.discard(q)
+
+
+class FakeAdminServer:
+    """``async with FakeAdminServer() as srv``: a running admin server; ``srv.client()`` dials it."""
+
+    def __init__(self, *, port: int = 0) -> None:
+        self.service = FakeAdminService()
+        self._server = Server([self.service])
+        self._port = port
+        self.port = 0
+
+        async def check_token(event: RecvRequest) -> None:
+            if event.metadata.get("authorization") != f"Bearer {TOKEN}":
+                raise GRPCError(Status.UNAUTHENTICATED, "the admin token was refused")
+
+        listen(self._server, RecvRequest, check_token)
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def client(self, token: str = TOKEN) -> AdminClient:
+        return AdminClient(self.address, token, timeout_s=5)
+
+    async def __aenter__(self) -> Self:
+        await self._server.start("127.0.0.1", self._port)
+        self.port = self._server._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        self._server.close()
+        # An open Watch stream keeps a handler alive; don't let it hold the test.
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._server.wait_closed(), 2)
+
+
+def node(node_id: str, *, state: str = "ready", reason: str = "", gpus: int = 0,
+         cordoned: bool = False) -> NodeView:
+    """A node as gatewayd would show it, with host facts and ``gpus`` H100s."""
+    return NodeView(
+        node_id=node_id,
+        hostname=f"{node_id}.lab",
+        state=state,
+        reason=reason,
+        cordoned=cordoned,
+        version="0.1.0",
+        address="10.0.0.7",
+        host=HostFacts(
+            hostname=f"{node_id}.lab", os_id="debian", os_version_id="12", arch="x86_64",
+            cpu_count=16, memory_total_bytes=64 * 2**30, disk_free_bytes=500 * 2**30,
+            avx2=True, gpu_note="" if gpus else "no NVIDIA driver", probe="fake", fake=True,
+        ),
+        gpus=[
+            Gpu(index=i, uuid=f"GPU-{node_id}-{i}", name="NVIDIA H100 80GB HBM3",
+                memory_total_bytes=80 * 2**30, compute_capability="9.0",
+                pci_bus_id=f"0000:0{i}:00.0")
+            for i in range(gpus)
+        ],
+    )
+
+
+def free_port() -> int:
+    """A port nothing listens on (just released), to play a control plane that is down."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
