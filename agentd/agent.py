@@ -128,14 +128,20 @@ class Agent:
             async with channel.request(
                 CONNECT_PATH, grpclib.const.Cardinality.STREAM_STREAM, AgentMessage, ControlMessage
             ) as stream:
-                await stream.send_message(AgentMessage(register=self.register_message(self.inventory)))
+                await stream.send_message(
+                    AgentMessage(register=self.register_message(self.inventory))
+                )
                 first = await asyncio.wait_for(stream.recv_message(), REGISTERED_TIMEOUT_S)
                 if first is None or first.registered is None:
                     return
                 interval_s = max(first.registered.heartbeat_interval_ms, 100) / 1000
                 self.connected_to = addr
-                log.info("registered with %s as %s (heartbeat every %.1f s)",
-                         addr, self.cfg.node_id, interval_s)
+                log.info(
+                    "registered with %s as %s (heartbeat every %.1f s)",
+                    addr,
+                    self.cfg.node_id,
+                    interval_s,
+                )
                 beats = asyncio.create_task(self._heartbeats(stream, interval_s))
                 try:
                     async for msg in stream:
@@ -155,9 +161,27 @@ class Agent:
             await asyncio.sleep(interval_s)
 
     async def _handle(self, stream, msg: ControlMessage) -> None:
-        kind = next((f for f in ("start_shard", "stop_shard", "install_engine", "agent_settings",
-                                 "control_planes") if getattr(msg, f) is not None), "unknown")
+        kind = next(
+            (
+                f
+                for f in (
+                    "start_shard",
+                    "stop_shard",
+                    "install_engine",
+                    "agent_settings",
+                    "control_planes",
+                )
+                if getattr(msg, f) is not None
+            ),
+            "unknown",
+        )
         # Shards and engines come with later work; say so rather than pretend.
-        await stream.send_message(AgentMessage(ack=CommandAck(
-            command_id=msg.command_id, ok=False, error=f"{kind} is not supported by this agent yet",
-        )))
+        await stream.send_message(
+            AgentMessage(
+                ack=CommandAck(
+                    command_id=msg.command_id,
+                    ok=False,
+                    error=f"{kind} is not supported by this agent yet",
+                )
+            )
+        )

@@ -71,7 +71,8 @@ class GatewayServer:
         await self.registry.load()
 
         self._agent_service = AgentService(
-            self.registry, heartbeat_interval_s=self.cfg.nodes.heartbeat_interval_s)
+            self.registry, heartbeat_interval_s=self.cfg.nodes.heartbeat_interval_s
+        )
         agent = Server([self._agent_service], config=keepalive_config())
         host, port = split_host_port(self.cfg.listen.agent)
         await agent.start(host, port, ssl=ssl_ctx)
@@ -88,8 +89,13 @@ class GatewayServer:
         await self._start_http()
         self._tasks.append(asyncio.create_task(self._liveness_loop(), name="liveness"))
         self._tasks.append(asyncio.create_task(self._flush_loop(), name="heartbeat-flush"))
-        log.info("gatewayd up: agent :%s admin :%s http :%s (store %s)",
-                 self.ports["agent"], self.ports["admin"], self.ports["http"], self.store.backend)
+        log.info(
+            "gatewayd up: agent :%s admin :%s http :%s (store %s)",
+            self.ports["agent"],
+            self.ports["admin"],
+            self.ports["http"],
+            self.store.backend,
+        )
 
     def _info(self) -> dict:
         return {
@@ -105,8 +111,9 @@ class GatewayServer:
     async def _start_http(self) -> None:
         host, port = split_host_port(self.cfg.listen.http)
         app = make_app(is_leader=lambda: True, routable=self._routable)
-        config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off",
-                                access_log=False)
+        config = uvicorn.Config(
+            app, host=host, port=port, log_level="warning", lifespan="off", access_log=False
+        )
         self._http = _QuietUvicorn(config)
         task = asyncio.create_task(self._http.serve(), name="http")
         self._tasks.append(task)

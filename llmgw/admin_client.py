@@ -7,16 +7,22 @@ screen shows and what ``--json`` prints come from the same answer.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
+from typing import Self
 
 from grpclib.client import Channel
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError, StreamTerminatedError
 
 from llmgw.config import load_server_config, split_host_port
-from llmgw.errors import AdminError, AdminUnauthenticated, AdminUnreachable, ConfigError
-from llmgw.errors import NotFoundError, UsageError
+from llmgw.errors import (
+    AdminError,
+    AdminUnauthenticated,
+    AdminUnreachable,
+    ConfigError,
+    NotFoundError,
+    UsageError,
+)
 from llmgw.paths import Paths
 from proto.llmgw.v1 import (
     AdminServiceStub,
@@ -65,7 +71,7 @@ class AdminClient:
     def close(self) -> None:
         self._channel.close()
 
-    async def __aenter__(self) -> AdminClient:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc) -> None:
@@ -76,7 +82,7 @@ class AdminClient:
             return await coro
         except GRPCError as e:
             raise self._map(e) from e
-        except (ConnectionError, OSError, StreamTerminatedError, asyncio.TimeoutError) as e:
+        except (ConnectionError, OSError, StreamTerminatedError, TimeoutError) as e:
             raise AdminUnreachable(
                 f"gatewayd does not answer on {self.address}",
                 hint="start it (llmgw server, or llmgw up) and check listen.admin in server.yaml",

@@ -18,7 +18,6 @@ from llmgw.config import AgentConfig, HardwareConfig, ServerConfig, StoreConfig,
 from llmgw.paths import Paths
 
 
-
 async def wait_for(predicate, *, attempts: int = 200, interval_s: float = 0.05):
     """Poll an async or sync predicate until it returns something truthy (bounded)."""
     for _ in range(attempts):

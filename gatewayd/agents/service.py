@@ -74,7 +74,9 @@ class AgentService:
         if cn != reg.node_id:
             log.warning(
                 "refused an agent stream from %s: its certificate is for %r but it registers as %r",
-                host, cn, reg.node_id,
+                host,
+                cn,
+                reg.node_id,
             )
             raise GRPCError(
                 Status.PERMISSION_DENIED,
@@ -106,7 +108,9 @@ class AgentService:
                 return
             # grpclib cancels the handler when the connection drops (keepalive
             # timeout, reset) and when the server stops.
-            why["text"] = "the control plane is stopping" if self.stopping else "the connection was lost"
+            why["text"] = (
+                "the control plane is stopping" if self.stopping else "the connection was lost"
+            )
             raise
         finally:
             if not receiver.done():
@@ -120,8 +124,9 @@ class AgentService:
                 if msg.heartbeat is not None:
                     await self._registry.heartbeat(node_id, session, msg.heartbeat)
                 elif msg.ack is not None and not msg.ack.ok:
-                    log.warning("node %s refused command %s: %s", node_id, msg.ack.command_id,
-                                msg.ack.error)
+                    log.warning(
+                        "node %s refused command %s: %s", node_id, msg.ack.command_id, msg.ack.error
+                    )
                 # ShardStatus and EngineStatus are handled by the controller (later).
         except StreamTerminatedError:
             return "the connection was lost"

@@ -36,12 +36,16 @@ def make_app(*, is_leader: Callable[[], bool], routable: Callable[[], tuple[bool
         else:
             status, body = 404, {"error": {"message": f"no route for {path}", "type": "not_found"}}
         data = json.dumps(body).encode()
-        await send({
-            "type": "http.response.start",
-            "status": status,
-            "headers": [(b"content-type", b"application/json"),
-                        (b"content-length", str(len(data)).encode())],
-        })
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(data)).encode()),
+                ],
+            }
+        )
         await send({"type": "http.response.body", "body": data})
 
     return app

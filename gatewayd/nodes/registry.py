@@ -152,7 +152,9 @@ class NodeRegistry:
             silent_s = now - live.last_seen_mono
             if silent_s >= self._grace_s:
                 await self._set_state(
-                    live, NOT_READY, f"no heartbeat for {int(silent_s)} s (grace {self._grace_s:g} s)"
+                    live,
+                    NOT_READY,
+                    f"no heartbeat for {int(silent_s)} s (grace {self._grace_s:g} s)",
                 )
 
     async def flush(self) -> int:

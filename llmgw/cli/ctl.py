@@ -18,15 +18,19 @@ from llmgw.admin_client import AdminClient
 from llmgw.errors import LlmgwError
 from llmgw.paths import resolve
 
-app = typer.Typer(help="Operate a running control plane (what the console does, scriptable).",
-                  no_args_is_help=True)
+app = typer.Typer(
+    help="Operate a running control plane (what the console does, scriptable).",
+    no_args_is_help=True,
+)
 node_app = typer.Typer(help="One node.", no_args_is_help=True)
 app.add_typer(node_app, name="node")
 
 JsonOpt = typer.Option(False, "--json", help="Print the admin reply as JSON, and nothing else.")
 
 
-def call(method: Callable[[AdminClient], Awaitable[Any]], *, json: bool, next_step: str = "") -> None:
+def call(
+    method: Callable[[AdminClient], Awaitable[Any]], *, json: bool, next_step: str = ""
+) -> None:
     """Run one admin call and print its reply; errors to stderr with their exit code."""
 
     async def go():
@@ -53,7 +57,9 @@ def nodes(json: bool = JsonOpt) -> None:
 
 
 @node_app.command("show")
-def node_show(node_id: str = typer.Argument(..., help="The node id."), json: bool = JsonOpt) -> None:
+def node_show(
+    node_id: str = typer.Argument(..., help="The node id."), json: bool = JsonOpt
+) -> None:
     """One node's host facts, GPUs and state."""
     call(lambda c: c.get_node(node_id), json=json)
 
@@ -61,8 +67,11 @@ def node_show(node_id: str = typer.Argument(..., help="The node id."), json: boo
 @app.command()
 def cordon(node_id: str = typer.Argument(..., help="The node id."), json: bool = JsonOpt) -> None:
     """Place nothing new on a node (what runs there stays)."""
-    call(lambda c: c.cordon_node(node_id), json=json,
-         next_step=f"Undo it: llmgw ctl uncordon {node_id}")
+    call(
+        lambda c: c.cordon_node(node_id),
+        json=json,
+        next_step=f"Undo it: llmgw ctl uncordon {node_id}",
+    )
 
 
 @app.command()

@@ -25,10 +25,12 @@ node_app = typer.Typer(help="Nodes: certificates and onboarding.", no_args_is_he
 app.add_typer(server_app, name="server")
 app.add_typer(node_app, name="node")
 app.add_typer(ctl.app, name="ctl")
-server_app.command("init", help="Create the cluster CA, certificates, admin token and server.yaml.")(
-    server_init
+server_app.command(
+    "init", help="Create the cluster CA, certificates, admin token and server.yaml."
+)(server_init)
+node_app.command("cert", help="Issue a node certificate bundle signed by the cluster CA.")(
+    node_cert
 )
-node_app.command("cert", help="Issue a node certificate bundle signed by the cluster CA.")(node_cert)
 app.command(help="Check this machine is ready to be a node (AVX2, driver, NVML, OS, disk, glibc).")(
     doctor
 )
@@ -61,7 +63,9 @@ def version(json: bool = typer.Option(False, "--json", help="Print as JSON.")) -
 @server_app.callback(invoke_without_command=True)
 def server(
     ctx: typer.Context,
-    config: Path = typer.Option(None, "--config", help="server.yaml to use (default: the machine's)."),
+    config: Path = typer.Option(
+        None, "--config", help="server.yaml to use (default: the machine's)."
+    ),
 ) -> None:
     """Run the control plane until Ctrl-C or SIGTERM."""
     if ctx.invoked_subcommand is not None:
@@ -73,7 +77,9 @@ def server(
 
 @app.command()
 def agent(
-    config: Path = typer.Option(None, "--config", help="agent.yaml to use (default: the machine's)."),
+    config: Path = typer.Option(
+        None, "--config", help="agent.yaml to use (default: the machine's)."
+    ),
 ) -> None:
     """Run this node's agent until Ctrl-C or SIGTERM."""
     from agentd.main import main as agentd_main
@@ -83,7 +89,9 @@ def agent(
 
 @app.command()
 def up(
-    host: list[str] = typer.Option([], "--host", help="Extra name/address for the server certificate."),
+    host: list[str] = typer.Option(
+        [], "--host", help="Extra name/address for the server certificate."
+    ),
 ) -> None:
     """Run a whole cluster on this machine, without root: gatewayd + a local agent.
 

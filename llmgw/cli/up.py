@@ -56,8 +56,12 @@ def _free_port() -> int:
 def choose_ports() -> dict[str, int]:
     """The default ports, or free ones where a default is taken (said aloud)."""
     ports = {}
-    defaults = {"agent": DEFAULT_AGENT_PORT, "admin": DEFAULT_ADMIN_PORT,
-                "http": DEFAULT_HTTP_PORT, "metrics": DEFAULT_METRICS_PORT}
+    defaults = {
+        "agent": DEFAULT_AGENT_PORT,
+        "admin": DEFAULT_ADMIN_PORT,
+        "http": DEFAULT_HTTP_PORT,
+        "metrics": DEFAULT_METRICS_PORT,
+    }
     for name, port in defaults.items():
         if _port_free(port):
             ports[name] = port
@@ -89,14 +93,15 @@ class Child:
 
     async def start(self) -> None:
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
-        log = open(self.log_file, "ab")
-        try:
+        with self.log_file.open("ab") as log:
             self.proc = await asyncio.create_subprocess_exec(
-                *self.args, stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log,
-                env=self.env, preexec_fn=_die_with_parent,
+                *self.args,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                env=self.env,
+                preexec_fn=_die_with_parent,
             )
-        finally:
-            log.close()
 
     async def stop(self) -> None:
         p = self.proc
@@ -117,8 +122,10 @@ async def _wait_ready(paths: Paths, gatewayd: Child) -> None:
     while time.monotonic() < deadline:
         if gatewayd.proc and gatewayd.proc.returncode is not None:
             tail = gatewayd.log_file.read_text(errors="replace").strip().splitlines()[-5:]
-            raise LlmgwError("gatewayd exited while starting:\n  " + "\n  ".join(tail),
-                             hint=f"full log: {gatewayd.log_file}")
+            raise LlmgwError(
+                "gatewayd exited while starting:\n  " + "\n  ".join(tail),
+                hint=f"full log: {gatewayd.log_file}",
+            )
         try:
             async with AdminClient.from_paths(paths, timeout_s=2) as c:
                 await c.status()
@@ -126,8 +133,10 @@ async def _wait_ready(paths: Paths, gatewayd: Child) -> None:
         except AdminError as e:
             last = e
         await asyncio.sleep(0.3)
-    raise LlmgwError(f"gatewayd did not answer within {READY_TIMEOUT_S:g} s ({last})",
-                     hint=f"see {gatewayd.log_file}")
+    raise LlmgwError(
+        f"gatewayd did not answer within {READY_TIMEOUT_S:g} s ({last})",
+        hint=f"see {gatewayd.log_file}",
+    )
 
 
 def _supervise_delay(restarts: int) -> float:

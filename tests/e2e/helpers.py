@@ -28,8 +28,14 @@ def env_for(home: Path, **extra: str) -> dict[str, str]:
 
 
 def llmgw(home: Path, *args: str, timeout_s: float = 60, **extra) -> subprocess.CompletedProcess:
-    return subprocess.run(LLMGW + list(args), env=env_for(home, **extra), capture_output=True,
-                          text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        LLMGW + list(args),
+        env=env_for(home, **extra),
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def init_on_free_ports(home: Path, *extra: str, **env) -> subprocess.CompletedProcess:

@@ -15,8 +15,14 @@ from tests.e2e.helpers import LLMGW, env_for, init_on_free_ports, llmgw, wait_un
 def server(tmp_path):
     home = tmp_path / "home"
     init_on_free_ports(home)
-    proc = subprocess.Popen(LLMGW + ["server"], env=env_for(home), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        LLMGW + ["server"],
+        env=env_for(home),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
     try:
         wait_until(lambda: llmgw(home, "ctl", "status", "--json").returncode == 0, timeout_s=30)
         yield home
@@ -74,8 +80,11 @@ def test_an_unknown_key_in_server_yaml_is_refused_naming_file_and_key(tmp_path):
 def test_an_ill_typed_key_in_server_yaml_says_what_is_expected(tmp_path):
     home = tmp_path / "home"
     init_on_free_ports(home)
-    text = (home / "etc/server.yaml").read_text().replace("not_ready_grace_s: 15.0",
-                                                          "not_ready_grace_s: soon")
+    text = (
+        (home / "etc/server.yaml")
+        .read_text()
+        .replace("not_ready_grace_s: 15.0", "not_ready_grace_s: soon")
+    )
     (home / "etc/server.yaml").write_text(text)
     res = llmgw(home, "server", timeout_s=30)
     assert res.returncode == ExitCode.CONFIG

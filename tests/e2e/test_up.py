@@ -46,8 +46,14 @@ def test_up_runs_a_cluster_whose_node_goes_not_ready_when_frozen_and_is_restarte
 ):
     home = tmp_path / "home"
     init_on_free_ports(home, **store_flags)
-    up = subprocess.Popen(LLMGW + ["up"], env=env_for(home), stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
+    up = subprocess.Popen(
+        LLMGW + ["up"],
+        env=env_for(home),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
     proc = psutil.Process(up.pid)
     try:
         node = wait_until(lambda: _only_node(home, "ready"), timeout_s=30)
@@ -78,5 +84,5 @@ def test_up_runs_a_cluster_whose_node_goes_not_ready_when_frozen_and_is_restarte
     assert up.returncode == 0, out
     assert "agentd exited unexpectedly" in out and "restarting it" in out
     assert "Stopped." in out
-    gone, alive = psutil.wait_procs(children, timeout=5)
+    _, alive = psutil.wait_procs(children, timeout=5)
     assert alive == [], f"left running: {alive}"

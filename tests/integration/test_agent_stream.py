@@ -106,8 +106,13 @@ async def test_a_silent_node_becomes_not_ready_and_ready_again_when_it_speaks(tm
     async with running_cluster(tmp_path, not_ready_grace_s=0.5, heartbeat_interval_s=60) as c:
         cfg = c.agent_config("quiet")
         async with _raw_stream(c, cfg) as stream:
-            await stream.send_message(AgentMessage(register=Register(
-                node_id="quiet", hostname="quiet", host=HostFacts(arch="x86_64"))))
+            await stream.send_message(
+                AgentMessage(
+                    register=Register(
+                        node_id="quiet", hostname="quiet", host=HostFacts(arch="x86_64")
+                    )
+                )
+            )
             assert (await stream.recv_message()).registered is not None
             # Registered, then silent (a frozen agent keeps its stream open).
             node = await wait_for(lambda: _state_is(c, "quiet", "not_ready"))
@@ -176,9 +181,12 @@ class _raw_stream:
 
     async def __aenter__(self):
         self._channel = Channel("127.0.0.1", self._port, ssl=self._ssl)
-        self._cm = self._channel.request("/llmgw.v1.AgentService/Connect",
-                                         grpclib.const.Cardinality.STREAM_STREAM,
-                                         AgentMessage, ControlMessage)
+        self._cm = self._channel.request(
+            "/llmgw.v1.AgentService/Connect",
+            grpclib.const.Cardinality.STREAM_STREAM,
+            AgentMessage,
+            ControlMessage,
+        )
         return await self._cm.__aenter__()
 
     async def __aexit__(self, *exc):

@@ -16,6 +16,7 @@ from typing import Self
 from grpclib.const import Status
 from grpclib.events import RecvRequest, listen
 from grpclib.exceptions import GRPCError
+from grpclib.protocol import H2Protocol
 from grpclib.server import Server
 
 from llmgw.admin_client import AdminClient
@@ -76,12 +77,36 @@ class FakeAdminService(AdminServiceBase):
             self._watchers.discard(q)
 
 
+class _Server(Server):
+    """A grpclib server whose ``close`` also drops its connections, as a gatewayd exiting does.
+
+    grpclib's own ``close`` cancels the handlers but leaves the TCP connections
+    open while the process lives, so an in-process "restart" would leave a client
+    on a stream that never ends and a channel bound to the old server.
+    """
+
+    def __init__(self, handlers) -> None:
+        super().__init__(handlers)
+        self._protocols: list[H2Protocol] = []
+
+    def _protocol_factory(self) -> H2Protocol:
+        protocol = super()._protocol_factory()
+        self._protocols.append(protocol)
+        return protocol
+
+    def close(self) -> None:
+        super().close()
+        for protocol in self._protocols:
+            if hasattr(protocol, "connection"):  # set once the connection was made
+                protocol.connection.close()
+
+
 class FakeAdminServer:
     """``async with FakeAdminServer() as srv``: a running admin server; ``srv.client()`` dials it."""
 
     def __init__(self, *, port: int = 0) -> None:
         self.service = FakeAdminService()
-        self._server = Server([self.service])
+        self._server = _Server([self.service])
         self._port = port
         self.port = 0
 
@@ -99,13 +124,20 @@ class FakeAdminServer:
         return AdminClient(self.address, token, timeout_s=5)
 
     async def __aenter__(self) -> Self:
+        return await self.start()
+
+    async def __aexit__(self, *exc) -> None:
+        await self.stop()
+
+    async def start(self) -> Self:
         await self._server.start("127.0.0.1", self._port)
         self.port = self._server._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         return self
 
-    async def __aexit__(self, *exc) -> None:
+    async def stop(self) -> None:
+        """Stop as a gatewayd process exiting would: clients see their streams cut."""
         self._server.close()
-        # An open Watch stream keeps a handler alive; don't let it hold the test.
+        # Bounded: a handler stuck on a bug must not hold the whole test run.
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self._server.wait_closed(), 2)
 

@@ -164,21 +164,19 @@ async def test_the_screen_recovers_by_itself_when_gatewayd_comes_back():
 
 
 async def test_a_gatewayd_restart_is_ridden_over_with_what_changed_meanwhile():
-    async with FakeAdminServer() as first:
-        port = first.port
-        first.service.put(node("gpu-1"))
-        client = first.client()
+    first = await FakeAdminServer().start()
+    first.service.put(node("gpu-1"))
+    async with first.client() as client:
         app = LlmgwApp(client)
         async with app.run_test(size=SIZE) as pilot:
             await wait_until(pilot, lambda: first.service.watchers == 1)
-            await first.__aexit__(None, None, None)
+            await first.stop()
             await wait_until(pilot, lambda: "trying again in" in status(app))
             # What changed while it was down comes with no event: the list is read again.
-            async with FakeAdminServer(port=port) as second:
+            async with FakeAdminServer(port=first.port) as second:
                 second.service.put(node("gpu-1", state="not_ready", reason="restarted"))
                 await wait_until(pilot, lambda: state_of(app, "gpu-1") == "not_ready", tries=200)
                 assert not app.screen.query_one("#status").has_class("-error")
-        client.close()
 
 
 async def test_a_refused_token_is_said_plainly(server):

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Runs every check llmgw has, on a fresh clone or an existing checkout:
+# installs what the tests need, checks the generated gRPC code is in step with
+# the .proto files, checks the import rules, then runs the test suite.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q -e ".[dev]"
+
+# The store tests run against a real PostgreSQL; install it where it is missing.
+if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "== installing PostgreSQL for the store tests"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
+  else
+    echo "PostgreSQL is not installed; its tests will be skipped (install the postgresql package)" >&2
+  fi
+fi
+
+echo "== generated code matches proto/*.proto"
+gen=$(mktemp -d)
+trap 'rm -rf "$gen"' EXIT
+scripts/gen_proto.sh "$gen" >/dev/null
+diff -r -x '*.proto' -x '__pycache__' -x '__init__.py' "$gen" proto
+diff "$gen/llmgw/v1/__init__.py" proto/llmgw/v1/__init__.py
+echo "ok"
+
+echo "== import rules"
+.venv/bin/lint-imports
+
+echo "== lint"
+.venv/bin/ruff check .
+
+echo "== tests"
+.venv/bin/python -m pytest "$@"
