@@ -38,6 +38,8 @@ BACKOFF_MAX_S = 30.0
 # A session that lasted this long was healthy: the next failure starts the
 # backoff from the beginning again.
 HEALTHY_SESSION_S = 30.0
+# How long a stopping agent waits for the control plane to close the stream.
+STOP_GRACE_S = 2.0
 
 
 class Backoff:
@@ -67,6 +69,7 @@ class Agent:
         key = Path(cfg.pki.key or paths.pki_dir / "node.key")
         self._ssl = client_context(ca, cert, key)
         self._seq = 0
+        self._stream = None
         self.connected_to: str | None = None
         self.inventory: Inventory | None = None
 
@@ -98,9 +101,7 @@ class Agent:
             await asyncio.wait({session, stopper}, return_when=asyncio.FIRST_COMPLETED)
             stopper.cancel()
             if stop.is_set():
-                session.cancel()
-                with contextlib.suppress(BaseException):
-                    await session
+                await self._end_session(session)
                 break
             self.connected_to = None
             try:
@@ -121,6 +122,17 @@ class Agent:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), delay)
 
+    async def _end_session(self, session: asyncio.Task) -> None:
+        """Close the stream politely, so the control plane hears "stopped", not "lost"."""
+        stream, self._stream = self._stream, None
+        if stream is not None and not session.done():
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(stream.end(), STOP_GRACE_S)
+                await asyncio.wait_for(asyncio.shield(session), STOP_GRACE_S)
+        session.cancel()
+        with contextlib.suppress(BaseException):
+            await session
+
     async def _session(self, addr: str) -> None:
         host, port = split_host_port(addr)
         channel = Channel(host, port, ssl=self._ssl, config=keepalive_config())
@@ -136,6 +148,7 @@ class Agent:
                     return
                 interval_s = max(first.registered.heartbeat_interval_ms, 100) / 1000
                 self.connected_to = addr
+                self._stream = stream
                 log.info(
                     "registered with %s as %s (heartbeat every %.1f s)",
                     addr,
@@ -154,7 +167,7 @@ class Agent:
             channel.close()
 
     async def _heartbeats(self, stream, interval_s: float) -> None:
-        while True:
+        while self._stream is stream:  # a stopping agent has ended the stream
             self._seq += 1
             hb = await asyncio.to_thread(build_heartbeat, self.probe, self.data_dir, self._seq)
             await stream.send_message(AgentMessage(heartbeat=hb))

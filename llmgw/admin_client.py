@@ -23,6 +23,7 @@ from llmgw.errors import (
     NotFoundError,
     UsageError,
 )
+from llmgw.keepalive import keepalive_config
 from llmgw.paths import Paths
 from proto.llmgw.v1 import (
     AdminServiceStub,
@@ -46,7 +47,8 @@ class AdminClient:
     def __init__(self, address: str, token: str, *, timeout_s: float = DEFAULT_TIMEOUT_S):
         self.address = address
         host, port = split_host_port(address)
-        self._channel = Channel(host, port)
+        # Keepalive so a Watch on a vanished control plane ends instead of hanging.
+        self._channel = Channel(host, port, config=keepalive_config())
         self._stub = AdminServiceStub(self._channel, metadata={"authorization": f"Bearer {token}"})
         self._timeout_s = timeout_s
 

@@ -115,7 +115,11 @@ class AgentService:
         finally:
             if not receiver.done():
                 receiver.cancel()
-            await self._registry.disconnected(reg.node_id, session, why["text"])
+            # Shielded: grpclib may cancel this handler more than once as the
+            # connection goes, and the node's new state must still be written.
+            await asyncio.shield(
+                self._registry.disconnected(reg.node_id, session, why["text"])
+            )
 
     async def _receive(self, stream: Stream, node_id: str, session: int) -> str:
         """Read the agent's messages until the stream ends; returns why it ended."""
@@ -132,4 +136,4 @@ class AgentService:
             return "the connection was lost"
         except (ConnectionError, OSError) as e:
             return f"the connection failed ({e.__class__.__name__})"
-        return "the agent closed the stream"
+        return "the agent stopped"

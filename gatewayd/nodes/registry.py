@@ -181,8 +181,10 @@ class NodeRegistry:
             return
         log.info("node %s: %s -> %s (%s)", rec.node_id, rec.state, state, reason)
         rec.state, rec.reason, rec.state_since = state, reason, utcnow()
-        await self._store.set_node_state(rec.node_id, state, reason, rec.state_since)
+        # Watchers hear of it first: memory is the truth the admin API answers
+        # from, and a cancelled store write must not swallow the notice.
         self.watch.publish("nodes", rec.node_id)
+        await self._store.set_node_state(rec.node_id, state, reason, rec.state_since)
 
     # ---- operator side -------------------------------------------------
 

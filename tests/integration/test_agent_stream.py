@@ -128,7 +128,7 @@ async def test_a_node_whose_agent_disconnects_is_not_ready_with_the_reason(clust
     await wait_for(lambda: _ready(cluster, "gone-soon"))
     await cluster.stop_agents()
     node = await wait_for(lambda: _state_is(cluster, "gone-soon", "not_ready"))
-    assert node.reason.startswith("agent disconnected")
+    assert node.reason == "agent disconnected: the agent stopped"
     assert not node.connected
 
 

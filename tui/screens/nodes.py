@@ -167,12 +167,12 @@ class NodesScreen(Screen[None]):
     def on_mount(self) -> None:
         self.query_one("#empty").display = False
         self.load_nodes()
-        self.watch_nodes()
+        self.follow_nodes()
 
     def reload(self) -> None:
         """Read the list again and reopen the watch (the r key)."""
         self.load_nodes()
-        self.watch_nodes()
+        self.follow_nodes()
 
     # -- workers: the only code here that talks to gatewayd --------------------
 
@@ -186,14 +186,16 @@ class NodesScreen(Screen[None]):
         self.post_message(NodesLoaded(reply))
 
     @work(exclusive=True, exit_on_error=False, group="nodes-watch")
-    async def watch_nodes(self) -> None:
+    async def follow_nodes(self) -> None:
+        # Not "watch_nodes": Textual calls watch_<name> methods when a reactive changes.
         delay_s = WATCH_RETRY_FIRST_S
         resync = False  # on the first open load_nodes has just read the list
         while True:
             try:
                 if resync:
                     # Changes made while the watch was cut never arrive as events:
-                    # read the whole list again before reopening it.
+                    # read the whole list again before reopening it (a change in
+                    # between shows with that node's next event, its next heartbeat).
                     self.post_message(NodesLoaded(await self._client.list_nodes()))
                 async for event in self._client.watch(["nodes"]):
                     delay_s = WATCH_RETRY_FIRST_S  # it works again: the next cut retries quickly
