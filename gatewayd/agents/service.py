@@ -117,9 +117,7 @@ class AgentService:
                 receiver.cancel()
             # Shielded: grpclib may cancel this handler more than once as the
             # connection goes, and the node's new state must still be written.
-            await asyncio.shield(
-                self._registry.disconnected(reg.node_id, session, why["text"])
-            )
+            await asyncio.shield(self._registry.disconnected(reg.node_id, session, why["text"]))
 
     async def _receive(self, stream: Stream, node_id: str, session: int) -> str:
         """Read the agent's messages until the stream ends; returns why it ended."""

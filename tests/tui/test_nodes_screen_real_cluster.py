@@ -41,5 +41,6 @@ async def test_the_screen_and_the_command_show_the_same_nodes_from_one_admin_cal
             # Live: the agent goes away and the row says so without a refresh.
             _, stop, _ = cluster.agents[1]
             stop.set()
-            await wait_until(pilot, lambda: state_of(app, "cpu-box").startswith("not_ready"),
-                             tries=200)
+            await wait_until(
+                pilot, lambda: state_of(app, "cpu-box").startswith("not_ready"), tries=200
+            )
