@@ -70,6 +70,9 @@ class Agent:
         self._ssl = client_context(ca, cert, key)
         self._seq = 0
         self._stream = None
+        # The failover list starts as agent.yaml's; the cluster may send a newer one.
+        self.control_planes = list(cfg.control_planes)
+        self.heartbeat_interval_s = 2.0
         self.connected_to: str | None = None
         self.inventory: Inventory | None = None
 
@@ -94,7 +97,7 @@ class Agent:
         backoff = Backoff()
         index = 0
         while not stop.is_set():
-            addr = self.cfg.control_planes[index % len(self.cfg.control_planes)]
+            addr = self.control_planes[index % len(self.control_planes)]
             started = time.monotonic()
             session = asyncio.create_task(self._session(addr))
             stopper = asyncio.create_task(stop.wait())
@@ -146,16 +149,16 @@ class Agent:
                 first = await asyncio.wait_for(stream.recv_message(), REGISTERED_TIMEOUT_S)
                 if first is None or first.registered is None:
                     return
-                interval_s = max(first.registered.heartbeat_interval_ms, 100) / 1000
+                self.heartbeat_interval_s = max(first.registered.heartbeat_interval_ms, 100) / 1000
                 self.connected_to = addr
                 self._stream = stream
                 log.info(
                     "registered with %s as %s (heartbeat every %.1f s)",
                     addr,
                     self.cfg.node_id,
-                    interval_s,
+                    self.heartbeat_interval_s,
                 )
-                beats = asyncio.create_task(self._heartbeats(stream, interval_s))
+                beats = asyncio.create_task(self._heartbeats(stream))
                 try:
                     async for msg in stream:
                         await self._handle(stream, msg)
@@ -166,35 +169,53 @@ class Agent:
         finally:
             channel.close()
 
-    async def _heartbeats(self, stream, interval_s: float) -> None:
+    async def _heartbeats(self, stream) -> None:
         while self._stream is stream:  # a stopping agent has ended the stream
             self._seq += 1
             hb = await asyncio.to_thread(build_heartbeat, self.probe, self.data_dir, self._seq)
             await stream.send_message(AgentMessage(heartbeat=hb))
-            await asyncio.sleep(interval_s)
+            await asyncio.sleep(self.heartbeat_interval_s)
 
     async def _handle(self, stream, msg: ControlMessage) -> None:
-        kind = next(
-            (
-                f
-                for f in (
-                    "start_shard",
-                    "stop_shard",
-                    "install_engine",
-                    "agent_settings",
-                    "control_planes",
-                )
-                if getattr(msg, f) is not None
-            ),
-            "unknown",
-        )
-        # Shards and engines come with later work; say so rather than pretend.
-        await stream.send_message(
-            AgentMessage(
-                ack=CommandAck(
-                    command_id=msg.command_id,
-                    ok=False,
-                    error=f"{kind} is not supported by this agent yet",
-                )
+        """Carry out one command and acknowledge it by its id."""
+        ok, error = True, ""
+        if msg.control_planes is not None:
+            ok, error = self._set_control_planes(list(msg.control_planes.addresses))
+        elif msg.agent_settings is not None:
+            ok, error = self._apply_settings(msg.agent_settings)
+        else:
+            kind = next(
+                (
+                    f
+                    for f in ("start_shard", "stop_shard", "install_engine")
+                    if getattr(msg, f) is not None
+                ),
+                "unknown",
             )
-        )
+            # Shards and engines come with later work; say so rather than pretend.
+            ok, error = False, f"{kind} is not supported by this agent yet"
+        ack = CommandAck(command_id=msg.command_id, ok=ok, error=error)
+        await stream.send_message(AgentMessage(ack=ack))
+
+    def _set_control_planes(self, addresses: list[str]) -> tuple[bool, str]:
+        """The failover list as the cluster knows it now (kept in memory, not in agent.yaml)."""
+        try:
+            for a in addresses:
+                split_host_port(a)
+        except ValueError as e:
+            return False, str(e)
+        if not addresses:
+            return False, "an empty control plane list was refused"
+        self.control_planes = addresses
+        log.info("control planes now: %s", ", ".join(addresses))
+        return True, ""
+
+    def _apply_settings(self, settings) -> tuple[bool, str]:
+        if settings.heartbeat_interval_ms:
+            self.heartbeat_interval_s = max(settings.heartbeat_interval_ms, 100) / 1000
+        if settings.log_level:
+            level = logging.getLevelName(settings.log_level.upper())
+            if not isinstance(level, int):
+                return False, f"unknown log level {settings.log_level!r}"
+            logging.getLogger().setLevel(level)
+        return True, ""

@@ -164,7 +164,7 @@ class SimAgent:
                     for task in (beats, drain):
                         task.cancel()
                     await asyncio.gather(beats, drain, return_exceptions=True)
-        except Exception as e:  # whatever ended a session is counted and shown, not raised
+        except Exception as e:  # noqa: BLE001 - what ended a session is counted and shown
             self._end(
                 "dropped" if self.registered.is_set() else "failed", f"{e.__class__.__name__}: {e}"
             )

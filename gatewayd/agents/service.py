@@ -93,14 +93,16 @@ class AgentService:
                 ),
             )
         )
+        outbox: asyncio.Queue[ControlMessage] = asyncio.Queue()
         receiver = asyncio.create_task(self._receive(stream, reg.node_id, session))
+        sender = asyncio.create_task(self._send(stream, outbox))
         why = {"text": ""}
 
         def close(reason: str) -> None:
             why["text"] = reason
             receiver.cancel()
 
-        self._registry.bind_session(reg.node_id, session, close)
+        self._registry.bind_session(reg.node_id, session, close, outbox.put_nowait)
         try:
             why["text"] = await receiver
         except asyncio.CancelledError:
@@ -113,11 +115,20 @@ class AgentService:
             )
             raise
         finally:
-            if not receiver.done():
-                receiver.cancel()
+            for task in (receiver, sender):
+                task.cancel()
             # Shielded: grpclib may cancel this handler more than once as the
             # connection goes, and the node's new state must still be written.
             await asyncio.shield(self._registry.disconnected(reg.node_id, session, why["text"]))
+
+    @staticmethod
+    async def _send(stream: Stream, outbox: asyncio.Queue[ControlMessage]) -> None:
+        """Commands to the agent, in order; the receiver notices a broken stream."""
+        try:
+            while True:
+                await stream.send_message(await outbox.get())
+        except (StreamTerminatedError, ConnectionError, OSError):
+            return
 
     async def _receive(self, stream: Stream, node_id: str, session: int) -> str:
         """Read the agent's messages until the stream ends; returns why it ended."""
@@ -125,10 +136,15 @@ class AgentService:
             async for msg in stream:
                 if msg.heartbeat is not None:
                     await self._registry.heartbeat(node_id, session, msg.heartbeat)
-                elif msg.ack is not None and not msg.ack.ok:
-                    log.warning(
-                        "node %s refused command %s: %s", node_id, msg.ack.command_id, msg.ack.error
-                    )
+                elif msg.ack is not None:
+                    self._registry.acked(msg.ack)
+                    if not msg.ack.ok:
+                        log.warning(
+                            "node %s refused command %s: %s",
+                            node_id,
+                            msg.ack.command_id,
+                            msg.ack.error,
+                        )
                 # ShardStatus and EngineStatus are handled by the controller (later).
         except StreamTerminatedError:
             return "the connection was lost"

@@ -8,6 +8,8 @@ not_ready, cordon) are written through at once: they are rare and matter.
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import logging
 import time
 from collections.abc import Callable
@@ -18,7 +20,7 @@ from gatewayd.nodes.views import node_view
 from gatewayd.nodes.watch import Broadcaster
 from gatewayd.store import HeartbeatRow, NodeRecord, Store
 from llmgw.protojson import to_plain
-from proto.llmgw.v1 import Heartbeat, NodeView, Register
+from proto.llmgw.v1 import CommandAck, ControlMessage, Heartbeat, NodeView, Register
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +28,9 @@ READY = "ready"
 NOT_READY = "not_ready"
 REGISTERING = "registering"
 GONE = "gone"
+
+# An agent answers a command as soon as it has read it; 30 s is a stream in trouble.
+COMMAND_TIMEOUT_S = 30.0
 
 
 def utcnow() -> datetime:
@@ -45,6 +50,8 @@ class NodeLive:
     session_id: int = 0
     # Set by the agent service to close the stream (e.g. superseded session).
     on_close: Callable[[str], None] | None = field(default=None, repr=False)
+    # Set by the agent service: queue a command on this node's stream.
+    send: Callable[[ControlMessage], None] | None = field(default=None, repr=False)
 
 
 class NodeRegistry:
@@ -56,6 +63,8 @@ class NodeRegistry:
         self._clock = clock
         self._nodes: dict[str, NodeLive] = {}
         self._sessions = 0
+        self._command_ids = itertools.count(1)
+        self._acks: dict[str, asyncio.Future[CommandAck]] = {}
         self.watch = Broadcaster()
 
     async def load(self) -> None:
@@ -137,7 +146,7 @@ class NodeRegistry:
         if live is None or live.session_id != session_id:
             return  # an older, superseded stream ending
         live.connected = False
-        live.on_close = None
+        live.on_close = live.send = None
         if live.record.state != GONE:
             await self._set_state(live, NOT_READY, f"agent disconnected: {why}")
 
@@ -204,10 +213,49 @@ class NodeRegistry:
     def views(self) -> list[NodeView]:
         return [self.view(n) for n in sorted(self._nodes)]  # type: ignore[misc]
 
-    def bind_session(self, node_id: str, session_id: int, on_close: Callable[[str], None]) -> None:
+    def bind_session(
+        self,
+        node_id: str,
+        session_id: int,
+        on_close: Callable[[str], None],
+        send: Callable[[ControlMessage], None],
+    ) -> None:
         live = self._nodes.get(node_id)
         if live is not None and live.session_id == session_id:
-            live.on_close = on_close
+            live.on_close, live.send = on_close, send
+
+    # ---- commands to agents ---------------------------------------------
+
+    async def command(
+        self, node_id: str, msg: ControlMessage, *, timeout_s: float = COMMAND_TIMEOUT_S
+    ) -> CommandAck:
+        """Send one command down a node's stream and wait for the agent's acknowledgement.
+
+        A node that is not connected, or does not answer in time, gets an
+        unsuccessful CommandAck saying so: the caller decides what follows.
+        """
+        live = self._nodes.get(node_id)
+        if live is None or not live.connected or live.send is None:
+            return CommandAck(ok=False, error=f"node {node_id} is not connected")
+        msg.command_id = f"{node_id}-{next(self._command_ids)}"
+        answer: asyncio.Future[CommandAck] = asyncio.get_running_loop().create_future()
+        self._acks[msg.command_id] = answer
+        try:
+            live.send(msg)
+            return await asyncio.wait_for(answer, timeout_s)
+        except TimeoutError:
+            return CommandAck(
+                command_id=msg.command_id,
+                ok=False,
+                error=f"node {node_id} did not answer within {timeout_s:g} s",
+            )
+        finally:
+            self._acks.pop(msg.command_id, None)
+
+    def acked(self, ack: CommandAck) -> None:
+        answer = self._acks.get(ack.command_id)
+        if answer is not None and not answer.done():
+            answer.set_result(ack)
 
     def counts(self) -> dict[str, int]:
         out = {READY: 0, NOT_READY: 0}

@@ -203,3 +203,27 @@ async def _register_raw(cluster, cfg, node_id):
         if msg is None:
             await stream.recv_trailing_metadata()
         return msg
+
+
+async def test_the_agent_acknowledges_commands_by_id_and_takes_a_new_control_plane_list(cluster):
+    from proto.llmgw.v1 import AgentSettings, ControlMessage, ControlPlanes, StartShard
+
+    agent, _, _ = await cluster.start_agent("cmd")
+    await wait_for(lambda: _ready(cluster, "cmd"))
+    registry = cluster.server.registry
+    planes = ["127.0.0.1:1", cluster.agent_address]
+    ack = await registry.command("cmd", ControlMessage(control_planes=ControlPlanes(planes)))
+    assert ack.ok and ack.command_id.startswith("cmd-")
+    assert agent.control_planes == planes
+
+    ack = await registry.command(
+        "cmd", ControlMessage(agent_settings=AgentSettings(heartbeat_interval_ms=500))
+    )
+    assert ack.ok and agent.heartbeat_interval_s == 0.5
+
+    # What it cannot do yet it refuses in words, rather than pretending.
+    ack = await registry.command("cmd", ControlMessage(start_shard=StartShard(shard_id="s1")))
+    assert not ack.ok and "not supported" in ack.error
+
+    ack = await registry.command("ghost", ControlMessage(control_planes=ControlPlanes(planes)))
+    assert not ack.ok and "not connected" in ack.error
