@@ -122,7 +122,7 @@ class NodeRegistry:
             return "registered"
         if prev.state == NOT_READY:
             away_s = int((now - prev.state_since).total_seconds())
-            return f"back after {away_s} s ({prev.reason})"
+            return f"back after {away_s} s not ready ({prev.reason})"
         return "re-registered"
 
     async def heartbeat(self, node_id: str, session_id: int, hb: Heartbeat) -> None:
