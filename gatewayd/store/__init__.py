@@ -12,7 +12,7 @@ from pathlib import Path
 
 from gatewayd.store.base import Store
 from gatewayd.store.postgres import PostgresStore, mask_dsn
-from gatewayd.store.records import HeartbeatRow, NodeRecord
+from gatewayd.store.records import HeartbeatRow, ModelRecord, NodeRecord, ReplicaRecord
 from gatewayd.store.sqlite import SqliteStore
 from llmgw.config import StoreConfig
 from llmgw.errors import ConfigError
@@ -20,7 +20,9 @@ from llmgw.paths import Paths
 
 __all__ = [
     "HeartbeatRow",
+    "ModelRecord",
     "NodeRecord",
+    "ReplicaRecord",
     "PostgresStore",
     "SqliteStore",
     "Store",

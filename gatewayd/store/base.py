@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Protocol
 
-from gatewayd.store.records import HeartbeatRow, NodeRecord
+from gatewayd.store.records import HeartbeatRow, ModelRecord, NodeRecord, ReplicaRecord
 
 
 class Store(Protocol):
@@ -45,3 +45,23 @@ class Store(Protocol):
 
     async def record_heartbeats(self, rows: list[HeartbeatRow]) -> None:
         """Write a batch of latest heartbeats in one transaction."""
+
+    async def set_node_draining(self, node_id: str, draining: bool) -> bool:
+        """Set the drain overlay; False when the node does not exist."""
+
+    async def put_model(self, rec: ModelRecord) -> None:
+        """Add or replace a catalog entry; a replacement keeps its created_at."""
+
+    async def get_model(self, name: str) -> ModelRecord | None: ...
+
+    async def list_models(self) -> list[ModelRecord]:
+        """Every model, ordered by name."""
+
+    async def delete_model(self, name: str) -> bool: ...
+
+    async def put_replica(self, rec: ReplicaRecord) -> None: ...
+
+    async def list_replicas(self, model: str = "") -> list[ReplicaRecord]:
+        """Replicas (of one model when given), ordered by replica id."""
+
+    async def delete_replica(self, replica_id: str) -> bool: ...

@@ -17,6 +17,7 @@ from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 import asyncpg
 
 from gatewayd.store.migrate import Migration, load_migrations, migrations_dir, run_migrations
+from gatewayd.store.postgres_catalog import PostgresCatalog, _aware
 from gatewayd.store.records import HeartbeatRow, NodeRecord
 from llmgw.errors import StoreError
 
@@ -111,13 +112,6 @@ def scrub(text: str, dsn: str) -> str:
     return text
 
 
-def _aware(dt: datetime | None) -> datetime | None:
-    if dt is not None and dt.tzinfo is None:
-        # asyncpg would read a naive datetime as local time; refuse rather than guess.
-        raise ValueError(f"datetime {dt.isoformat()} has no timezone; the store needs aware ones")
-    return dt
-
-
 async def _init_connection(conn: asyncpg.Connection) -> None:
     # jsonb in and out as Python values instead of strings.
     await conn.set_type_codec(
@@ -125,7 +119,7 @@ async def _init_connection(conn: asyncpg.Connection) -> None:
     )
 
 
-class PostgresStore:
+class PostgresStore(PostgresCatalog):
     """The store in a PostgreSQL database."""
 
     backend = "postgres"

@@ -38,3 +38,21 @@ class HeartbeatRow(BaseModel):
     seq: int
     # The heartbeat's GPU samples, disk and memory, as a JSON-able dict.
     sample: dict[str, Any] = Field(default_factory=dict)
+
+
+class ModelRecord(BaseModel):
+    """A catalog entry: the model's spec as the admin API gave it (a JSON-able dict)."""
+
+    name: str
+    spec: dict[str, Any]
+    created_at: datetime
+    updated_at: datetime
+
+
+class ReplicaRecord(BaseModel):
+    """One replica of a model: where it is placed, its state and its history (JSON-able)."""
+
+    replica_id: str
+    model: str
+    doc: dict[str, Any]
+    updated_at: datetime

@@ -14,12 +14,13 @@ import sqlite3
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import aiosqlite
 
 from gatewayd.store.migrate import Migration, load_migrations, migrations_dir, run_migrations
 from gatewayd.store.records import HeartbeatRow, NodeRecord
+from gatewayd.store.sqlite_catalog import SqliteCatalog
+from gatewayd.store.sqlite_codec import _from_text, _json, _to_text
 from llmgw.errors import StoreError
 
 # 5 s: a second process (llmgw ctl, a backup) may hold the write lock briefly;
@@ -52,23 +53,6 @@ ON CONFLICT (node_id) DO UPDATE SET
 """
 
 
-def _to_text(dt: datetime) -> str:
-    if dt.tzinfo is None:
-        # A naive datetime is ambiguous (local time or UTC?); storing a guess
-        # would shift every timestamp by the machine's offset.
-        raise ValueError(f"datetime {dt.isoformat()} has no timezone; the store needs aware ones")
-    # Microseconds always written: fixed width keeps text order equal to time order.
-    return dt.astimezone(UTC).isoformat(timespec="microseconds")
-
-
-def _from_text(text: str | None) -> datetime | None:
-    return None if text is None else datetime.fromisoformat(text).astimezone(UTC)
-
-
-def _json(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-
-
 def split_statements(sql: str) -> list[str]:
     """Split a SQL script into statements, using SQLite's own tokenizer.
 
@@ -92,7 +76,7 @@ def split_statements(sql: str) -> list[str]:
     return statements
 
 
-class SqliteStore:
+class SqliteStore(SqliteCatalog):
     """The store in one SQLite file, in WAL mode."""
 
     backend = "sqlite"

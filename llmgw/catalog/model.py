@@ -1,0 +1,174 @@
+"""A catalog entry: a model, where its weights come from, and how to run it.
+
+Pure pydantic: no I/O. The store keeps these as JSON; the admin API carries
+them; placement and planning read them.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+Engine = Literal["llama.cpp", "vllm", "sglang", "sim"]
+ENGINES: tuple[str, ...] = ("llama.cpp", "vllm", "sglang", "sim")
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def check_model_name(name: str) -> str:
+    """Model names become path elements and metric labels: one element, no leading dot."""
+    if not _NAME.fullmatch(name or "") or ".." in name:
+        raise ValueError(
+            f"model name {name!r} must be 1-128 letters, digits, '.', '_' or '-', "
+            "one path element not starting with a dot"
+        )
+    return name
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ModelSource(_Strict):
+    """Where the weights come from, parsed from the operator's words.
+
+    - a local path or ``file:///abs/path``
+    - ``https://host/path/file.gguf`` (with ``sha256`` pinned on the model)
+    - ``hf:org/repo[@revision]:file`` (a file of a Hugging Face repository)
+    """
+
+    kind: Literal["file", "https", "hf"]
+    # file: the absolute path; https: the URL; hf: "org/repo".
+    location: str
+    revision: str = ""
+    # The file within an hf repository (one or more path elements, none dotted).
+    file: str = ""
+
+    @classmethod
+    def parse(cls, text: str) -> ModelSource:
+        text = (text or "").strip()
+        if not text:
+            raise ValueError("a model source is needed (a path, file://, https:// or hf:org/repo:file)")
+        if text.startswith("hf:"):
+            rest = text[3:]
+            repo, sep, file = rest.partition(":")
+            repo, _, revision = repo.partition("@")
+            if not sep or not file or repo.count("/") != 1:
+                raise ValueError(f"{text!r}: expected hf:org/repo[@revision]:file")
+            for part in [*repo.split("/"), *file.split("/")]:
+                if not part or part.startswith(".") or part in ("..",):
+                    raise ValueError(f"{text!r}: names must not be empty or start with a dot")
+            return cls(kind="hf", location=repo, revision=revision, file=file)
+        if text.startswith("https://"):
+            if not urlsplit(text).hostname:
+                raise ValueError(f"{text!r}: not a URL with a host")
+            return cls(kind="https", location=text)
+        if text.startswith("http://"):
+            raise ValueError(f"{text!r}: plain http is refused; use https:// and pin a sha256")
+        if text.startswith("file://"):
+            text = text[len("file://") :]
+        if not text.startswith("/"):
+            raise ValueError(f"{text!r}: a local path must be absolute")
+        return cls(kind="file", location=text)
+
+    def __str__(self) -> str:
+        if self.kind == "hf":
+            rev = f"@{self.revision}" if self.revision else ""
+            return f"hf:{self.location}{rev}:{self.file}"
+        return self.location if self.kind == "https" else f"file://{self.location}"
+
+    @property
+    def file_name(self) -> str:
+        """The last element of the path, query and fragment stripped."""
+        if self.kind == "hf":
+            return self.file.rsplit("/", 1)[-1]
+        path = urlsplit(self.location).path if self.kind == "https" else self.location
+        return path.rstrip("/").rsplit("/", 1)[-1]
+
+
+class GpuNeed(_Strict):
+    """What a profile asks of GPUs; zeros mean "let planning decide"."""
+
+    count: Annotated[int, Field(ge=0, le=64)] = 0
+    min_memory_bytes: Annotated[int, Field(ge=0)] = 0
+    min_compute_capability: str = ""
+
+    @field_validator("min_compute_capability")
+    @classmethod
+    def _cc(cls, v: str) -> str:
+        if v and not re.fullmatch(r"\d+\.\d+", v):
+            raise ValueError(f"compute capability {v!r} must look like 8.0")
+        return v
+
+
+class Profile(_Strict):
+    """One way to run a model: an engine, its arguments, and what hardware it needs."""
+
+    name: str = "default"
+    engine: Engine = "llama.cpp"
+    engine_version: str = ""
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    # None with cpu False: planning picks GPUs if any fit, else CPU.
+    gpu: GpuNeed | None = None
+    cpu: bool = False
+    startup_timeout_s: Annotated[float, Field(gt=0, le=86400)] = 900.0
+
+    @model_validator(mode="after")
+    def _cpu_or_gpu(self) -> Profile:
+        if self.cpu and self.gpu is not None and self.gpu.count:
+            raise ValueError("a profile runs on CPU or on GPUs, not both")
+        if self.cpu and self.engine in ("vllm", "sglang"):
+            raise ValueError(f"{self.engine} needs GPUs; use llama.cpp for CPU")
+        return self
+
+
+class Model(_Strict):
+    """A catalog entry."""
+
+    name: str
+    source: str
+    sha256: str = ""
+    profiles: list[Profile] = Field(default_factory=lambda: [Profile()])
+    replicas_min: Annotated[int, Field(ge=0, le=1000)] = 1
+    replicas_max: Annotated[int, Field(ge=0, le=1000)] = 1
+    # 0: the engine's default (the trained context, capped by planning).
+    context_length: Annotated[int, Field(ge=0)] = 0
+    slots: Annotated[int, Field(ge=1, le=1024)] = 1
+    allow_pickle: bool = False
+    labels: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return check_model_name(v)
+
+    @field_validator("source")
+    @classmethod
+    def _source(cls, v: str) -> str:
+        ModelSource.parse(v)
+        return v
+
+    @field_validator("sha256")
+    @classmethod
+    def _sha(cls, v: str) -> str:
+        v = v.lower()
+        if v and not _SHA256.fullmatch(v):
+            raise ValueError("sha256 must be 64 hex digits")
+        return v
+
+    @model_validator(mode="after")
+    def _replicas(self) -> Model:
+        if self.replicas_max < self.replicas_min:
+            raise ValueError("replicas_max is below replicas_min")
+        if not self.profiles:
+            raise ValueError("a model needs at least one profile")
+        return self
+
+    @property
+    def parsed_source(self) -> ModelSource:
+        return ModelSource.parse(self.source)
