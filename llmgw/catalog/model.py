@@ -52,7 +52,9 @@ class ModelSource(_Strict):
     def parse(cls, text: str) -> ModelSource:
         text = (text or "").strip()
         if not text:
-            raise ValueError("a model source is needed (a path, file://, https:// or hf:org/repo:file)")
+            raise ValueError(
+                "a model source is needed (a path, file://, https:// or hf:org/repo:file)"
+            )
         if text.startswith("hf:"):
             rest = text[3:]
             repo, sep, file = rest.partition(":")
@@ -69,8 +71,7 @@ class ModelSource(_Strict):
             return cls(kind="https", location=text)
         if text.startswith("http://"):
             raise ValueError(f"{text!r}: plain http is refused; use https:// and pin a sha256")
-        if text.startswith("file://"):
-            text = text[len("file://") :]
+        text = text.removeprefix("file://")
         if not text.startswith("/"):
             raise ValueError(f"{text!r}: a local path must be absolute")
         return cls(kind="file", location=text)
