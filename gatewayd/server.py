@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 
 import uvicorn
 from grpclib.events import RecvRequest, listen
@@ -18,11 +19,14 @@ from grpclib.server import Server
 
 from gatewayd.admin.service import AdminService, token_guard
 from gatewayd.agents.service import AgentService
+from gatewayd.catalog.catalog import Catalog
+from gatewayd.controller.reconciler import Reconciler
 from gatewayd.http.app import make_app
 from gatewayd.nodes.registry import NodeRegistry
 from gatewayd.store import Store, open_store_from_config
 from llmgw.config import ServerConfig, server_pki_paths, split_host_port
 from llmgw.errors import ConfigError
+from llmgw.fsutil import write_secret
 from llmgw.keepalive import keepalive_config
 from llmgw.paths import Paths
 from llmgw.tlsconf import server_context
@@ -46,6 +50,8 @@ class GatewayServer:
         self.paths = paths
         self.store = store or open_store_from_config(cfg.store, paths)
         self.registry = NodeRegistry(self.store, not_ready_grace_s=cfg.nodes.not_ready_grace_s)
+        self.catalog = Catalog(self.store, self.registry.watch)
+        self.reconciler: Reconciler | None = None
         self.ports: dict[str, int] = {}
         self._grpc: list[Server] = []
         self._http: _QuietUvicorn | None = None
@@ -69,6 +75,15 @@ class GatewayServer:
         ssl_ctx = server_context(ca, cert, key)
         await self.store.open()
         await self.registry.load()
+        await self.catalog.load()
+        self.reconciler = Reconciler(
+            self.store,
+            self.registry,
+            self.catalog,
+            engine_key=self._engine_key(),
+            lost_grace_s=self.cfg.nodes.lost_grace_s,
+        )
+        await self.reconciler.load()
 
         self._agent_service = AgentService(
             self.registry, heartbeat_interval_s=self.cfg.nodes.heartbeat_interval_s
@@ -79,7 +94,9 @@ class GatewayServer:
         self.ports["agent"] = agent._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         self._grpc.append(agent)
 
-        admin = Server([AdminService(self.registry, info=self._info())])
+        admin = Server(
+            [AdminService(self.registry, self.catalog, self.reconciler, info=self._info())]
+        )
         listen(admin, RecvRequest, token_guard(token))
         host, port = split_host_port(self.cfg.listen.admin)
         await admin.start(host, port)
@@ -89,6 +106,7 @@ class GatewayServer:
         await self._start_http()
         self._tasks.append(asyncio.create_task(self._liveness_loop(), name="liveness"))
         self._tasks.append(asyncio.create_task(self._flush_loop(), name="heartbeat-flush"))
+        self._tasks.append(asyncio.create_task(self.reconciler.run(), name="reconciler"))
         log.info(
             "gatewayd up: agent :%s admin :%s http :%s (store %s)",
             self.ports["agent"],
@@ -96,6 +114,16 @@ class GatewayServer:
             self.ports["http"],
             self.store.backend,
         )
+
+    def _engine_key(self) -> str:
+        """The key engines demand of callers: made once, kept in the secrets dir."""
+        path = self.paths.secrets_dir / "engine-key"
+        try:
+            return path.read_text().strip()
+        except FileNotFoundError:
+            key = secrets.token_urlsafe(32)
+            write_secret(path, key + "\n")
+            return key
 
     def _info(self) -> dict:
         return {
@@ -106,6 +134,9 @@ class GatewayServer:
         }
 
     def _routable(self) -> tuple[bool, str]:
+        ready = [r for r in self.reconciler.replicas.values() if r.state == "ready"]
+        if ready:
+            return True, f"{len(ready)} replicas ready"
         return False, "no model is ready to serve yet"
 
     async def _start_http(self) -> None:

@@ -20,6 +20,7 @@ from llmgw.errors import (
     AdminUnauthenticated,
     AdminUnreachable,
     ConfigError,
+    ConflictError,
     NotFoundError,
     UsageError,
 )
@@ -28,10 +29,26 @@ from llmgw.paths import Paths
 from proto.llmgw.v1 import (
     AdminServiceStub,
     CordonNodeRequest,
+    GetModelRequest,
     GetNodeRequest,
+    ListEnginesReply,
+    ListEnginesRequest,
+    ListModelsReply,
+    ListModelsRequest,
     ListNodesReply,
     ListNodesRequest,
+    ListReplicasReply,
+    ListReplicasRequest,
+    ModelSpec,
+    ModelView,
     NodeView,
+    PlacementReply,
+    PlanModelRequest,
+    PlanReply,
+    PutModelRequest,
+    RemoveModelReply,
+    ScaleModelRequest,
+    SetModelContextRequest,
     StatusReply,
     StatusRequest,
     WatchEvent,
@@ -101,6 +118,8 @@ class AdminClient:
             return NotFoundError(e.message or "not found")
         if e.status in (Status.INVALID_ARGUMENT, Status.FAILED_PRECONDITION):
             return UsageError(e.message or "refused")
+        if e.status is Status.ALREADY_EXISTS:
+            return ConflictError(e.message or "already exists")
         if e.status is Status.UNAVAILABLE:
             return AdminUnreachable(e.message or f"gatewayd at {self.address} is unavailable")
         return AdminError(f"gatewayd answered {e.status.name}: {e.message}")
@@ -124,6 +143,56 @@ class AdminClient:
     async def uncordon_node(self, node_id: str) -> NodeView:
         return await self._call(
             self._stub.uncordon_node(CordonNodeRequest(node_id=node_id), timeout=self._timeout_s)
+        )
+
+    async def drain_node(self, node_id: str) -> NodeView:
+        return await self._call(
+            self._stub.drain_node(CordonNodeRequest(node_id=node_id), timeout=self._timeout_s)
+        )
+
+    async def list_models(self) -> ListModelsReply:
+        return await self._call(
+            self._stub.list_models(ListModelsRequest(), timeout=self._timeout_s)
+        )
+
+    async def get_model(self, name: str) -> ModelView:
+        return await self._call(
+            self._stub.get_model(GetModelRequest(name=name), timeout=self._timeout_s)
+        )
+
+    async def put_model(self, spec: ModelSpec, *, create_only: bool = False) -> ModelView:
+        request = PutModelRequest(spec=spec, create_only=create_only)
+        return await self._call(self._stub.put_model(request, timeout=self._timeout_s))
+
+    async def scale_model(self, name: str, replicas: int) -> ModelView:
+        request = ScaleModelRequest(name=name, replicas=replicas)
+        return await self._call(self._stub.scale_model(request, timeout=self._timeout_s))
+
+    async def remove_model(self, name: str) -> RemoveModelReply:
+        return await self._call(
+            self._stub.remove_model(GetModelRequest(name=name), timeout=self._timeout_s)
+        )
+
+    async def set_model_context(self, name: str, context: int, slots: int = 0) -> ModelView:
+        request = SetModelContextRequest(name=name, context_length=context, slots=slots)
+        return await self._call(self._stub.set_model_context(request, timeout=self._timeout_s))
+
+    async def plan_model(self, request: PlanModelRequest) -> PlanReply:
+        return await self._call(self._stub.plan_model(request, timeout=self._timeout_s))
+
+    async def explain_placement(self, name: str) -> PlacementReply:
+        return await self._call(
+            self._stub.explain_placement(GetModelRequest(name=name), timeout=self._timeout_s)
+        )
+
+    async def list_replicas(self, model: str = "") -> ListReplicasReply:
+        return await self._call(
+            self._stub.list_replicas(ListReplicasRequest(model=model), timeout=self._timeout_s)
+        )
+
+    async def list_engines(self) -> ListEnginesReply:
+        return await self._call(
+            self._stub.list_engines(ListEnginesRequest(), timeout=self._timeout_s)
         )
 
     async def watch(self, topics: list[str]) -> AsyncIterator[WatchEvent]:

@@ -77,6 +77,9 @@ class NodesConfig(_Strict):
     not_ready_grace_s: Annotated[float, Field(gt=0, le=3600)] = 15.0
     # Heartbeats are kept in memory and written to the store at this pace.
     heartbeat_flush_interval_s: Annotated[float, Field(gt=0, le=300)] = 5.0
+    # A node gone this long has its replicas placed elsewhere: long enough
+    # that a reboot or a network blip never moves a whole node's work.
+    lost_grace_s: Annotated[float, Field(gt=0, le=86400)] = 300.0
 
 
 class ServerPki(_Strict):

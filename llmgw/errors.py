@@ -4,6 +4,7 @@
     ├── ConfigError                 a config file is missing, unreadable or invalid
     ├── UsageError                  bad input on the command line
     ├── NotFoundError               a node, model, ... that does not exist
+    ├── ConflictError               it exists already (a model of that name)
     ├── PkiError                    certificates and keys: missing, refusing to overwrite
     ├── StoreError                  the store could not be opened or written
     ├── AdminError                  talking to gatewayd's admin API
@@ -58,6 +59,10 @@ class UsageError(LlmgwError):
 
 class NotFoundError(LlmgwError):
     exit_code = ExitCode.NOT_FOUND
+
+
+class ConflictError(LlmgwError):
+    exit_code = ExitCode.CONFLICT
 
 
 class PkiError(LlmgwError):

@@ -15,6 +15,10 @@ from grpclib.const import Status
 from grpclib.events import RecvRequest
 from grpclib.exceptions import GRPCError
 
+from gatewayd.admin.models import ModelAdmin
+from gatewayd.admin.views import replica_view
+from gatewayd.catalog.catalog import Catalog
+from gatewayd.controller.reconciler import Reconciler
 from gatewayd.nodes.registry import NOT_READY, READY, NodeRegistry
 from llmgw import __version__
 from proto.llmgw.v1 import (
@@ -32,6 +36,8 @@ from proto.llmgw.v1 import (
 
 log = logging.getLogger(__name__)
 
+WATCH_TOPICS = ("nodes", "models", "replicas", "engines")
+
 
 def token_guard(token: str):
     """A grpclib RecvRequest listener refusing calls without the admin token."""
@@ -48,9 +54,13 @@ def token_guard(token: str):
     return check
 
 
-class AdminService(AdminServiceBase):
-    def __init__(self, registry: NodeRegistry, *, info: dict):
+class AdminService(ModelAdmin, AdminServiceBase):
+    def __init__(
+        self, registry: NodeRegistry, catalog: Catalog, reconciler: Reconciler, *, info: dict
+    ):
         self._registry = registry
+        self._catalog = catalog
+        self._reconciler = reconciler
         self._info = info  # cluster_name, store_backend, agent_listen, http_listen
         self._started_at = datetime.now().astimezone()
 
@@ -85,18 +95,37 @@ class AdminService(AdminServiceBase):
         self._node(message.node_id)
         return await self._registry.set_cordoned(message.node_id, True)  # type: ignore[return-value]
 
+    async def drain_node(self, message: CordonNodeRequest) -> NodeView:
+        """Cordon the node and move its replicas elsewhere before stopping them."""
+        self._node(message.node_id)
+        await self._registry.set_cordoned(message.node_id, True)
+        view = await self._registry.set_draining(message.node_id, True)
+        self._reconciler.kick()
+        return view  # type: ignore[return-value]
+
     async def uncordon_node(self, message: CordonNodeRequest) -> NodeView:
         self._node(message.node_id)
+        await self._registry.set_draining(message.node_id, False)
         return await self._registry.set_cordoned(message.node_id, False)  # type: ignore[return-value]
 
     async def watch(self, message: WatchRequest) -> AsyncIterator[WatchEvent]:
         topics = list(message.topics) or ["nodes"]
-        unknown = set(topics) - {"nodes"}
+        unknown = set(topics) - set(WATCH_TOPICS)
         if unknown:
             raise GRPCError(Status.INVALID_ARGUMENT, f"unknown watch topic(s): {sorted(unknown)}")
         sub = self._registry.watch.subscribe(topics)
         try:
             async for topic, key in sub.changes():
-                yield WatchEvent(topic=topic, key=key, node=self._registry.view(key))
+                yield self._event(topic, key)
         finally:
             self._registry.watch.unsubscribe(sub)
+
+    def _event(self, topic: str, key: str) -> WatchEvent:
+        event = WatchEvent(topic=topic, key=key)
+        if topic == "nodes":
+            event.node = self._registry.view(key)
+        elif topic == "models" and self._catalog.get(key) is not None:
+            event.model = self._model_view(key)
+        elif topic == "replicas" and key in self._reconciler.replicas:
+            event.replica = replica_view(self._reconciler.replicas[key])
+        return event

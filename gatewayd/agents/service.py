@@ -145,7 +145,10 @@ class AgentService:
                             msg.ack.command_id,
                             msg.ack.error,
                         )
-                # ShardStatus and EngineStatus are handled by the controller (later).
+                elif msg.shard_status is not None:
+                    await self._registry.shard_status(node_id, session, msg.shard_status)
+                elif msg.engine_status is not None:
+                    self._registry.engine_status(node_id, session, msg.engine_status)
         except StreamTerminatedError:
             return "the connection was lost"
         except (ConnectionError, OSError) as e:

@@ -12,7 +12,7 @@ import asyncio
 import itertools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -20,7 +20,15 @@ from gatewayd.nodes.views import node_view
 from gatewayd.nodes.watch import Broadcaster
 from gatewayd.store import HeartbeatRow, NodeRecord, Store
 from llmgw.protojson import to_plain
-from proto.llmgw.v1 import CommandAck, ControlMessage, Heartbeat, NodeView, Register
+from proto.llmgw.v1 import (
+    CommandAck,
+    ControlMessage,
+    EngineStatus,
+    Heartbeat,
+    NodeView,
+    Register,
+    ShardStatus,
+)
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +54,8 @@ class NodeLive:
     # time.monotonic() of the last message from the agent; None until one arrives.
     last_seen_mono: float | None = None
     heartbeat: Heartbeat | None = None
+    # Engine -> its latest EngineStatus from the agent.
+    engines: dict[str, EngineStatus] = field(default_factory=dict)
     heartbeat_dirty: bool = False
     session_id: int = 0
     # Set by the agent service to close the stream (e.g. superseded session).
@@ -66,6 +76,9 @@ class NodeRegistry:
         self._command_ids = itertools.count(1)
         self._acks: dict[str, asyncio.Future[CommandAck]] = {}
         self.watch = Broadcaster()
+        # Set by the controller: shard reports from agents (including those a
+        # registering agent still runs) go to it.
+        self.on_shard_status: Callable[[str, ShardStatus], Awaitable[None]] | None = None
 
     async def load(self) -> None:
         """Take the nodes from the store; none is connected until its agent dials in."""
@@ -114,7 +127,27 @@ class NodeRegistry:
         self._nodes[reg.node_id] = live
         log.info("node %s registered from %s (was %s)", reg.node_id, address, was or "new")
         self.watch.publish("nodes", reg.node_id)
+        for shard in reg.shards:
+            await self.shard_status(reg.node_id, live.session_id, shard)
         return live.session_id
+
+    async def shard_status(self, node_id: str, session_id: int, status: ShardStatus) -> None:
+        live = self._nodes.get(node_id)
+        if live is None or live.session_id != session_id:
+            return
+        if self.on_shard_status is not None:
+            await self.on_shard_status(node_id, status)
+
+    def engine_status(self, node_id: str, session_id: int, status: EngineStatus) -> None:
+        live = self._nodes.get(node_id)
+        if live is None or live.session_id != session_id:
+            return
+        live.engines[status.engine] = status
+        self.watch.publish("engines", node_id)
+
+    def live_nodes(self) -> list[NodeLive]:
+        """Every node's live state, for the controller (read, never modify)."""
+        return [self._nodes[n] for n in sorted(self._nodes)]
 
     @staticmethod
     def _ready_reason(prev: NodeRecord | None, now: datetime) -> str:
@@ -196,6 +229,15 @@ class NodeRegistry:
         await self._store.set_node_state(rec.node_id, state, reason, rec.state_since)
 
     # ---- operator side -------------------------------------------------
+
+    async def set_draining(self, node_id: str, draining: bool) -> NodeView | None:
+        live = self._nodes.get(node_id)
+        if live is None:
+            return None
+        await self._store.set_node_draining(node_id, draining)
+        live.record.draining = draining
+        self.watch.publish("nodes", node_id)
+        return self.view(node_id)
 
     async def set_cordoned(self, node_id: str, cordoned: bool) -> NodeView | None:
         live = self._nodes.get(node_id)

@@ -37,9 +37,13 @@ def _status(s: StatusReply):
     t.add_column(style="bold")
     t.add_column()
     for k, v in [
-        ("cluster", s.cluster_name), ("version", s.version),
-        ("role", "leader" if s.leader else "standby"), ("store", s.store_backend),
-        ("up since", s.started_at), ("agent port", s.agent_listen), ("http", s.http_listen),
+        ("cluster", s.cluster_name),
+        ("version", s.version),
+        ("role", "leader" if s.leader else "standby"),
+        ("store", s.store_backend),
+        ("up since", s.started_at),
+        ("agent port", s.agent_listen),
+        ("http", s.http_listen),
         ("nodes", f"{s.nodes_total} ({s.nodes_ready} ready, {s.nodes_not_ready} not ready)"),
     ]:
         t.add_row(k, v)

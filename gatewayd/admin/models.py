@@ -1,0 +1,169 @@
+"""Admin RPCs for the catalog, planning, placement, replicas and engines."""
+
+from __future__ import annotations
+
+from grpclib.const import Status
+from grpclib.exceptions import GRPCError
+
+from gatewayd.admin.views import layout_message, model_view, plan_reply, replica_view
+from gatewayd.catalog.catalog import Catalog, CatalogError
+from gatewayd.controller.reconciler import Reconciler
+from gatewayd.nodes.registry import NodeRegistry
+from llmgw.catalog import Model, Profile
+from llmgw.errors import LlmgwError
+from llmgw.protojson import to_plain
+from proto.llmgw.v1 import (
+    EngineView,
+    GetModelRequest,
+    ListEnginesReply,
+    ListEnginesRequest,
+    ListModelsReply,
+    ListModelsRequest,
+    ListReplicasReply,
+    ListReplicasRequest,
+    ModelView,
+    NodeReason,
+    PlacementChoice,
+    PlacementReply,
+    PlanModelRequest,
+    PlanReply,
+    PutModelRequest,
+    RemoveModelReply,
+    ScaleModelRequest,
+    SetModelContextRequest,
+)
+
+_STATUS = {
+    "invalid": Status.INVALID_ARGUMENT,
+    "not_found": Status.NOT_FOUND,
+    "exists": Status.ALREADY_EXISTS,
+}
+
+
+def _refuse(e: CatalogError) -> GRPCError:
+    return GRPCError(_STATUS.get(e.kind, Status.FAILED_PRECONDITION), e.message)
+
+
+class ModelAdmin:
+    """Mixed into AdminService."""
+
+    _registry: NodeRegistry
+    _catalog: Catalog
+    _reconciler: Reconciler
+
+    def _model_view(self, name: str) -> ModelView:
+        model = self._catalog.get(name)
+        if model is None:
+            raise GRPCError(Status.NOT_FOUND, f"no model named {name!r}; see: llmgw ctl models")
+        replicas = [r for r in self._reconciler.replicas.values() if r.model == name]
+        return model_view(model, self._catalog.record(name), replicas)
+
+    async def list_models(self, message: ListModelsRequest) -> ListModelsReply:
+        return ListModelsReply(models=[self._model_view(n) for n in self._catalog.names()])
+
+    async def get_model(self, message: GetModelRequest) -> ModelView:
+        return self._model_view(message.name)
+
+    async def put_model(self, message: PutModelRequest) -> ModelView:
+        if message.spec is None:
+            raise GRPCError(Status.INVALID_ARGUMENT, "a model spec is needed")
+        try:
+            model = await self._catalog.put(to_plain(message.spec),
+                                            create_only=message.create_only)
+        except CatalogError as e:
+            raise _refuse(e) from None
+        self._reconciler.kick()
+        return self._model_view(model.name)
+
+    async def scale_model(self, message: ScaleModelRequest) -> ModelView:
+        try:
+            await self._catalog.scale(message.name, message.replicas)
+        except CatalogError as e:
+            raise _refuse(e) from None
+        self._reconciler.kick()
+        return self._model_view(message.name)
+
+    async def remove_model(self, message: GetModelRequest) -> RemoveModelReply:
+        try:
+            await self._catalog.remove(message.name)
+        except CatalogError as e:
+            raise _refuse(e) from None
+        stopping = sum(1 for r in self._reconciler.replicas.values() if r.model == message.name)
+        self._reconciler.kick()
+        return RemoveModelReply(name=message.name, replicas_stopping=stopping)
+
+    async def set_model_context(self, message: SetModelContextRequest) -> ModelView:
+        model = self._catalog.get(message.name)
+        if model is None:
+            raise GRPCError(Status.NOT_FOUND, f"no model named {message.name!r}")
+        trial = model.model_copy(update={"context_length": message.context_length,
+                                         "slots": message.slots or model.slots})
+        plan = self._reconciler.sizing.plan(trial, trial.profiles[0])
+        if plan.refused:
+            raise GRPCError(Status.FAILED_PRECONDITION, plan.refused)
+        try:
+            await self._catalog.set_context(message.name, message.context_length, message.slots)
+        except CatalogError as e:
+            raise _refuse(e) from None
+        self._reconciler.kick()
+        return self._model_view(message.name)
+
+    async def plan_model(self, message: PlanModelRequest) -> PlanReply:
+        model = self._catalog.get(message.name) if message.name else None
+        try:
+            if model is None:
+                if not message.source:
+                    raise GRPCError(Status.INVALID_ARGUMENT, "give a model name or a source")
+                model = Model(name=message.name or "plan", source=message.source,
+                              profiles=[Profile(engine=message.engine or "llama.cpp")])
+            update = {}
+            if message.context_length:
+                update["context_length"] = message.context_length
+            if message.slots:
+                update["slots"] = message.slots
+            model = model.model_copy(update=update)
+        except ValueError as e:
+            raise GRPCError(Status.INVALID_ARGUMENT, str(e)) from None
+        try:
+            plan = self._reconciler.sizing.plan(model, model.profiles[0])
+        except LlmgwError as e:
+            raise GRPCError(Status.INVALID_ARGUMENT, e.message) from None
+        return plan_reply(plan)
+
+    async def explain_placement(self, message: GetModelRequest) -> PlacementReply:
+        model = self._catalog.get(message.name)
+        if model is None:
+            raise GRPCError(Status.NOT_FOUND, f"no model named {message.name!r}")
+        decision = self._reconciler.decide(model)
+        choice = None
+        if decision.placement is not None:
+            p = decision.placement
+            choice = PlacementChoice(
+                node_id=p.node_id,
+                layout=layout_message(p.layout),
+                gpu_indexes=list(p.gpu_indexes),
+                per_gpu_bytes=dict(p.per_gpu_bytes),
+                host_memory_bytes=p.host_memory_bytes,
+                score=p.score,
+            )
+        reasons = [NodeReason(node_id=n, reason=why) for n, why in sorted(decision.reasons.items())]
+        return PlacementReply(model=model.name, placement=choice, reasons=reasons,
+                              refused=decision.refused)
+
+    async def list_replicas(self, message: ListReplicasRequest) -> ListReplicasReply:
+        addresses = {n.record.node_id: n.record.address for n in self._registry.live_nodes()}
+        replicas = sorted(self._reconciler.replicas.values(), key=lambda r: r.replica_id)
+        return ListReplicasReply(replicas=[
+            replica_view(r, addresses.get(r.node_id, "")) for r in replicas
+            if not message.model or r.model == message.model
+        ])
+
+    async def list_engines(self, message: ListEnginesRequest) -> ListEnginesReply:
+        out = []
+        for live in self._registry.live_nodes():
+            for name in sorted(live.engines):
+                st = live.engines[name]
+                out.append(EngineView(node_id=live.record.node_id, engine=name,
+                                      version=st.version, variant=st.variant, state=st.state,
+                                      message=st.message))
+        return ListEnginesReply(engines=out)

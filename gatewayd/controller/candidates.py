@@ -1,0 +1,64 @@
+"""Placement's view of the nodes: hardware, state, and what replicas already hold."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from gatewayd.controller import replica as rs
+from gatewayd.controller.replica import Replica
+from gatewayd.nodes.registry import NodeLive
+from llmgw.inventory import inventory_from_proto
+from llmgw.placement import NodeCandidate
+from proto.llmgw.v1 import Gpu, HostFacts
+
+
+def engine_words(live: NodeLive) -> dict[str, str]:
+    """Engine -> the node's own words for it ("installed", "failed: …")."""
+    out = {}
+    for name, st in live.engines.items():
+        out[name] = f"{st.state}: {st.message}" if st.message else st.state
+    return out
+
+
+def node_candidates(
+    nodes: Iterable[NodeLive], replicas: Iterable[Replica], exclude_replica: str = ""
+) -> list[NodeCandidate]:
+    used_gpu: dict[str, dict[int, int]] = {}
+    used_host: dict[str, int] = {}
+    cached: dict[str, set[str]] = {}
+    for r in replicas:
+        if r.replica_id == exclude_replica or not r.node_id:
+            continue
+        cached.setdefault(r.node_id, set()).add(r.model)
+        if r.state not in rs.ACTIVE:
+            continue
+        per = used_gpu.setdefault(r.node_id, {})
+        for idx, n in r.per_gpu_bytes.items():
+            per[int(idx)] = per.get(int(idx), 0) + n
+        used_host[r.node_id] = used_host.get(r.node_id, 0) + r.host_memory_bytes
+    out = []
+    for live in nodes:
+        rec = live.record
+        host = HostFacts.from_dict(rec.host) if rec.host else HostFacts()
+        inventory = inventory_from_proto(host, [Gpu.from_dict(g) for g in rec.gpus])
+        gpu_used = dict(used_gpu.get(rec.node_id, {}))
+        if live.heartbeat is not None:
+            # Memory other processes hold on a card is not ours to give.
+            for s in live.heartbeat.gpus:
+                if s.memory_foreign_bytes:
+                    gpu_used[s.index] = gpu_used.get(s.index, 0) + s.memory_foreign_bytes
+        out.append(
+            NodeCandidate(
+                node_id=rec.node_id,
+                state=rec.state,
+                cordoned=rec.cordoned,
+                draining=rec.draining,
+                installable_engines=list(rec.installable_engines),
+                engines_installed=engine_words(live),
+                inventory=inventory,
+                gpu_used_bytes=gpu_used,
+                host_memory_used_bytes=used_host.get(rec.node_id, 0),
+                models_cached=cached.get(rec.node_id, set()),
+            )
+        )
+    return out

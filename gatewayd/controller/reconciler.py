@@ -1,0 +1,314 @@
+"""The reconciler: desired replicas (the catalog) against actual ones (agents' reports).
+
+Each pass, for every model: replicas that failed are restarted after a
+backoff; missing ones are planned and placed and started with StartShard;
+extra ones are stopped with StopShard. Replicas on a node that has been lost
+for longer than ``lost_grace_s`` (5 min, not the 15 s of not_ready: a
+heartbeat blip must never move a whole node's replicas) are placed again
+elsewhere. A draining node's replicas get a replacement first; the old one
+stops only once the replacement is ready.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from datetime import timedelta
+
+from gatewayd.catalog.catalog import Catalog
+from gatewayd.controller import replica as rs
+from gatewayd.controller.candidates import node_candidates
+from gatewayd.controller.replica import Replica, utcnow
+from gatewayd.controller.sizing import Sizing
+from gatewayd.nodes.registry import READY as NODE_READY
+from gatewayd.nodes.registry import NodeRegistry
+from gatewayd.store import ReplicaRecord, Store
+from llmgw.catalog import Model
+from llmgw.placement import Decision, PlacementRequest, place
+from proto.llmgw.v1 import ControlMessage, ShardStatus, StartShard, StopShard, WeightsSource
+
+log = logging.getLogger(__name__)
+
+TICK_S = 2.0
+# Restart backoff after a failure: 2, 4, 8 … seconds, at most 5 minutes.
+BACKOFF_MAX_S = 300.0
+STOP_GRACE_S = 10
+
+# Agent shard states and the replica states they mean.
+_SHARD_STATES = {
+    "fetching": rs.FETCHING,
+    "installing": rs.INSTALLING,
+    "starting": rs.STARTING,
+    "ready": rs.READY,
+    "failed": rs.FAILED,
+    "stopped": rs.STOPPED,
+}
+
+
+class Reconciler:
+    def __init__(
+        self,
+        store: Store,
+        registry: NodeRegistry,
+        catalog: Catalog,
+        *,
+        engine_key: str,
+        lost_grace_s: float = 300.0,
+        sizing: Sizing | None = None,
+    ):
+        self._store = store
+        self._registry = registry
+        self._catalog = catalog
+        self._engine_key = engine_key
+        self._lost_grace_s = lost_grace_s
+        self.sizing = sizing or Sizing()
+        self.replicas: dict[str, Replica] = {}
+        self._kick = asyncio.Event()
+        self._lock = asyncio.Lock()
+        registry.on_shard_status = self.on_shard_status
+
+    async def load(self) -> None:
+        for rec in await self._store.list_replicas():
+            self.replicas[rec.replica_id] = Replica.model_validate(rec.doc)
+
+    def kick(self) -> None:
+        self._kick.set()
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await asyncio.wait_for(self._kick.wait(), TICK_S)
+            except TimeoutError:
+                pass
+            self._kick.clear()
+            try:
+                await self.reconcile_once()
+            except Exception:
+                log.exception("reconcile pass failed; trying again")
+
+    # ---- one pass ------------------------------------------------------
+
+    async def reconcile_once(self) -> None:
+        async with self._lock:
+            await self._expire_deadlines()
+            await self._handle_lost_nodes()
+            models = {m.name: m for m in self._catalog.models()}
+            for r in list(self.replicas.values()):
+                if r.model not in models and r.state != rs.STOPPED:
+                    await self._stop(r, "the model was removed")
+            for model in models.values():
+                await self._reconcile_model(model)
+            await self._forget_stopped()
+
+    async def _reconcile_model(self, model: Model) -> None:
+        mine = [r for r in self.replicas.values() if r.model == model.name]
+        now = utcnow()
+        # Failed replicas come back after their backoff (counted as desired).
+        for r in mine:
+            if r.state == rs.FAILED and r.retry_at and r.retry_at <= now:
+                await self._start(model, r, restart=True)
+        serving = [r for r in mine if r.state in rs.ACTIVE and r.state != rs.DRAINING]
+        waiting = [r for r in mine if r.state in (rs.FAILED, rs.PENDING)]
+        # Replicas on draining nodes need a replacement before they stop.
+        drained = {n.record.node_id for n in self._registry.live_nodes() if n.record.draining}
+        for r in serving:
+            if r.node_id in drained and not any(x.replaces == r.replica_id for x in mine):
+                new = self._new_replica(model, replaces=r.replica_id)
+                await self._start(model, new)
+        for r in [x for x in serving if x.node_id in drained]:
+            replacement = next((x for x in mine if x.replaces == r.replica_id), None)
+            if replacement is not None and replacement.state == rs.READY:
+                await self._stop(r, f"node {r.node_id} is draining; replaced by "
+                                    f"{replacement.replica_id}")
+        counted = [r for r in serving if r.node_id not in drained] + waiting
+        desired = model.replicas_min
+        for _ in range(desired - len(counted)):
+            await self._start(model, self._new_replica(model))
+        extra = len(counted) - desired
+        if extra > 0:
+            # Stop the least useful first: waiting ones, then not yet ready.
+            order = {rs.FAILED: 0, rs.PENDING: 0, rs.PLACED: 1, rs.FETCHING: 1,
+                     rs.INSTALLING: 1, rs.STARTING: 2, rs.READY: 3}
+            for r in sorted(counted, key=lambda x: order.get(x.state, 1))[:extra]:
+                await self._stop(r, f"scaled to {desired}")
+
+    def _new_replica(self, model: Model, *, replaces: str = "") -> Replica:
+        rid = f"{model.name}-{secrets.token_hex(3)}"
+        r = Replica(replica_id=rid, model=model.name, replaces=replaces)
+        r.move(rs.PENDING, "waiting to be placed")
+        self.replicas[rid] = r
+        return r
+
+    # ---- placement and start -------------------------------------------
+
+    def decide(self, model: Model, *, exclude: str = "") -> Decision:
+        """Where one more replica of ``model`` would go now, with every node's reason."""
+        profile = model.profiles[0]
+        plan = self.sizing.plan(model, profile)
+        request = PlacementRequest.for_profile(model, profile, plan)
+        nodes = node_candidates(self._registry.live_nodes(), self.replicas.values(), exclude)
+        return place(request, nodes)
+
+    async def _start(self, model: Model, r: Replica, *, restart: bool = False) -> None:
+        profile = model.profiles[0]
+        decision = self.decide(model, exclude=r.replica_id)
+        if decision.placement is None:
+            r.retry_at = utcnow() + timedelta(seconds=30)
+            if r.state != rs.FAILED:
+                r.move(rs.PENDING, decision.refused or "no node can run it")
+            await self._save(r)
+            return
+        p = decision.placement
+        r.node_id, r.gpu_indexes = p.node_id, list(p.gpu_indexes)
+        r.per_gpu_bytes = dict(p.per_gpu_bytes)
+        r.host_memory_bytes = p.host_memory_bytes
+        r.cpu = p.layout.kind == "cpu"
+        r.tensor_parallel = p.layout.tensor_parallel
+        r.context = p.layout.context or model.context_length
+        r.retry_at = None
+        if restart:
+            r.restarts += 1
+        where = f"node {p.node_id}" + (f" GPUs {r.gpu_indexes}" if r.gpu_indexes else " CPU")
+        r.move(rs.PLACED, f"placed on {where}", deadline_s=profile.startup_timeout_s)
+        await self._save(r)
+        src = model.parsed_source
+        msg = ControlMessage(
+            start_shard=StartShard(
+                shard_id=r.shard_id,
+                replica_id=r.replica_id,
+                model=model.name,
+                engine=profile.engine,
+                engine_version=profile.engine_version,
+                gpu_indexes=r.gpu_indexes,
+                args=list(profile.args),
+                weights=WeightsSource(source=str(src), sha256=model.sha256,
+                                      allow_pickle=model.allow_pickle),
+                context_length=r.context,
+                slots=model.slots,
+                tensor_parallel=r.tensor_parallel,
+                env=dict(profile.env),
+                engine_key=self._engine_key,
+                startup_timeout_s=profile.startup_timeout_s,
+                cpu=r.cpu,
+            )
+        )
+        ack = await self._registry.command(p.node_id, msg)
+        if not ack.ok:
+            self._fail(r, f"node {p.node_id} refused to start it: {ack.error}")
+            await self._save(r)
+
+    async def _stop(self, r: Replica, why: str) -> None:
+        if r.state in rs.ACTIVE and r.node_id:
+            r.move(rs.DRAINING, why, deadline_s=STOP_GRACE_S * 3)
+            await self._save(r)
+            ack = await self._registry.command(
+                r.node_id,
+                ControlMessage(stop_shard=StopShard(shard_id=r.shard_id, reason=why,
+                                                    grace_s=STOP_GRACE_S)),
+            )
+            if ack.ok:
+                return  # the agent reports "stopped"
+        r.move(rs.STOPPED, why)
+        await self._save(r)
+
+    def _fail(self, r: Replica, why: str) -> None:
+        delay = min(2 ** min(r.restarts + 1, 9), BACKOFF_MAX_S)
+        r.retry_at = utcnow() + timedelta(seconds=delay)
+        r.move(rs.FAILED, f"{why}; restarting in {delay:g} s")
+
+    # ---- reports from agents -------------------------------------------
+
+    async def on_shard_status(self, node_id: str, status: ShardStatus) -> None:
+        async with self._lock:
+            r = self.replicas.get(status.replica_id or status.shard_id)
+            if r is None or r.node_id != node_id:
+                # Not ours (removed while the node was away): stop it there.
+                if status.state not in ("stopped", "failed"):
+                    await self._registry.command(node_id, ControlMessage(
+                        stop_shard=StopShard(shard_id=status.shard_id,
+                                             reason="no such replica", grace_s=STOP_GRACE_S)))
+                return
+            state = _SHARD_STATES.get(status.state)
+            if state is None:
+                return
+            if status.port:
+                r.port = status.port
+            if status.pid:
+                r.pid = status.pid
+            if status.fetch is not None:
+                r.fetch_done_bytes = status.fetch.bytes_done
+                r.fetch_total_bytes = status.fetch.bytes_total
+            profile_timeout = self._timeout(r)
+            if state == rs.FAILED:
+                if r.state in (rs.DRAINING, rs.STOPPED):
+                    r.move(rs.STOPPED, status.reason or "stopped")
+                else:
+                    self._fail(r, status.reason or "the engine failed")
+            elif state == rs.STOPPED:
+                if r.state == rs.DRAINING or r.model not in self._catalog.names():
+                    r.move(rs.STOPPED, status.reason or r.reason)
+                else:
+                    self._fail(r, status.reason or "the engine stopped")
+            elif state == r.state and state in (rs.FETCHING, rs.INSTALLING):
+                # Progress: the startup deadline counts from the latest of it.
+                r.reason = status.reason or r.reason
+                r.extend_deadline(profile_timeout)
+            elif r.state != rs.DRAINING:
+                deadline = None if state == rs.READY else profile_timeout
+                reason = status.reason or ("adopted after an agent restart" if status.adopted
+                                           else state)
+                r.move(state, reason, deadline_s=deadline)
+            await self._save(r)
+            self.kick()
+
+    def _timeout(self, r: Replica) -> float:
+        model = self._catalog.get(r.model)
+        return model.profiles[0].startup_timeout_s if model else 900.0
+
+    # ---- deadlines and lost nodes --------------------------------------
+
+    async def _expire_deadlines(self) -> None:
+        now = utcnow()
+        for r in list(self.replicas.values()):
+            if r.deadline is None or r.deadline > now:
+                continue
+            if r.state == rs.DRAINING:
+                r.move(rs.STOPPED, f"{r.reason}; the node did not confirm the stop in time")
+            elif r.state in (rs.PLACED, rs.FETCHING, rs.INSTALLING, rs.STARTING):
+                waited = int((now - r.since).total_seconds())
+                self._fail(r, f"not ready after {waited} s in {r.state} (deadline passed)")
+                if r.node_id:
+                    await self._registry.command(r.node_id, ControlMessage(
+                        stop_shard=StopShard(shard_id=r.shard_id, reason="deadline passed",
+                                             grace_s=STOP_GRACE_S)))
+            else:
+                r.deadline = None
+            await self._save(r)
+
+    async def _handle_lost_nodes(self) -> None:
+        now = utcnow()
+        for live in self._registry.live_nodes():
+            rec = live.record
+            if rec.state == NODE_READY:
+                continue
+            away_s = (now - rec.state_since).total_seconds()
+            if away_s < self._lost_grace_s:
+                continue
+            for r in self.replicas.values():
+                if r.node_id == rec.node_id and r.state in rs.ACTIVE:
+                    self._fail(r, f"node {rec.node_id} lost for {int(away_s)} s ({rec.reason})")
+                    r.retry_at = now  # place it elsewhere at once
+                    await self._save(r)
+
+    async def _forget_stopped(self) -> None:
+        for rid, r in list(self.replicas.items()):
+            if r.state == rs.STOPPED and (utcnow() - r.since).total_seconds() > 60:
+                del self.replicas[rid]
+                await self._store.delete_replica(rid)
+
+    async def _save(self, r: Replica) -> None:
+        await self._store.put_replica(ReplicaRecord(
+            replica_id=r.replica_id, model=r.model,
+            doc=r.model_dump(mode="json"), updated_at=utcnow()))
+        self._registry.watch.publish("replicas", r.replica_id)

@@ -1,0 +1,194 @@
+"""``llmgw ctl`` commands for models, replicas, placement and engines."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import typer
+import yaml
+from pydantic import ValidationError
+
+import llmgw.cli.render_models  # noqa: F401  (registers the renderers)
+from llmgw import output
+from llmgw.catalog import GpuNeed, Model, ModelSource, Profile
+from llmgw.cli.ctl import JsonOpt, app, call
+from llmgw.errors import UsageError
+from proto.llmgw.v1 import ModelSpec, PlanModelRequest
+
+model_app = typer.Typer(
+    help="Models in the catalog: add, serve, scale, remove, plan.", no_args_is_help=True
+)
+app.add_typer(model_app, name="model")
+
+
+def _spec(model: Model) -> ModelSpec:
+    return ModelSpec.from_dict(model.model_dump(mode="json"))
+
+
+def _usage(e: Exception) -> None:
+    if isinstance(e, ValidationError):
+        text = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg'].removeprefix('Value error, ')}"
+            for err in e.errors()
+        )
+    else:
+        text = str(e)
+    raise typer.Exit(code=output.fail(UsageError(text)))
+
+
+def name_from_source(source: str) -> str:
+    """A catalog name from a file name: "gemma-3-270m.Q4_K_M.gguf" -> "gemma-3-270m-q4-k-m"."""
+    stem = ModelSource.parse(source).file_name
+    stem = re.sub(r"\.(gguf|safetensors|bin)$", "", stem, flags=re.IGNORECASE)
+    name = re.sub(r"[^a-z0-9.-]+", "-", stem.lower()).strip("-.")
+    return name[:128] or "model"
+
+
+@app.command("models")
+def models(json: bool = JsonOpt) -> None:
+    """Every model in the catalog, with its replicas and why it is in its state."""
+    call(lambda c: c.list_models(), json=json)
+
+
+@model_app.command("show")
+def model_show(name: str = typer.Argument(..., help="The model's name."), json: bool = JsonOpt):
+    """One model's spec and state."""
+    call(lambda c: c.get_model(name), json=json)
+
+
+@model_app.command("add")
+def model_add(
+    file: Path = typer.Argument(None, help="A YAML file with the model's spec."),
+    name: str = typer.Option("", "--name", help="The model's name (without a file)."),
+    source: str = typer.Option("", "--source", help="Where the weights are (without a file)."),
+    json: bool = JsonOpt,
+) -> None:
+    """Add a model to the catalog, or replace the one of that name."""
+    try:
+        if file is not None:
+            data = yaml.safe_load(file.read_text())
+            if not isinstance(data, dict):
+                raise ValueError(f"{file}: expected a mapping with name, source, profiles …")
+            model = Model.model_validate(data)
+        elif name and source:
+            model = Model(name=name, source=source)
+        else:
+            raise ValueError("give a YAML FILE, or both --name and --source")
+    except (ValidationError, ValueError, OSError, yaml.YAMLError) as e:
+        _usage(e)
+    call(
+        lambda c: c.put_model(_spec(model)),
+        json=json,
+        next_step=f"Watch it start: llmgw ctl replicas --model {model.name}",
+    )
+
+
+@model_app.command("serve")
+def model_serve(
+    source: str = typer.Argument(..., help="A path, file://, https:// or hf:org/repo[@rev]:file"),
+    name: str = typer.Option("", "--name", help="The model's name (default: from the file name)."),
+    engine: str = typer.Option("llama.cpp", "--engine", help="llama.cpp, vllm, sglang or sim."),
+    replicas: int = typer.Option(1, "--replicas", min=0, max=1000),
+    context: int = typer.Option(0, "--context", min=0, help="Context length in tokens."),
+    gpus: int = typer.Option(0, "--gpus", min=0, max=64, help="GPUs per replica (0: planned)."),
+    cpu: bool = typer.Option(False, "--cpu", help="Run on CPU only."),
+    sha256: str = typer.Option("", "--sha256", help="Pin the weights' sha256."),
+    json: bool = JsonOpt,
+) -> None:
+    """Add a model and serve it now (refused if a model of that name exists)."""
+    try:
+        profile = Profile(engine=engine, cpu=cpu, gpu=GpuNeed(count=gpus) if gpus else None)
+        model = Model(
+            name=name or name_from_source(source),
+            source=source,
+            sha256=sha256,
+            profiles=[profile],
+            replicas_min=replicas,
+            replicas_max=replicas,
+            context_length=context,
+        )
+    except (ValidationError, ValueError) as e:
+        _usage(e)
+    call(
+        lambda c: c.put_model(_spec(model), create_only=True),
+        json=json,
+        next_step=f"Watch it start: llmgw ctl replicas --model {model.name}",
+    )
+
+
+@model_app.command("scale")
+def model_scale(
+    name: str = typer.Argument(...),
+    replicas: int = typer.Argument(..., min=0),
+    json: bool = JsonOpt,
+) -> None:
+    """Run N replicas of a model."""
+    call(lambda c: c.scale_model(name, replicas), json=json)
+
+
+@model_app.command("rm")
+def model_rm(name: str = typer.Argument(...), json: bool = JsonOpt) -> None:
+    """Remove a model; its replicas are stopped."""
+    call(lambda c: c.remove_model(name), json=json)
+
+
+@model_app.command("context")
+def model_context(
+    name: str = typer.Argument(...),
+    tokens: int = typer.Argument(..., min=0, help="The new context length."),
+    slots: int = typer.Option(0, "--slots", min=0, help="Parallel sequences sharing it."),
+    json: bool = JsonOpt,
+) -> None:
+    """Change a model's context; replicas restart one at a time to take it."""
+    call(lambda c: c.set_model_context(name, tokens, slots), json=json)
+
+
+@model_app.command("plan")
+def model_plan(
+    source: str = typer.Argument(..., help="A catalog model's name or a source to plan."),
+    context: int = typer.Option(0, "--context", min=0),
+    slots: int = typer.Option(0, "--slots", min=0),
+    engine: str = typer.Option("", "--engine"),
+    json: bool = JsonOpt,
+) -> None:
+    """What the model needs: every layout that fits, per-card memory and speed."""
+    is_source = source.startswith(("/", "file://", "https://", "hf:"))
+    request = PlanModelRequest(
+        name="" if is_source else source,
+        source=source if is_source else "",
+        engine=engine,
+        context_length=context,
+        slots=slots,
+    )
+    call(lambda c: c.plan_model(request), json=json)
+
+
+@app.command("explain-placement")
+def explain_placement(model: str = typer.Argument(...), json: bool = JsonOpt) -> None:
+    """Where one more replica of MODEL would go, and every node's reason."""
+    call(lambda c: c.explain_placement(model), json=json)
+
+
+@app.command("replicas")
+def replicas(
+    model: str = typer.Option("", "--model", help="Only this model's."), json: bool = JsonOpt
+) -> None:
+    """Replicas with their state, reason, deadline and history."""
+    call(lambda c: c.list_replicas(model), json=json)
+
+
+@app.command("drain")
+def drain(node_id: str = typer.Argument(...), json: bool = JsonOpt) -> None:
+    """Move a node's replicas elsewhere, then stop them there."""
+    call(
+        lambda c: c.drain_node(node_id),
+        json=json,
+        next_step=f"Follow it: llmgw ctl replicas · undo: llmgw ctl uncordon {node_id}",
+    )
+
+
+@app.command("engines")
+def engines(json: bool = JsonOpt) -> None:
+    """Engines on every node: installed, installing, failed (in the node's words)."""
+    call(lambda c: c.list_engines(), json=json)
