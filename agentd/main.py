@@ -9,6 +9,7 @@ from pathlib import Path
 
 from agentd.agent import Agent
 from agentd.discovery import probe_for
+from llmgw.aio import run_loop
 from llmgw.config import load_agent_config
 from llmgw.paths import Paths
 
@@ -29,4 +30,4 @@ def main(paths: Paths, config_path: Path | None = None) -> None:
             loop.add_signal_handler(sig, stop.set)
         await agent.run(stop)
 
-    asyncio.run(_main())
+    run_loop(_main())

@@ -62,6 +62,7 @@ from llmgw.paths import Paths
 from llmgw.tlsconf import client_context
 from proto.llmgw.v1 import (
     AgentMessage,
+    CommandAck,
     ControlMessage,
     Gpu,
     GpuSample,
@@ -88,6 +89,7 @@ VISIBLE_GIVE_UP_S = 5.0
 POLL_GAP_S = 0.005
 GATEWAYD_START_TIMEOUT_S = 30.0
 GATEWAYD_STOP_TIMEOUT_S = 20.0
+BENCH_REFUSAL = "a benchmark agent runs nothing"
 UVLOOP_GATEWAYD = (
     "import sys, uvloop; uvloop.install(); sys.argv = ['llmgw', 'server']; "
     "from llmgw.cli.main import main; main()"
@@ -131,6 +133,7 @@ class SimAgent:
         self.state = "idle"  # connecting → registered → dropped | stopped; or failed
         self.error = ""
         self.seq = 0
+        self.commands = 0
         self.registered = asyncio.Event()
         self.stopping = False
         # Called with (seq, monotonic send time) for agents in the latency sample.
@@ -197,9 +200,12 @@ class SimAgent:
                 due = now + interval_s
 
     async def _drain(self, stream) -> None:
-        """Read what the control plane sends (nothing but Registered yet) until it ends."""
-        async for _ in stream:
-            pass
+        """Read what the control plane sends until it ends; refuse commands, as they come."""
+        async for msg in stream:
+            if msg.registered is None:  # a command: this agent runs nothing, and says so
+                self.commands += 1
+                ack = CommandAck(command_id=msg.command_id, ok=False, error=BENCH_REFUSAL)
+                await stream.send_message(AgentMessage(ack=ack))
 
     def _register(self) -> Register:
         return Register(
@@ -619,6 +625,7 @@ async def run_count(setup: Setup, n: int, args, workdir: Path) -> dict:
         admin.close()
         await asyncio.to_thread(gw.stop)
     states = Counter(a.state for a in agents)
+    result["commands_refused"] = sum(a.commands for a in agents)
     result["failed"] = states.get("failed", 0)
     result["dropped"] = states.get("dropped", 0)
     errors = Counter(a.error for a in agents if a.error)
@@ -651,7 +658,23 @@ def machine_facts() -> dict:
         "python": platform.python_version(),
         "kernel": platform.release(),
         "client_loop": loop,
+        "revision": _revision(),
     }
+
+
+def _revision() -> str:
+    """The checkout measured (``git describe --dirty``), so figures can be compared later."""
+    try:
+        out = subprocess.run(
+            ["git", "describe", "--always", "--dirty"],
+            cwd=Path(__file__).resolve().parent,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return out.stdout.strip()
 
 
 def _fmt(v, unit: str = "") -> str:
@@ -669,7 +692,8 @@ def render(report: dict) -> str:
     lines = [
         (
             f"machine: {m['cpus']} CPUs, {m['cpu_model']}, {m['memory_total_gib']} GiB, "
-            f"Python {m['python']}, client loop {m['client_loop']}, gatewayd loop "
+            f"Python {m['python']}, revision {m['revision'] or '?'}, "
+            f"client loop {m['client_loop']}, gatewayd loop "
             f"{'uvloop (what-if)' if report['settings'].get('gatewayd_uvloop') else 'asyncio'}"
         ),
         head,

@@ -8,6 +8,7 @@ import signal
 from pathlib import Path
 
 from gatewayd.server import run
+from llmgw.aio import run_loop
 from llmgw.config import load_server_config
 from llmgw.paths import Paths
 
@@ -26,4 +27,4 @@ def main(paths: Paths, config_path: Path | None = None) -> None:
             loop.add_signal_handler(sig, stop.set)
         await run(cfg, paths, stop)
 
-    asyncio.run(_main())
+    run_loop(_main())

@@ -39,8 +39,12 @@ def node_candidates(
     out = []
     for live in nodes:
         rec = live.record
-        host = HostFacts.from_dict(rec.host) if rec.host else HostFacts()
-        inventory = inventory_from_proto(host, [Gpu.from_dict(g) for g in rec.gpus])
+        if live.host_msg is not None:
+            host, gpus = live.host_msg, live.gpus_msg
+        else:
+            host = HostFacts.from_dict(rec.host) if rec.host else HostFacts()
+            gpus = [Gpu.from_dict(g) for g in rec.gpus]
+        inventory = inventory_from_proto(host, gpus)
         gpu_used = dict(used_gpu.get(rec.node_id, {}))
         if live.heartbeat is not None:
             # Memory other processes hold on a card is not ours to give.

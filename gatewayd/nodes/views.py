@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from gatewayd.store import NodeRecord
-from proto.llmgw.v1 import Gpu, Heartbeat, HostFacts, NodeView
+from proto.llmgw.v1 import NodeView
 
 
 def _iso(t: datetime | None) -> str:
     return t.isoformat(timespec="seconds") if t else ""
 
 
-def node_view(rec: NodeRecord, connected: bool, hb: Heartbeat | None) -> NodeView:
+def node_view(live) -> NodeView:
+    """The view of a registry's NodeLive (host facts and GPUs as cached messages)."""
+    rec, hb = live.record, live.heartbeat
     return NodeView(
         node_id=rec.node_id,
         hostname=rec.hostname,
@@ -23,12 +24,12 @@ def node_view(rec: NodeRecord, connected: bool, hb: Heartbeat | None) -> NodeVie
         draining=rec.draining,
         version=rec.version,
         address=rec.address,
-        host=HostFacts.from_dict(rec.host) if rec.host else HostFacts(),
-        gpus=[Gpu.from_dict(g) for g in rec.gpus],
+        host=live.host_msg,
+        gpus=live.gpus_msg,
         gpu_samples=list(hb.gpus) if hb else [],
         installable_engines=list(rec.installable_engines),
         registered_at=_iso(rec.registered_at),
         last_heartbeat_at=_iso(rec.last_heartbeat_at),
         heartbeat_seq=rec.heartbeat_seq,
-        connected=connected,
+        connected=live.connected,
     )
