@@ -76,6 +76,8 @@ class HostInfo(_Model):
     # What produced these facts: "nvml" or "fake:<fixture name>".
     probe: str = ""
     warnings: list[str] = []
+    # Measured host memory bandwidth, GB/s (0 until measured): CPU speed estimates.
+    mem_bandwidth_gbs: float = 0.0
 
     @property
     def os_family(self) -> list[str]:
@@ -115,6 +117,7 @@ def gpu_to_proto(gpu: GpuInfo) -> Gpu:
         compute_capability=gpu.compute_capability,
         pci_bus_id=gpu.pci_bus_id,
         mig_mode=gpu.mig_mode,
+        nvlink_peers=list(gpu.nvlink_peers),
     )
 
 
@@ -143,6 +146,7 @@ def gpu_from_proto(gpu: Gpu) -> GpuInfo:
         compute_capability=gpu.compute_capability,
         pci_bus_id=gpu.pci_bus_id,
         mig_mode=mig,
+        nvlink_peers=list(gpu.nvlink_peers),
     )
 
 

@@ -46,6 +46,10 @@ class Layout(BaseModel):
     """One way to run the model: on N cards of one node, or on CPU."""
 
     kind: Literal["gpu", "cpu"]
+    # The card's name as NVML reports it ("NVIDIA H100 80GB HBM3") and the
+    # 90% of its memory planning may use; empty for a CPU layout.
+    card_name: str = ""
+    card_usable_bytes: int = 0
     gpus: int = 0
     tensor_parallel: int = 1
     expert_parallel: bool = False
@@ -55,6 +59,8 @@ class Layout(BaseModel):
     context: int = 0
     tokens_per_s: float = 0.0
     notes: list[str] = Field(default_factory=list)
+    # plan_for_inventories: the nodes of the shape this layout was planned on.
+    hosts: list[str] = Field(default_factory=list)
 
 
 class Plan(BaseModel):

@@ -37,11 +37,9 @@ def test_every_fixture_round_trips_through_proto(path):
     host = HostFacts.parse(bytes(host))
     gpus = [Gpu.parse(bytes(g)) for g in gpus]
     back = inventory_from_proto(host, gpus)
-    # nvlink_peers has no field in proto Gpu; everything else survives.
-    expected = inventory.model_copy(
-        update={"gpus": [g.model_copy(update={"nvlink_peers": []}) for g in inventory.gpus]}
-    )
-    assert back == expected
+    # Everything survives, NVLink peers included (placement on the control
+    # plane pairs cards by them).
+    assert back == inventory
 
 
 @pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.stem)
@@ -56,9 +54,9 @@ def test_host_facts_carry_every_field_of_the_proto_message():
     assert set(HostInfo.model_fields) == proto_fields
 
 
-def test_gpu_fields_match_the_proto_message_apart_from_nvlink():
+def test_gpu_fields_match_the_proto_message():
     proto_fields = {f.name for f in dataclasses.fields(Gpu)}
-    assert set(GpuInfo.model_fields) - {"nvlink_peers"} == proto_fields
+    assert set(GpuInfo.model_fields) == proto_fields
 
 
 def test_a_gpu_converts_to_proto_field_for_field():

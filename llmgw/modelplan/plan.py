@@ -1,0 +1,501 @@
+"""Which layouts could run a model on the cards at hand, best first, or why none can.
+
+Pure: plain functions over ModelFacts, GpuInfo and Inventory; no I/O. The
+order of the ways to run a model (reference, docs/large-models.md), the first
+that fits:
+
+1. one card;
+2. several cards of one node: tensor parallel for vLLM and SGLang (the width
+   divides the KV heads or is a multiple of them; a model of experts spreads
+   its experts, --enable-expert-parallel), a layer split for llama.cpp;
+3. the CPU, for llama.cpp (and sim), in the host's memory.
+
+Fewest cards first, then the fastest. A pool too big for the layout is shrunk
+to what fits and said; weights that fit nowhere are refused, saying what the
+cards hold at most and what the model would need.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from llmgw.catalog.model import ENGINES
+from llmgw.errors import UsageError
+from llmgw.inventory import GpuInfo, Inventory
+from llmgw.modelplan import bandwidth, memory
+from llmgw.modelplan.memory import CPU_ENGINES, Split, gb
+from llmgw.modelplan.types import Layout, ModelFacts, Plan
+
+# A layout that cannot hold even this much context beside the weights is not
+# offered: below it a chat model is of little use. A shorter context asked for
+# is planned as asked.
+MIN_CONTEXT_TOKENS = 2048
+
+# The trained context of a model whose metadata does not say: llama.cpp's and
+# vLLM's own fallback is of this order, and it keeps the plan modest.
+UNKNOWN_TRAINED_CONTEXT = 4096
+
+# Tensor-parallel widths vLLM and SGLang are run at; beyond one node's cards
+# they only matter for saying what a model would need.
+TENSOR_WIDTHS = (2, 4, 8, 16, 32, 64)
+TORCH_ENGINES = ("vllm", "sglang")
+
+
+@dataclass(frozen=True)
+class CardClass:
+    """The cards of one kind on a node: same name, same memory."""
+
+    name: str
+    memory_total_bytes: int
+    count: int
+    # The most of them all joined to each other by NVLink (0 or 1: none).
+    nvlink_group: int
+
+    @property
+    def usable_bytes(self) -> int:
+        return memory.usable_card_bytes(self.memory_total_bytes)
+
+
+def plan_model(
+    facts: ModelFacts,
+    *,
+    engine: str,
+    context: int = 0,
+    slots: int = 1,
+    cards: Sequence[GpuInfo] | None = None,
+    host_memory_bytes: int = 0,
+    cpu_bandwidth_gbs: float = 0.0,
+) -> Plan:
+    """Every layout that runs the model on these cards (one node's) or its CPU, best first.
+
+    context 0 plans the model's trained context, capped to what fits on the
+    fewest cards; a context asked for is kept whole on the fewest cards that
+    hold it, and shrunk only where none does.
+    """
+    target, explicit, refused = _target_context(facts, engine, context, slots)
+    if refused:
+        return Plan(
+            facts=facts,
+            context=target,
+            kv_bytes_per_token=memory.kv_bytes_per_token(facts),
+            refused=refused,
+        )
+    classes = card_classes(cards or [])
+    layouts: list[Layout] = []
+    for card_class in classes:
+        layouts += _gpu_layouts(facts, engine, target, slots, card_class)
+    if engine in CPU_ENGINES and host_memory_bytes > 0:
+        cpu = _cpu_layout(facts, target, slots, host_memory_bytes, cpu_bandwidth_gbs)
+        if cpu is not None:
+            layouts.append(cpu)
+    plan = _finish(facts, target, explicit, layouts)
+    if not plan.layouts:
+        plan.refused = _refusal(facts, engine, target, slots, classes, host_memory_bytes)
+    return plan
+
+
+def plan_for_inventories(
+    facts: ModelFacts,
+    engine: str,
+    context: int = 0,
+    slots: int = 1,
+    inventories: Sequence[Inventory] = (),
+    *,
+    cpu_bandwidth_gbs_by_host: Mapping[str, float] | None = None,
+) -> Plan:
+    """The layouts of every distinct node shape among inventories, best first.
+
+    Nodes with the same cards and memory are planned once; each layout names
+    the nodes (hosts) it runs on. CPU speeds need the agents' measured memory
+    bandwidth: by hostname in cpu_bandwidth_gbs_by_host, else the host's own
+    mem_bandwidth_gbs where its facts carry one.
+    """
+    bandwidths = {
+        inv.host.hostname: float(getattr(inv.host, "mem_bandwidth_gbs", 0.0) or 0.0)
+        for inv in inventories
+    }
+    bandwidths.update(cpu_bandwidth_gbs_by_host or {})
+    target, explicit, refused = _target_context(facts, engine, context, slots)
+    if refused:
+        return Plan(
+            facts=facts,
+            context=target,
+            kv_bytes_per_token=memory.kv_bytes_per_token(facts),
+            refused=refused,
+        )
+    shapes: dict[tuple, list[Inventory]] = {}
+    for inventory in inventories:
+        shapes.setdefault(_shape(inventory, bandwidths), []).append(inventory)
+
+    merged: dict[str, Layout] = {}
+    refusals: list[tuple[int, str]] = []
+    for nodes in shapes.values():
+        first = nodes[0]
+        plan = plan_model(
+            facts,
+            engine=engine,
+            context=context,
+            slots=slots,
+            cards=first.gpus,
+            host_memory_bytes=first.host.memory_total_bytes,
+            cpu_bandwidth_gbs=bandwidths.get(first.host.hostname, 0.0),
+        )
+        if plan.refused:
+            capacity = first.gpu_memory_total_bytes or first.host.memory_total_bytes
+            refusals.append((capacity, plan.refused))
+        hosts = [n.host.hostname for n in nodes]
+        for layout in plan.layouts:
+            key = layout.model_dump_json(exclude={"hosts"})
+            if key in merged:
+                merged[key].hosts += [h for h in hosts if h not in merged[key].hosts]
+            else:
+                merged[key] = layout.model_copy(update={"hosts": list(hosts)})
+    plan = _finish(facts, target, explicit, list(merged.values()))
+    if not plan.layouts:
+        if refusals:
+            # The shape with the most memory says the most useful "needs".
+            plan.refused = max(refusals)[1]
+        else:
+            plan.refused = "there are no nodes to plan on"
+    return plan
+
+
+def card_classes(cards: Sequence[GpuInfo]) -> list[CardClass]:
+    """The node's cards grouped by kind, in the order first seen."""
+    groups: dict[tuple[str, int], list[GpuInfo]] = {}
+    for card in cards:
+        groups.setdefault((card.name, card.memory_total_bytes), []).append(card)
+    return [
+        CardClass(name, total, len(group), _largest_nvlink_group(group))
+        for (name, total), group in groups.items()
+    ]
+
+
+def _largest_nvlink_group(cards: Sequence[GpuInfo]) -> int:
+    """The most cards all joined to each other: two bridged pairs are not a group of four."""
+    indexes = {c.index for c in cards}
+    peers = {c.index: set(c.nvlink_peers) & indexes for c in cards}
+    best = 0
+
+    def grow(group: set[int], candidates: set[int]) -> None:
+        nonlocal best
+        best = max(best, len(group))
+        for i in sorted(candidates):
+            if len(group) + len(candidates) <= best:
+                return
+            grow(group | {i}, candidates & peers[i])
+            candidates = candidates - {i}
+
+    grow(set(), set(indexes))
+    return best if best > 1 else 0
+
+
+def _target_context(
+    facts: ModelFacts, engine: str, context: int, slots: int
+) -> tuple[int, bool, str]:
+    """(context to plan, whether it was asked for, refusal)."""
+    if engine not in ENGINES:
+        raise UsageError(f"unknown engine {engine!r}", hint="one of " + ", ".join(ENGINES))
+    if context < 0:
+        raise UsageError(f"context {context} is negative", hint="0 plans the trained context")
+    if slots < 1:
+        raise UsageError(f"slots {slots}: at least one is needed")
+    trained = facts.trained_context
+    if context and trained and context > trained:
+        return context, True, f"context {context} is past the model's trained {trained}"
+    if facts.weights_bytes <= 0:
+        return context or trained, bool(context), "the size of the model's weights is not known"
+    if context:
+        return context, True, ""
+    return trained or UNKNOWN_TRAINED_CONTEXT, False, ""
+
+
+def _min_context(target: int) -> int:
+    return min(target, MIN_CONTEXT_TOKENS)
+
+
+def _candidates(facts: ModelFacts, engine: str, count: int) -> list[tuple[int, Split]]:
+    """Card counts to try on `count` cards of one kind, with how the model is split."""
+    result: list[tuple[int, Split]] = [(1, "tensor")]
+    if engine in TORCH_ENGINES:
+        result += [
+            (tp, "tensor")
+            for tp in TENSOR_WIDTHS
+            if tp <= count and memory.tensor_width_allowed(facts, tp)
+        ]
+    else:
+        most = min(count, facts.layers) if facts.layers else count
+        result += [(n, "layer") for n in range(2, most + 1)]
+    return result
+
+
+def _gpu_layouts(
+    facts: ModelFacts, engine: str, target: int, slots: int, cards: CardClass
+) -> list[Layout]:
+    layouts: list[Layout] = []
+    for n, split in _candidates(facts, engine, cards.count):
+        ctx = memory.context_that_fits(
+            facts,
+            engine=engine,
+            usable_bytes=cards.usable_bytes,
+            target_context=target,
+            slots=slots,
+            cards=n,
+            split=split,
+        )
+        if ctx < _min_context(target):
+            continue
+        layouts.append(_gpu_layout(facts, engine, target, ctx, slots, cards, n, split))
+    # More cards of a layer split hold more context but are no faster: offer
+    # the fewest that run the model when one card cannot, and the fewest that
+    # hold the whole context when fewer cards do not.
+    singles = [la for la in layouts if la.gpus == 1]
+    splits = [la for la in layouts if la.gpus > 1 and la.tensor_parallel == 1]
+    if not splits:
+        return layouts
+    keep = [] if singles else [splits[0]]
+    if not any(la.context >= target for la in singles + keep):
+        keep += [la for la in splits if la.context >= target][:1]
+    return [la for la in layouts if la.gpus == 1 or la.tensor_parallel > 1 or la in keep]
+
+
+def _gpu_layout(
+    facts: ModelFacts,
+    engine: str,
+    target: int,
+    ctx: int,
+    slots: int,
+    cards: CardClass,
+    n: int,
+    split: Split,
+) -> Layout:
+    need = memory.card_need(facts, engine=engine, context=ctx, slots=slots, cards=n, split=split)
+    gbs = bandwidth.lookup_card_bandwidth_gbs(cards.name)
+    notes: list[str] = []
+    if gbs is None:
+        gbs = bandwidth.DEFAULT_CARD_BANDWIDTH_GBS
+        notes.append(
+            f"{cards.name} is not in the bandwidth table: its speed is estimated at {gbs:.0f} GB/s"
+        )
+    read = bandwidth.bytes_read_per_token(facts)
+    where = f"one {cards.name}" if n == 1 else f"{n} × {cards.name}"
+    tp = n if split == "tensor" else 1
+    nvlink = n > 1 and n <= cards.nvlink_group
+    expert_parallel = split == "tensor" and n > 1 and facts.experts > 1
+    if split == "layer":
+        speed = bandwidth.layer_split_tokens_per_s(read, gbs, n)
+        notes.append(
+            f"llama.cpp splits the layers over {n} cards; they take turns, "
+            "so a reply is no faster than on one"
+        )
+    else:
+        speed = bandwidth.gpu_tokens_per_s(
+            read, gbs, tensor_parallel=tp, layers=facts.layers, nvlink=nvlink
+        )
+        if n > 1:
+            notes.append(
+                f"tensor parallel {n} over NVLink"
+                if nvlink
+                else f"tensor parallel {n} without NVLink between the cards: "
+                "every layer's all-reduces cross PCIe"
+            )
+        if n > facts.kv_heads > 0:
+            notes.append(f"each card holds a copy of one of the model's {facts.kv_heads} KV heads")
+    if expert_parallel:
+        notes.append("a model of experts: each card holds whole experts (--enable-expert-parallel)")
+    if ctx < target:
+        notes.append(_shrunk_note(target, ctx, where))
+    return Layout(
+        kind="gpu",
+        card_name=cards.name,
+        card_usable_bytes=cards.usable_bytes,
+        gpus=n,
+        tensor_parallel=tp,
+        expert_parallel=expert_parallel,
+        per_card=need,
+        context=ctx,
+        tokens_per_s=round(speed, 1),
+        notes=notes,
+    )
+
+
+def _cpu_layout(
+    facts: ModelFacts, target: int, slots: int, host_memory_bytes: int, bandwidth_gbs: float
+) -> Layout | None:
+    usable = memory.usable_host_bytes(host_memory_bytes)
+    ctx = memory.cpu_context_that_fits(
+        facts, usable_bytes=usable, target_context=target, slots=slots
+    )
+    if ctx < _min_context(target):
+        return None
+    notes = []
+    speed = bandwidth.cpu_tokens_per_s(bandwidth.bytes_read_per_token(facts), bandwidth_gbs)
+    if bandwidth_gbs <= 0:
+        notes.append("the node's memory bandwidth is not measured yet: no speed estimate")
+    if ctx < target:
+        notes.append(_shrunk_note(target, ctx, f"the CPU's {gb(usable)} usable"))
+    return Layout(
+        kind="cpu",
+        host_memory_bytes=memory.cpu_need_bytes(facts, context=ctx, slots=slots),
+        context=ctx,
+        tokens_per_s=round(speed, 1),
+        notes=notes,
+    )
+
+
+def _shrunk_note(target: int, ctx: int, where: str) -> str:
+    return f"context shrunk from {target} to {ctx} tokens: what fits beside the weights on {where}"
+
+
+def _rank(layouts: list[Layout], target: int, explicit: bool) -> list[Layout]:
+    """Best first: cards before the CPU; a context asked for kept whole before shrunk;
+    fewest cards; fastest."""
+
+    def key(layout: Layout) -> tuple:
+        shrunk = explicit and layout.context < target
+        return (layout.kind == "cpu", shrunk, layout.gpus, -layout.tokens_per_s, -layout.context)
+
+    return sorted(layouts, key=key)
+
+
+def _finish(facts: ModelFacts, target: int, explicit: bool, layouts: list[Layout]) -> Plan:
+    ranked = _rank(layouts, target, explicit)
+    kv_per_token = memory.kv_bytes_per_token(facts)
+    notes: list[str] = []
+    if kv_per_token:
+        notes.append(f"the context costs {gb(kv_per_token * 1000)} per 1000 tokens a slot")
+    else:
+        notes.append("the model's KV shape is not known: the context's memory is not counted")
+    if not explicit:
+        source = "the model's trained context" if facts.trained_context else "a default"
+        notes.append(f"context {target}: {source}")
+    if ranked and ranked[0].context < target:
+        whole = next((la for la in ranked if la.context >= target), None)
+        if whole is not None:
+            notes.append(f"{_describe(whole)} the whole {target}")
+        elif explicit:
+            notes.append(
+                f"no layout here holds a context of {target}; the best holds {ranked[0].context}"
+            )
+    return Plan(
+        facts=facts,
+        context=ranked[0].context if ranked else target,
+        kv_bytes_per_token=kv_per_token,
+        layouts=ranked,
+        notes=notes,
+    )
+
+
+def _describe(layout: Layout) -> str:
+    """Who holds it, with the verb: "one NVIDIA L4 holds", "2 × NVIDIA L4 hold"."""
+    if layout.kind == "cpu":
+        return "the CPU holds"
+    if layout.gpus > 1:
+        return f"{layout.gpus} × {layout.card_name} hold"
+    return f"one {layout.card_name} holds"
+
+
+def _shape(inventory: Inventory, bandwidths: Mapping[str, float]) -> tuple:
+    cards = tuple(
+        (c.name, c.memory_total_bytes)
+        for c in sorted(inventory.gpus, key=lambda c: (c.name, c.memory_total_bytes))
+    )
+    nvlink = tuple(c.nvlink_group for c in card_classes(inventory.gpus))
+    host = inventory.host
+    return cards, nvlink, host.memory_total_bytes, bandwidths.get(host.hostname, 0.0)
+
+
+def _max_weights_bytes(
+    facts: ModelFacts, engine: str, usable: int, n: int, split: Split, context: int, slots: int
+) -> int:
+    """The most weights n cards hold beside `context` tokens (binary search on the size)."""
+
+    def fits(weights: int) -> bool:
+        trial = facts.model_copy(update={"weights_bytes": weights})
+        need = memory.card_need(
+            trial, engine=engine, context=context, slots=slots, cards=n, split=split
+        )
+        return need.total_bytes <= usable
+
+    low, high = 0, usable * n
+    while low < high:
+        mid = (low + high + 1) // 2
+        if fits(mid):
+            low = mid
+        else:
+            high = mid - 1
+    return low
+
+
+def _refusal(
+    facts: ModelFacts,
+    engine: str,
+    target: int,
+    slots: int,
+    classes: Sequence[CardClass],
+    host_memory_bytes: int,
+) -> str:
+    min_ctx = _min_context(target)
+    what = f"the weights ({gb(facts.weights_bytes)}) with a {min_ctx}-token context"
+    if not classes:
+        if engine not in CPU_ENGINES:
+            return f"{engine} needs GPUs and there are none here; llama.cpp runs a GGUF on the CPU"
+        if host_memory_bytes <= 0:
+            return "there are no GPUs here and the host's memory is not known"
+        usable = memory.usable_host_bytes(host_memory_bytes)
+        room = usable - memory.cpu_need_bytes(facts, context=min_ctx, slots=slots)
+        most = facts.weights_bytes + room
+        return (
+            f"{what} do not fit in the CPU's {gb(usable)} usable: it holds at most "
+            f"{gb(max(most, 0))} of weights; a smaller quantisation or a node with more memory"
+        )
+    # What the biggest layout of each kind holds, and how many of the largest
+    # card the model would need.
+    best_weights, best_where = 0, ""
+    for cards in classes:
+        for n, split in _candidates(facts, engine, cards.count):
+            held = _max_weights_bytes(facts, engine, cards.usable_bytes, n, split, min_ctx, slots)
+            if held > best_weights:
+                best_weights = held
+                best_where = f"{n} × {cards.name}" if n > 1 else f"one {cards.name}"
+    parts = [f"{what} fit nowhere here"]
+    if best_weights:
+        parts[0] += f": the most these cards hold is {gb(best_weights)} ({best_where})"
+    largest = max(classes, key=lambda c: c.memory_total_bytes)
+    needed = _cards_needed(facts, engine, largest, min_ctx, slots)
+    parts.append(
+        f"it needs {needed} × {largest.name}, or a smaller quantisation"
+        if needed
+        else f"it needs more than 64 × {largest.name}; a smaller quantisation"
+    )
+    if engine in TORCH_ENGINES and any(
+        tp <= largest.count and not memory.tensor_width_allowed(facts, tp) for tp in TENSOR_WIDTHS
+    ):
+        parts.append(
+            f"tensor parallel must divide the model's {facts.kv_heads} KV heads "
+            "or be a multiple of them"
+        )
+    if engine in CPU_ENGINES and host_memory_bytes > 0:
+        usable = memory.usable_host_bytes(host_memory_bytes)
+        parts.append(f"nor does the CPU's {gb(usable)} usable hold it")
+    return "; ".join(parts)
+
+
+def _cards_needed(
+    facts: ModelFacts, engine: str, cards: CardClass, context: int, slots: int
+) -> int:
+    """The fewest cards of this kind that would hold the model (0: more than 64)."""
+    widths = (
+        [tp for tp in TENSOR_WIDTHS if memory.tensor_width_allowed(facts, tp)]
+        if engine in TORCH_ENGINES
+        else list(range(2, 65))
+    )
+    split: Split = "tensor" if engine in TORCH_ENGINES else "layer"
+    for n in widths:
+        need = memory.card_need(
+            facts, engine=engine, context=context, slots=slots, cards=n, split=split
+        )
+        if need.total_bytes <= cards.usable_bytes:
+            return n
+    return 0

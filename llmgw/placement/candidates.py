@@ -1,0 +1,309 @@
+"""What placement reads: the nodes it may choose from and what is asked of them.
+
+``NodeCandidate`` is one node as the controller sees it at the moment of a
+decision: its state, the operator's overlays, what it can run, its hardware
+and what is already reserved on it. ``PlacementRequest`` is one replica of one
+model profile with the plan of layouts that could run it.
+
+Both are pydantic for the controller's and the tests' sake, but a decision
+reads them thousands of times over a large cluster, so each keeps a small
+cache of facts derived from its fields (``static()``, ``prepared()``). The
+caches hold no state of their own: they are rebuilt when the inventory or the
+plan object is replaced, and never take part in equality.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+
+from llmgw.catalog.model import GpuNeed, Model, Profile
+from llmgw.inventory import GpuInfo, Inventory
+from llmgw.modelplan.types import Layout, Plan
+
+GIB = 1024**3
+# The label that reserves a node for one kind of work (e.g. the judges'
+# machines): such a node takes only requests that ask for its role, or any
+# other model would end up beside the judges and slow them down.
+ROLE_LABEL = "llmgw.role"
+
+
+def gib(n: int) -> str:
+    """Bytes as operators read them in reasons: '41.5 GiB'."""
+    return f"{n / GIB:.1f} GiB"
+
+
+def cc_tuple(text: str) -> tuple[int, int] | None:
+    """'8.9' -> (8, 9); None when empty or malformed."""
+    major, dot, minor = text.partition(".")
+    if not dot or not major.isdigit() or not minor.isdigit():
+        return None
+    return int(major), int(minor)
+
+
+class _Cache:
+    """A slot for derived facts that never makes two models unequal."""
+
+    __slots__ = ("key", "value")
+
+    def __init__(self) -> None:
+        self.key: Any = None
+        self.value: Any = None
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Cache)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class NodeStatic:
+    """Facts of a node's hardware that do not change between decisions."""
+
+    __slots__ = (
+        "_eligible",
+        "cards",
+        "gpu_total_bytes",
+        "host_total_bytes",
+        "largest_linked",
+        "links",
+        "nvlink",
+    )
+
+    def __init__(self, inventory: Inventory) -> None:
+        # (index, total bytes, cc tuple or None, name, cc text) per card.
+        self.cards = tuple(
+            (
+                g.index,
+                g.memory_total_bytes,
+                cc_tuple(g.compute_capability),
+                g.name,
+                g.compute_capability,
+            )
+            for g in inventory.gpus
+        )
+        self.gpu_total_bytes = sum(c[1] for c in self.cards)
+        self.host_total_bytes = inventory.host.memory_total_bytes
+        indexes = {c[0] for c in self.cards}
+        # NVLink is symmetric; a recording that names the link on one side
+        # only still means the two cards are joined.
+        links: dict[int, set[int]] = {i: set() for i in indexes}
+        for g in inventory.gpus:
+            for p in g.nvlink_peers:
+                if p in indexes and p != g.index:
+                    links[g.index].add(p)
+                    links[p].add(g.index)
+        self.links = {i: frozenset(s) for i, s in links.items()}
+        # "all": an NVSwitch or full mesh, any set of cards is joined, so the
+        # search for joined cards can be skipped; "none": likewise, nothing to find.
+        if not self.cards or all(not s for s in self.links.values()):
+            self.nvlink = "none"
+        elif all(len(s) == len(indexes) - 1 for s in self.links.values()):
+            self.nvlink = "all"
+        else:
+            self.nvlink = "some"
+        # The most cards all joined to each other: two bridged pairs make 2,
+        # not 4, and a search for 4 joined cards there can stop before it starts.
+        self.largest_linked = (
+            _largest_clique(self.links)
+            if self.nvlink == "some"
+            else (len(self.cards) if self.nvlink == "all" else 1)
+        )
+        self._eligible: dict[tuple, tuple] = {}
+
+    def eligible(
+        self, min_cc: tuple[int, int] | None, min_total_bytes: int
+    ) -> tuple[tuple[int, int], ...]:
+        """(index, total bytes) of the cards of the needed kind, memoised per need."""
+        return self._memo(min_cc, min_total_bytes)[0]
+
+    def idle_order(
+        self, min_cc: tuple[int, int] | None, min_total_bytes: int
+    ) -> list[tuple[int, int]]:
+        """(free, index) of those cards when nothing is in use, in fit order.
+
+        Most nodes of a large cluster have nothing placed on them; their fit
+        order is the same every decision, so it is worked out once.
+        """
+        return self._memo(min_cc, min_total_bytes)[1]
+
+    def _memo(self, min_cc, min_total_bytes):
+        key = (min_cc, min_total_bytes)
+        found = self._eligible.get(key)
+        if found is None:
+            cards = tuple(
+                (c[0], c[1])
+                for c in self.cards
+                if (min_cc is None or (c[2] is not None and c[2] >= min_cc))
+                and c[1] >= min_total_bytes
+            )
+            found = self._eligible[key] = (cards, sorted((t, i) for i, t in cards))
+        return found
+
+
+def _largest_clique(links: dict[int, frozenset[int]]) -> int:
+    """Size of the largest set of cards all joined to each other (Bron–Kerbosch)."""
+    best = 1
+
+    def grow(size: int, candidates: set[int], excluded: set[int]) -> None:
+        nonlocal best
+        if not candidates and not excluded:
+            best = max(best, size)
+            return
+        for v in list(candidates):
+            grow(size + 1, candidates & links[v], excluded & links[v])
+            candidates.discard(v)
+            excluded.add(v)
+
+    grow(0, set(links), set())
+    return best
+
+
+class NodeCandidate(BaseModel):
+    """One node as placement sees it at the moment of a decision."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    node_id: str
+    # registering, ready, not_ready, gone: only "ready" takes new replicas.
+    state: str = "ready"
+    cordoned: bool = False
+    draining: bool = False
+    labels: dict[str, str] = Field(default_factory=dict)
+    # Engines the agent says it can install on this machine.
+    installable_engines: list[str] = Field(default_factory=list)
+    # Engine -> the node's own words for its state: "installed 0.9.2",
+    # "installing: downloading llama-b… (16 MB)", "failed: libstdc++.so.6 is too old".
+    engines_installed: dict[str, str] = Field(default_factory=dict)
+    inventory: Inventory
+    # GPU index -> bytes held by replicas already placed plus foreign use.
+    gpu_used_bytes: dict[int, int] = Field(default_factory=dict)
+    host_memory_used_bytes: int = 0
+    # Model names whose weights are already on the node's disk.
+    models_cached: set[str] = Field(default_factory=set)
+
+    _static: _Cache = PrivateAttr(default_factory=_Cache)
+
+    def static(self) -> NodeStatic:
+        """The node's hardware facts, derived once per inventory object."""
+        # Straight to pydantic's slot: the ordinary attribute path for a
+        # private attribute costs more than the rest of a node's filters.
+        cache = self.__pydantic_private__["_static"]
+        if cache.key is not self.inventory:
+            cache.key, cache.value = self.inventory, NodeStatic(self.inventory)
+        return cache.value
+
+    def free_bytes(self, gpu: GpuInfo | int) -> int:
+        """Memory of one card not reserved by anything (never below zero)."""
+        index = gpu if isinstance(gpu, int) else gpu.index
+        total = next((c[1] for c in self.static().cards if c[0] == index), 0)
+        return max(0, total - self.gpu_used_bytes.get(index, 0))
+
+    @property
+    def host_free_bytes(self) -> int:
+        return max(0, self.inventory.host.memory_total_bytes - self.host_memory_used_bytes)
+
+    def reserve(self, per_gpu_bytes: dict[int, int], host_memory_bytes: int = 0) -> None:
+        """Count a placement's memory as used, so the next decision sees it taken.
+
+        The reconciler places one model after another within a pass; without
+        this, two models would both be given the same free card.
+        """
+        for index, n in per_gpu_bytes.items():
+            self.gpu_used_bytes[index] = self.gpu_used_bytes.get(index, 0) + n
+        self.host_memory_used_bytes += host_memory_bytes
+
+
+class LayoutNeed:
+    """One layout of a plan, reduced to what the hot loop compares."""
+
+    __slots__ = ("cards", "gpu", "host_bytes", "index", "layout", "need_bytes", "tp")
+
+    def __init__(self, index: int, layout: Layout) -> None:
+        self.index = index
+        self.layout = layout
+        self.gpu = layout.kind == "gpu"
+        self.cards = max(1, layout.gpus or layout.tensor_parallel) if self.gpu else 0
+        self.need_bytes = layout.per_card.total_bytes if layout.per_card else 0
+        self.host_bytes = layout.host_memory_bytes
+        self.tp = layout.tensor_parallel
+
+    def shape(self) -> str:
+        """'1 card', '4 cards, TP 4', 'CPU'."""
+        if not self.gpu:
+            return "CPU"
+        split = f", TP {self.tp}" if self.tp > 1 else ""
+        return ("1 card" if self.cards == 1 else f"{self.cards} cards") + split
+
+    def describe(self) -> str:
+        """The shape with its memory: '2 cards, TP 2, 41.5 GiB each'."""
+        if not self.gpu:
+            return f"CPU, {gib(self.host_bytes)} of host memory"
+        each = "" if self.cards == 1 else " each"
+        return f"{self.shape()}, {gib(self.need_bytes)}{each}"
+
+
+class Prepared:
+    """A request's needs in the form the filters and fit compare against."""
+
+    __slots__ = ("layouts", "min_cc", "min_cc_text", "min_total_bytes", "needs_gpu", "role")
+
+    def __init__(self, request: PlacementRequest) -> None:
+        need = request.gpu or GpuNeed()
+        self.min_cc_text = need.min_compute_capability
+        self.min_cc = cc_tuple(need.min_compute_capability)
+        self.min_total_bytes = need.min_memory_bytes
+        layouts = [LayoutNeed(i, lay) for i, lay in enumerate(request.plan.layouts)]
+        if request.cpu:
+            layouts = [lay for lay in layouts if not lay.gpu]
+        self.layouts = tuple(layouts)
+        # Only when every layout needs GPUs can a node without a suitable
+        # card be dropped before fitting; otherwise its CPU may still do.
+        self.needs_gpu = bool(layouts) and all(lay.gpu for lay in layouts)
+        self.role = request.labels.get(ROLE_LABEL, "")
+
+
+class PlacementRequest(BaseModel):
+    """One replica of one model profile to place, with the plan that sizes it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str
+    profile: str = "default"
+    engine: str
+    gpu: GpuNeed | None = None
+    # The profile runs on CPU only: GPU layouts of the plan are ignored.
+    cpu: bool = False
+    # Labels the node must carry (the model's selector).
+    labels: dict[str, str] = Field(default_factory=dict)
+    plan: Plan
+
+    _prepared: _Cache = PrivateAttr(default_factory=_Cache)
+
+    @classmethod
+    def for_profile(cls, model: Model, profile: Profile, plan: Plan) -> PlacementRequest:
+        """The request for one replica of a catalog model run by one of its profiles."""
+        return cls(
+            model=model.name,
+            profile=profile.name,
+            engine=profile.engine,
+            gpu=profile.gpu,
+            cpu=profile.cpu,
+            labels=dict(model.labels),
+            plan=plan,
+        )
+
+    def prepared(self) -> Prepared:
+        cache = self.__pydantic_private__["_prepared"]
+        # Rebuilt when a field is given a new object; a request is not meant
+        # to be edited in place once placed.
+        key = cache.key
+        if (
+            key is None
+            or key[0] is not self.plan
+            or key[1] is not self.gpu
+            or key[2] is not self.cpu
+            or key[3] is not self.labels
+        ):
+            cache.key, cache.value = (self.plan, self.gpu, self.cpu, self.labels), Prepared(self)
+        return cache.value

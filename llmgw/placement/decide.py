@@ -1,0 +1,193 @@
+"""Placement: for one replica, the node and cards it goes to, or for every node why not.
+
+``place`` runs each node through the filter chain (filters.py), fits the plan's
+layouts on the nodes that pass (fit.py), and ranks the nodes that fit
+(scorers.py). The answer always accounts for every node: the chosen one, the
+others that fit and what they lost on, and the reason each of the rest was
+dropped. When nothing fits, ``refused`` sums the reasons up in one line.
+
+Pure and synchronous: the reconciler calls it once per replica to place, the
+admin service once for ``explain-placement``. A pass that places several
+replicas reserves each placement on its node (``NodeCandidate.reserve``)
+before the next decision, so two replicas are never given the same free card.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from operator import itemgetter
+
+from pydantic import BaseModel
+
+from llmgw.modelplan.types import Layout
+from llmgw.placement.candidates import LayoutNeed, NodeCandidate, PlacementRequest, gib
+from llmgw.placement.filters import CHAIN, category
+from llmgw.placement.fit import SHORT_GPU, SHORT_HOST, TOO_FEW_GPUS, Misfit, fit_prepared
+from llmgw.placement.scorers import Score, score_key, score_of, why_lower
+
+# Refusal counts read in the order the chain drops nodes; the memory
+# categories come last since they are reached last.
+_MEMORY_RANK = {TOO_FEW_GPUS: 0, SHORT_GPU: 1, SHORT_HOST: 2}
+_RANK = {f: rank for rank, f in enumerate(CHAIN)}
+
+
+class Placement(BaseModel):
+    """Where a replica goes."""
+
+    node_id: str
+    layout: Layout
+    # Position of the layout in the plan (0: the plan's first choice).
+    layout_index: int
+    gpu_indexes: list[int]
+    per_gpu_bytes: dict[int, int]
+    host_memory_bytes: int
+    score: Score
+
+
+class Decision(BaseModel):
+    """A placement, or none; and for every node not chosen, why."""
+
+    model: str
+    profile: str = "default"
+    engine: str = ""
+    placement: Placement | None = None
+    # node id -> why it was not chosen, in node id order.
+    reasons: dict[str, str]
+    # One line summing up the reasons when nothing fits; "" when placed.
+    refused: str = ""
+    # Category ("not ready", "short of GPU memory", …) -> nodes that did not fit.
+    counts: dict[str, int]
+    # How many nodes could have taken it (the chosen one included).
+    fitting: int = 0
+
+    def explain(self) -> str:
+        """The decision and every node's reason, as ``explain-placement`` prints it."""
+        head = f"{self.model} (profile {self.profile}, {self.engine})"
+        p = self.placement
+        if p is None:
+            lines = [f"{head}: not placed: {self.refused}"]
+        else:
+            need = LayoutNeed(p.layout_index, p.layout)
+            where = f"GPUs {p.gpu_indexes}" if p.gpu_indexes else "CPU"
+            lines = [
+                (
+                    f"{head}: on {p.node_id}, {where}, layout {p.layout_index + 1} "
+                    f"({need.describe()}); {self.fitting} node(s) fit"
+                )
+            ]
+        width = max((len(n) for n in self.reasons), default=0)
+        lines += [f"  {node:<{width}}  {why}" for node, why in self.reasons.items()]
+        return "\n".join(lines)
+
+
+def place(request: PlacementRequest, nodes: Iterable[NodeCandidate]) -> Decision:
+    """Choose a node and cards for one replica of the request, or say why none can take it."""
+    nodes = list(nodes)
+    prep = request.prepared()
+    base = {"model": request.model, "profile": request.profile, "engine": request.engine}
+    if not prep.layouts:
+        why = request.plan.refused or "the plan has no layout to place"
+        if request.cpu and request.plan.layouts:
+            why = "the profile runs on CPU and the plan has only GPU layouts"
+        return Decision(
+            **base,
+            reasons={n.node_id: f"nothing to place: {why}" for n in _by_id(nodes)},
+            refused=f"nothing to place: {why}",
+            counts={"nothing to place": len(nodes)} if nodes else {},
+        )
+
+    reasons: dict[str, str] = {}
+    tally: dict[str, list] = {}  # category -> [rank, count]
+    fits: list[tuple] = []
+    largest_card = largest_host = most_cards = 0
+    reason = None
+    # Locals: this loop runs once per node per decision, 1,000s of times.
+    chain, fit_one, key_of = CHAIN, fit_prepared, score_key
+    for node in nodes:
+        for f in chain:
+            reason = f(request, node)
+            if reason is not None:
+                break
+        if reason is not None:
+            reasons[node.node_id] = reason
+            _count(tally, category(f, request, node), _RANK[f])
+        else:
+            fit = fit_one(prep, node)
+            if type(fit) is Misfit:
+                reasons[node.node_id] = fit.reason
+                _count(tally, fit.category, len(CHAIN) + _MEMORY_RANK[fit.category])
+                if fit.category == SHORT_GPU:
+                    largest_card = max(largest_card, fit.largest_free_bytes)
+                elif fit.category == SHORT_HOST:
+                    largest_host = max(largest_host, fit.largest_free_bytes)
+                else:
+                    most_cards = max(most_cards, fit.suitable_cards)
+            else:
+                fits.append((key_of(request, node, fit), fit))
+
+    counts = {c: n for c, (_, n) in sorted(tally.items(), key=lambda kv: (kv[1][0], kv[0]))}
+    if not fits:
+        return Decision(
+            **base,
+            reasons=dict(sorted(reasons.items())),
+            refused=_refusal(prep, counts, largest_card, largest_host, most_cards),
+            counts=counts,
+        )
+
+    best_key, best = min(fits, key=itemgetter(0))
+    for key, fit in fits:
+        if key is not best_key:
+            reasons[key[-1]] = why_lower(key, best_key, fit)
+    need = best.need
+    placement = Placement(
+        node_id=best_key[-1],
+        layout=need.layout,
+        layout_index=need.index,
+        gpu_indexes=list(best.gpu_indexes),
+        per_gpu_bytes={i: need.need_bytes for i in best.gpu_indexes},
+        host_memory_bytes=need.host_bytes,
+        score=score_of(best_key),
+    )
+    return Decision(
+        **base,
+        placement=placement,
+        reasons=dict(sorted(reasons.items())),
+        counts=counts,
+        fitting=len(fits),
+    )
+
+
+def _by_id(nodes: list[NodeCandidate]) -> list[NodeCandidate]:
+    return sorted(nodes, key=lambda n: n.node_id)
+
+
+def _count(tally: dict[str, list], name: str, rank: int) -> None:
+    entry = tally.get(name)
+    if entry is None:
+        tally[name] = [rank, 1]
+    else:
+        entry[1] += 1
+
+
+def _refusal(prep, counts: dict[str, int], card: int, host: int, cards: int) -> str:
+    if not counts:
+        return "no node can run it: the cluster has no nodes"
+    gpu_layouts = [n for n in prep.layouts if n.gpu]
+    cpu_layouts = [n for n in prep.layouts if not n.gpu]
+    parts = []
+    for name, n in counts.items():
+        text = f"{n} {name}"
+        if name == SHORT_GPU:
+            needs = " or ".join(
+                gib(x.need_bytes) + ("" if x.cards == 1 else f" on each of {x.cards} cards")
+                for x in gpu_layouts
+            )
+            text += f" (largest free card {gib(card)}, needs {needs})"
+        elif name == SHORT_HOST:
+            least = min(x.host_bytes for x in cpu_layouts)
+            text += f" (most free {gib(host)}, needs {gib(least)})"
+        elif name == TOO_FEW_GPUS:
+            least = min(x.cards for x in gpu_layouts)
+            text += f" (at most {cards} suitable, needs {least})"
+        parts.append(text)
+    return "no node can run it: " + ", ".join(parts)
