@@ -12,9 +12,9 @@ The cluster cycles through the GPU models of tests/fixtures/hardware (H100
 of the nodes is not ready, cordoned or draining, has a failed engine, or has
 cards partly in use; some have weights cached. The requests cycle through
 plans a planner would give: one card, TP 2, TP 4 with a TP 2 fallback, TP 8,
-FP8 needing compute capability 8.9, a CPU layout behind a GPU one, and one
-that fits nowhere (so the refusal path, with a reason for every node, is
-timed too).
+FP8 needing compute capability 8.9, a CPU layout behind a GPU one, one that
+fits nowhere (so the refusal path, with a reason for every node, is timed
+too), and two with a layout per kind of card, as model planning makes them.
 
 Two figures:
 
@@ -39,15 +39,12 @@ import sys
 import time
 from pathlib import Path
 
+from llmgw.catalog.model import GpuNeed
+from llmgw.inventory import Inventory
+from llmgw.modelplan.types import CardNeed, Layout, ModelFacts, Plan
+from llmgw.placement import NodeCandidate, PlacementRequest, place
+
 REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-from llmgw.catalog.model import GpuNeed  # noqa: E402
-from llmgw.inventory import Inventory  # noqa: E402
-from llmgw.modelplan.types import CardNeed, Layout, ModelFacts, Plan  # noqa: E402
-from llmgw.placement import NodeCandidate, PlacementRequest, place  # noqa: E402
-
 FIXTURES = REPO / "tests" / "fixtures" / "hardware"
 GIB = 1024**3
 GPUS_PER_NODE = 8
@@ -115,25 +112,36 @@ def build_cluster(n: int, seed: int) -> list[NodeCandidate]:
     return nodes
 
 
-def _gpu(cards: int, gib_each: float) -> Layout:
+def _gpu(cards: int, gib_each: float, card_name: str = "") -> Layout:
     per = int(gib_each * GIB)
     return Layout(
         kind="gpu",
+        card_name=card_name,
         gpus=cards,
         tensor_parallel=cards,
-        per_card=CardNeed(weights_bytes=per * 8 // 10, kv_bytes=per // 10, overhead_bytes=per // 10),
+        per_card=CardNeed(
+            weights_bytes=per * 8 // 10, kv_bytes=per // 10, overhead_bytes=per // 10
+        ),
     )
 
 
 def _plan(*layouts: Layout) -> Plan:
-    return Plan(facts=ModelFacts(format="safetensors"), context=8192, kv_bytes_per_token=0,
-                layouts=list(layouts))
+    return Plan(
+        facts=ModelFacts(format="safetensors"),
+        context=8192,
+        kv_bytes_per_token=0,
+        layouts=list(layouts),
+    )
 
 
 def requests() -> list[PlacementRequest]:
     """One request per kind of plan; the i-th model cycles through them."""
     cc89 = GpuNeed(min_compute_capability="8.9")
     cc80 = GpuNeed(min_compute_capability="8.0")
+    card_names = [
+        Inventory.model_validate_json((FIXTURES / f"{f}.json").read_text()).gpus[0].name
+        for f, _ in GPU_MODELS
+    ]
     kinds = [
         ("llama.cpp", None, _plan(_gpu(1, 18))),
         ("vllm", cc80, _plan(_gpu(2, 36))),
@@ -142,6 +150,9 @@ def requests() -> list[PlacementRequest]:
         ("vllm", cc80, _plan(_gpu(8, 65))),
         ("llama.cpp", None, _plan(_gpu(1, 60), Layout(kind="cpu", host_memory_bytes=48 * GIB))),
         ("vllm", None, _plan(_gpu(1, 300), _gpu(8, 150))),  # fits nowhere
+        # As model planning gives them: a layout per kind of card, fastest first.
+        ("llama.cpp", None, _plan(*(_gpu(1, 7, name) for name in card_names))),
+        ("vllm", None, _plan(_gpu(4, 38, card_names[0]), _gpu(2, 36, card_names[1]))),
     ]
     return [
         PlacementRequest(model=f"model-{i}", engine=engine, gpu=gpu, plan=plan)

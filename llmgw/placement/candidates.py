@@ -112,32 +112,42 @@ class NodeStatic:
         self._eligible: dict[tuple, tuple] = {}
 
     def eligible(
-        self, min_cc: tuple[int, int] | None, min_total_bytes: int
+        self, min_cc: tuple[int, int] | None, min_total_bytes: int, card_name: str = ""
     ) -> tuple[tuple[int, int], ...]:
-        """(index, total bytes) of the cards of the needed kind, memoised per need."""
-        return self._memo(min_cc, min_total_bytes)[0]
+        """(index, total bytes) of the cards of the needed kind, memoised per need.
 
-    def idle_order(
-        self, min_cc: tuple[int, int] | None, min_total_bytes: int
-    ) -> list[tuple[int, int]]:
-        """(free, index) of those cards when nothing is in use, in fit order.
-
-        Most nodes of a large cluster have nothing placed on them; their fit
-        order is the same every decision, so it is worked out once.
+        ``card_name`` (a layout's planned card, "" for any) keeps only cards of that name.
         """
-        return self._memo(min_cc, min_total_bytes)[1]
+        return self.cards_for(min_cc, min_total_bytes, card_name)[0]
 
-    def _memo(self, min_cc, min_total_bytes):
-        key = (min_cc, min_total_bytes)
+    def eligible_names(self, min_cc: tuple[int, int] | None, min_total_bytes: int) -> frozenset:
+        """The names of the cards of the needed kind."""
+        return self.cards_for(min_cc, min_total_bytes, "")[2]
+
+    def cards_for(
+        self, min_cc: tuple[int, int] | None, min_total_bytes: int, card_name: str = ""
+    ) -> tuple[tuple, list, frozenset]:
+        """For one need: the cards' (index, total), their fit order when idle, their names.
+
+        The fit order is (free, index) ascending, fullest first. Most nodes of
+        a large cluster have nothing placed on them; their order is the same
+        every decision, so it is worked out once.
+        """
+        key = (min_cc, min_total_bytes, card_name)
         found = self._eligible.get(key)
         if found is None:
             cards = tuple(
-                (c[0], c[1])
+                c
                 for c in self.cards
                 if (min_cc is None or (c[2] is not None and c[2] >= min_cc))
                 and c[1] >= min_total_bytes
+                and (not card_name or c[3] == card_name)
             )
-            found = self._eligible[key] = (cards, sorted((t, i) for i, t in cards))
+            found = self._eligible[key] = (
+                tuple((c[0], c[1]) for c in cards),
+                sorted((c[1], c[0]) for c in cards),
+                frozenset(c[3] for c in cards),
+            )
         return found
 
 
@@ -217,7 +227,7 @@ class NodeCandidate(BaseModel):
 class LayoutNeed:
     """One layout of a plan, reduced to what the hot loop compares."""
 
-    __slots__ = ("cards", "gpu", "host_bytes", "index", "layout", "need_bytes", "tp")
+    __slots__ = ("card_name", "cards", "gpu", "host_bytes", "index", "layout", "need_bytes", "tp")
 
     def __init__(self, index: int, layout: Layout) -> None:
         self.index = index
@@ -227,12 +237,18 @@ class LayoutNeed:
         self.need_bytes = layout.per_card.total_bytes if layout.per_card else 0
         self.host_bytes = layout.host_memory_bytes
         self.tp = layout.tensor_parallel
+        # Planning fits a layout's context to one kind of card (its 90% of
+        # that card's memory); on another kind the same bytes may leave no
+        # headroom, so a named layout goes only on cards of that name.
+        self.card_name = layout.card_name if self.gpu else ""
 
     def shape(self) -> str:
-        """'1 card', '4 cards, TP 4', 'CPU'."""
+        """'1 card', '4 cards, TP 4', '2 × NVIDIA L4, TP 2', 'CPU'."""
         if not self.gpu:
             return "CPU"
         split = f", TP {self.tp}" if self.tp > 1 else ""
+        if self.card_name:
+            return f"{self.cards} × {self.card_name}{split}"
         return ("1 card" if self.cards == 1 else f"{self.cards} cards") + split
 
     def describe(self) -> str:
@@ -246,7 +262,15 @@ class LayoutNeed:
 class Prepared:
     """A request's needs in the form the filters and fit compare against."""
 
-    __slots__ = ("layouts", "min_cc", "min_cc_text", "min_total_bytes", "needs_gpu", "role")
+    __slots__ = (
+        "card_names",
+        "layouts",
+        "min_cc",
+        "min_cc_text",
+        "min_total_bytes",
+        "needs_gpu",
+        "role",
+    )
 
     def __init__(self, request: PlacementRequest) -> None:
         need = request.gpu or GpuNeed()
@@ -261,6 +285,10 @@ class Prepared:
         # card be dropped before fitting; otherwise its CPU may still do.
         self.needs_gpu = bool(layouts) and all(lay.gpu for lay in layouts)
         self.role = request.labels.get(ROLE_LABEL, "")
+        # The cards the GPU layouts were planned for; empty when any will do
+        # (a layout without a card name, as hand-made plans have).
+        names = [lay.card_name for lay in layouts if lay.gpu]
+        self.card_names = () if not all(names) else tuple(dict.fromkeys(names))
 
 
 class PlacementRequest(BaseModel):

@@ -16,7 +16,13 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 
-from llmgw.placement.candidates import ROLE_LABEL, NodeCandidate, PlacementRequest, gib
+from llmgw.placement.candidates import (
+    ROLE_LABEL,
+    NodeCandidate,
+    NodeStatic,
+    PlacementRequest,
+    gib,
+)
 from llmgw.placement.fit import Misfit, fit_node
 
 Filter = Callable[[PlacementRequest, NodeCandidate], "str | None"]
@@ -74,8 +80,14 @@ def gpu_suitable(request: PlacementRequest, node: NodeCandidate) -> str | None:
     if not prep.needs_gpu:
         return None
     static = node.static()
-    if static.eligible(prep.min_cc, prep.min_total_bytes):
-        return None
+    names = static.eligible_names(prep.min_cc, prep.min_total_bytes)
+    if names:
+        if not prep.card_names or not names.isdisjoint(prep.card_names):
+            return None
+        return (
+            f"the plan has no layout for its cards ({_cards(static)}); "
+            f"its layouts are for {', '.join(prep.card_names)}"
+        )
     if not static.cards:
         note = node.inventory.host.gpu_note
         return f"has no GPU ({note})" if note else "has no GPU"
@@ -84,11 +96,15 @@ def gpu_suitable(request: PlacementRequest, node: NodeCandidate) -> str | None:
         wants.append(f"of compute capability {prep.min_cc_text} or newer")
     if prep.min_total_bytes:
         wants.append(f"with {gib(prep.min_total_bytes)} or more")
+    return f"no GPU {' '.join(wants)}: has {_cards(static)}"
+
+
+def _cards(static: NodeStatic) -> str:
+    """'2 × NVIDIA A100-SXM4-40GB (cc 8.0, 40.0 GiB)', kind by kind."""
     groups = Counter((c[3], c[4] or "unknown", c[1]) for c in static.cards)
-    has = ", ".join(
+    return ", ".join(
         f"{n} × {name} (cc {cc}, {gib(total)})" for (name, cc, total), n in groups.items()
     )
-    return f"no GPU {' '.join(wants)}: has {has}"
 
 
 def memory_fits(request: PlacementRequest, node: NodeCandidate) -> str | None:

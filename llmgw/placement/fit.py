@@ -1,8 +1,9 @@
 """Layout fit: on one node, the first layout of the plan that fits, and on which cards.
 
 The plan lists its layouts best first; a node takes the first it can hold.
-For a GPU layout that means ``cards`` cards of the needed kind, each with at
-least the layout's per-card bytes free. Among the cards that qualify the
+For a GPU layout that means ``cards`` cards of the needed kind (the profile's
+compute capability and size, and the card the layout was planned for when it
+names one), each with at least the layout's per-card bytes free. Among the cards that qualify the
 fullest go first (best fit: the emptiest cards stay whole for larger models),
 ties by index; for tensor parallelism, cards joined by NVLink are preferred
 when the node has such a set, since every layer's all-reduce crosses them.
@@ -70,42 +71,47 @@ def fit_node(request: PlacementRequest, node: NodeCandidate) -> Fit | Misfit:
 def fit_prepared(prep: Prepared, node: NodeCandidate) -> Fit | Misfit:
     """fit_node for a request already prepared: what place() calls once per node."""
     static = node.static()
-    eligible = static.eligible(prep.min_cc, prep.min_total_bytes)
     used = node.gpu_used_bytes
-    # (free bytes, index), fullest card first: the order cards are tried in.
-    frees: list[tuple[int, int]] | None = None
-    misses: list[tuple[LayoutNeed, str]] = []
+    # Per card name (a plan's layouts may be for several kinds of card):
+    # the suitable cards, and their (free bytes, index) fullest first, the
+    # order cards are tried in.
+    name: str | None = None
+    eligible: tuple = ()
+    frees: list[tuple[int, int]] = []
+    misses: list[tuple[LayoutNeed, str, list, int]] = []
     for need in prep.layouts:
         if not need.gpu:
             host_free = static.host_total_bytes - node.host_memory_used_bytes
             if host_free >= need.host_bytes:
                 return Fit(need, (), True, host_free - need.host_bytes)
-            misses.append((need, "host"))
+            misses.append((need, "host", [], 0))
             continue
-        if len(eligible) < need.cards:
-            misses.append((need, "count"))
-            continue
-        if frees is None:
-            if used:
+        if need.card_name != name:
+            name = need.card_name
+            eligible, frees, _ = static.cards_for(prep.min_cc, prep.min_total_bytes, name)
+            if used and eligible:
                 frees = sorted([(total - used.get(i, 0), i) for i, total in eligible])
-            else:
-                frees = static.idle_order(prep.min_cc, prep.min_total_bytes)
+        if not eligible and name:
+            continue  # planned for a kind of card this node does not have
+        if len(eligible) < need.cards:
+            misses.append((need, "count", frees, len(eligible)))
+            continue
         want = need.need_bytes
         if need.cards == 1:
             # The common case, without building the list of every card that fits.
             for free, i in frees:
                 if free >= want:
                     return Fit(need, (i,), True, free - want)
-            misses.append((need, "memory"))
+            misses.append((need, "memory", frees, len(eligible)))
             continue
         room = [f for f in frees if f[0] >= want]
         if len(room) < need.cards:
-            misses.append((need, "memory"))
+            misses.append((need, "memory", frees, len(eligible)))
             continue
         chosen, linked = _choose(room, need, static)
         leftover = sum(f for f, _ in chosen) - want * need.cards
         return Fit(need, tuple(sorted(i for _, i in chosen)), linked, leftover)
-    return _misfit(node, misses, frees or [], len(eligible))
+    return _misfit(node, misses)
 
 
 def _choose(
@@ -131,43 +137,51 @@ def _choose(
     return room[:k], False
 
 
-def _misfit(
-    node: NodeCandidate, misses: list[tuple[LayoutNeed, str]], frees: list, suitable: int
-) -> Misfit:
-    if not misses:
-        return Misfit("the plan has no layout to try", SHORT_GPU, 0, suitable)
+def _misfit(node: NodeCandidate, misses: list[tuple[LayoutNeed, str, list, int]]) -> Misfit:
     static = node.static()
+    if not misses:
+        # Every layout was planned for cards this node does not have.
+        names = sorted({c[3] for c in static.cards}) or ["no GPU"]
+        return Misfit(
+            f"the plan has no layout for its cards ({', '.join(names)})", TOO_FEW_GPUS, 0, 0
+        )
     host_free = max(0, static.host_total_bytes - node.host_memory_used_bytes)
     phrases = []
-    for need, why in misses:
+    largest = most_cards = 0
+    kinds = set()
+    for need, why, frees, suitable in misses:
+        kinds.add(why)
         if why == "host":
             text = f"host has {gib(host_free)} free, needs {gib(need.host_bytes)}"
         elif why == "count":
+            most_cards = max(most_cards, suitable)
             kind = "suitable " if suitable < len(static.cards) else ""
             if not suitable:
                 text = f"has no {kind}GPU"
             else:
                 text = f"needs {need.cards} {kind}GPUs, has {suitable}"
-        elif need.cards == 1:
-            free, i = _nth_most_free(frees, 0)
-            text = f"GPU {i} has {gib(free)} free, needs {gib(need.need_bytes)}"
         else:
-            # The card that fell short: the most free of those without room.
-            have = sum(1 for f, _ in frees if f >= need.need_bytes)
-            free, i = _nth_most_free(frees, have)
-            text = (
-                f"needs {gib(need.need_bytes)} free on each of {need.cards} cards, "
-                f"{have} of {len(frees)} have it (the next most free, GPU {i}, has {gib(free)})"
-            )
+            largest = max(largest, _nth_most_free(frees, 0)[0])
+            if need.cards == 1:
+                free, i = _nth_most_free(frees, 0)
+                text = f"GPU {i} has {gib(free)} free, needs {gib(need.need_bytes)}"
+            else:
+                # The card that fell short: the most free of those without room.
+                have = sum(1 for f, _ in frees if f >= need.need_bytes)
+                free, i = _nth_most_free(frees, have)
+                text = (
+                    f"needs {gib(need.need_bytes)} free on each of {need.cards} cards, "
+                    f"{have} of {len(frees)} have it "
+                    f"(the next most free, GPU {i}, has {gib(free)})"
+                )
         phrases.append(text if len(misses) == 1 else f"{need.shape()}: {text}")
-    kinds = {why for _, why in misses}
     if "memory" in kinds:
-        category, largest = SHORT_GPU, _nth_most_free(frees, 0)[0]
+        category = SHORT_GPU
     elif "host" in kinds:
         category, largest = SHORT_HOST, host_free
     else:
-        category, largest = TOO_FEW_GPUS, 0
-    return Misfit("; ".join(phrases), category, largest, suitable)
+        category = TOO_FEW_GPUS
+    return Misfit("; ".join(phrases), category, largest, most_cards)
 
 
 def _nth_most_free(frees: list[tuple[int, int]], n: int) -> tuple[int, int]:

@@ -6,18 +6,21 @@ wins. The components, most important first:
 1. GPUs before CPU: a CPU layout is the fallback when no GPU layout fits.
 2. A CPU layout keeps off nodes with GPUs, whose cores and memory feed them.
 3. Fewest cards: a model that fits one card should not hold two.
-4. The plan's own order of layouts (it lists the best first).
+4. The most context: a node that only holds a shrunk context serves worse.
 5. For tensor parallelism, cards joined by NVLink.
 6. Pack before spread, coarse: do not open an empty node while a used one
    fits; whole nodes stay free for the models that need all their cards.
 7. Weights already on the node: no download before the replica can start.
 8. Pack before spread, fine: the node already most used (share of its memory).
-9. The tightest fit: the fewest bytes left free on the chosen cards.
-10. Node id, so that equal nodes give the same answer in any order.
+9. The plan's order of layouts: across kinds of card, the faster first.
+10. The tightest fit: the fewest bytes left free on the chosen cards.
+11. Node id, so that equal nodes give the same answer in any order.
 
 Cached weights come after the coarse packing rule on purpose: starting from
 the disk saves minutes once, an opened node stays fragmented for as long as
-the replica lives.
+the replica lives. The plan's order comes after packing for the same
+reason: ranked by speed alone, every small model would open the fastest
+node while slower cards already in use sit with room to spare.
 """
 
 from __future__ import annotations
@@ -28,9 +31,19 @@ from llmgw.placement.candidates import NodeCandidate, PlacementRequest, gib
 from llmgw.placement.fit import Fit
 
 # Positions in the score key, named for the words below.
-ON_CPU, CPU_ON_GPU_NODE, CARDS, LAYOUT, UNLINKED, OPENS_EMPTY, NOT_CACHED, PACK, LEFTOVER, NODE = (
-    range(10)
-)
+(
+    ON_CPU,
+    CPU_ON_GPU_NODE,
+    CARDS,
+    CONTEXT,
+    UNLINKED,
+    OPENS_EMPTY,
+    NOT_CACHED,
+    PACK,
+    LAYOUT,
+    LEFTOVER,
+    NODE,
+) = range(11)
 
 ScoreKey = tuple
 
@@ -40,13 +53,14 @@ class Score(BaseModel):
 
     gpu: bool
     cards: int
-    layout_index: int
+    context: int
     nvlinked: bool
     opens_empty_node: bool
     weights_cached: bool
     # Share of the node's memory (GPU memory, or host memory for a CPU layout)
     # already in use before this placement, 0..1.
     used_fraction: float
+    layout_index: int
     leftover_bytes: int
 
 
@@ -71,11 +85,12 @@ def score_key(request: PlacementRequest, node: NodeCandidate, fit: Fit) -> Score
         0 if need.gpu else 1,
         cpu_on_gpu_node,
         need.cards,
-        need.index,
+        -need.layout.context,
         0 if fit.linked else 1,
         1 if empty else 0,
         0 if request.model in node.models_cached else 1,
         -fraction,
+        need.index,
         fit.leftover_bytes,
         node.node_id,
     )
@@ -85,6 +100,7 @@ def score_of(key: ScoreKey) -> Score:
     return Score(
         gpu=key[ON_CPU] == 0,
         cards=key[CARDS],
+        context=-key[CONTEXT],
         layout_index=key[LAYOUT],
         nvlinked=key[UNLINKED] == 0,
         opens_empty_node=key[OPENS_EMPTY] == 1,
@@ -118,8 +134,13 @@ def _phrase(pos: int, mine, theirs, name: str) -> str:
         return f"a CPU layout is kept off nodes with GPUs; {name} has none"
     if pos == CARDS:
         return f"needs {mine} cards here, {theirs} on {name}: fewest cards first"
+    if pos == CONTEXT:
+        return f"holds a context of {-mine} here, {-theirs} on {name}"
     if pos == LAYOUT:
-        return f"fits only layout {mine + 1} of the plan, {name} fits layout {theirs + 1}"
+        return (
+            f"takes layout {mine + 1} of the plan, {name} layout {theirs + 1}, "
+            "which the plan ranks higher"
+        )
     if pos == UNLINKED:
         return f"its cards are not joined by NVLink; those on {name} are"
     if pos == OPENS_EMPTY:

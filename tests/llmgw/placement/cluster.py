@@ -93,3 +93,8 @@ def request(
 ) -> PlacementRequest:
     gpu = GpuNeed(min_compute_capability=min_cc, min_memory_bytes=min_memory_bytes)
     return PlacementRequest(model=model, engine=engine, gpu=gpu, plan=plan(*layouts), **fields)
+
+
+def on(card_name: str, layout: Layout) -> Layout:
+    """The layout as planning makes it: for one kind of card, named as NVML names it."""
+    return layout.model_copy(update={"card_name": card_name})
