@@ -20,7 +20,10 @@ from grpclib.client import Channel
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError, StreamTerminatedError
 
+from agentd.engine_provider import LocalEngines
 from agentd.heartbeat import build_heartbeat
+from agentd.provision.manager import installable_engines
+from agentd.shards import ShardRunner
 from llmgw import __version__
 from llmgw.config import AgentConfig, split_host_port
 from llmgw.inventory import Inventory, gpu_to_proto, host_to_proto
@@ -59,7 +62,7 @@ class Backoff:
 
 
 class Agent:
-    def __init__(self, cfg: AgentConfig, paths: Paths, *, probe):
+    def __init__(self, cfg: AgentConfig, paths: Paths, *, probe, engines=None):
         self.cfg = cfg
         self.paths = paths
         self.probe = probe
@@ -75,6 +78,9 @@ class Agent:
         self.heartbeat_interval_s = 2.0
         self.connected_to: str | None = None
         self.inventory: Inventory | None = None
+        self._send = None  # the current stream's outbox, while connected
+        self.engines = engines or LocalEngines(paths.engines_dir, report=self._engine_report)
+        self.shards = ShardRunner(self.data_dir, self.engines, engine_user=cfg.engine_user or None)
 
     def register_message(self, inv: Inventory) -> Register:
         return Register(
@@ -83,13 +89,20 @@ class Agent:
             version=__version__,
             host=host_to_proto(inv.host),
             gpus=[gpu_to_proto(g) for g in inv.gpus],
-            installable_engines=["llama.cpp", "sim"] + (["vllm", "sglang"] if inv.gpus else []),
+            installable_engines=installable_engines(inv),
+            shards=self.shards.running(),
         )
 
     async def run(self, stop: asyncio.Event) -> None:
         """Stay connected to one of the control planes until ``stop`` is set."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        adopted = await self.shards.adopt()
+        if adopted:
+            log.info("adopted %d engines still running: %s", len(adopted), ", ".join(adopted))
         self.inventory = await asyncio.to_thread(self.probe.inventory)
+        manager = getattr(self.engines, "manager", None)
+        if manager is not None:
+            manager.inventory = self.inventory  # vLLM/SGLang builds follow the hardware
         for w in self.inventory.host.warnings:
             log.warning("%s", w)
         if self.inventory.host.gpu_note:
@@ -158,44 +171,64 @@ class Agent:
                     self.cfg.node_id,
                     self.heartbeat_interval_s,
                 )
-                beats = asyncio.create_task(self._heartbeats(stream))
+                # One sender: heartbeats, acknowledgements and shard reports
+                # share the stream without interleaving their writes.
+                outbox: asyncio.Queue[AgentMessage] = asyncio.Queue()
+                sender = asyncio.create_task(self._sender(stream, outbox))
+                beats = asyncio.create_task(self._heartbeats(stream, outbox))
+                self.shards.attach(outbox.put_nowait)
+                self._send = outbox.put_nowait
+                manager = getattr(self.engines, "manager", None)
+                for state in manager.states() if manager else []:
+                    outbox.put_nowait(AgentMessage(engine_status=state.to_proto()))
                 try:
                     async for msg in stream:
-                        await self._handle(stream, msg)
+                        await self._handle(outbox, msg)
                 finally:
-                    beats.cancel()
-                    with contextlib.suppress(BaseException):
-                        await beats
+                    self.shards.attach(None)
+                    self._send = None
+                    for task in (beats, sender):
+                        task.cancel()
+                    for task in (beats, sender):
+                        with contextlib.suppress(BaseException):
+                            await task
         finally:
             channel.close()
 
-    async def _heartbeats(self, stream) -> None:
+    def _engine_report(self, state) -> None:
+        log.info("engine %s %s: %s", state.engine, state.version, state.words)
+        if self._send is not None:
+            self._send(AgentMessage(engine_status=state.to_proto()))
+
+    @staticmethod
+    async def _sender(stream, outbox: asyncio.Queue[AgentMessage]) -> None:
+        while True:
+            await stream.send_message(await outbox.get())
+
+    async def _heartbeats(self, stream, outbox: asyncio.Queue[AgentMessage]) -> None:
         while self._stream is stream:  # a stopping agent has ended the stream
             self._seq += 1
             hb = await asyncio.to_thread(build_heartbeat, self.probe, self.data_dir, self._seq)
-            await stream.send_message(AgentMessage(heartbeat=hb))
+            outbox.put_nowait(AgentMessage(heartbeat=hb))
             await asyncio.sleep(self.heartbeat_interval_s)
 
-    async def _handle(self, stream, msg: ControlMessage) -> None:
+    async def _handle(self, outbox: asyncio.Queue[AgentMessage], msg: ControlMessage) -> None:
         """Carry out one command and acknowledge it by its id."""
         ok, error = True, ""
         if msg.control_planes is not None:
             ok, error = self._set_control_planes(list(msg.control_planes.addresses))
         elif msg.agent_settings is not None:
             ok, error = self._apply_settings(msg.agent_settings)
+        elif msg.start_shard is not None:
+            # Accepted: the work and its outcome follow as ShardStatus reports.
+            self.shards.start(msg.start_shard)
+        elif msg.stop_shard is not None:
+            asyncio.create_task(self.shards.stop(msg.stop_shard))
         else:
-            kind = next(
-                (
-                    f
-                    for f in ("start_shard", "stop_shard", "install_engine")
-                    if getattr(msg, f) is not None
-                ),
-                "unknown",
-            )
-            # Shards and engines come with later work; say so rather than pretend.
-            ok, error = False, f"{kind} is not supported by this agent yet"
-        ack = CommandAck(command_id=msg.command_id, ok=ok, error=error)
-        await stream.send_message(AgentMessage(ack=ack))
+            ok, error = False, "install_engine is not supported by this agent yet"
+        outbox.put_nowait(
+            AgentMessage(ack=CommandAck(command_id=msg.command_id, ok=ok, error=error))
+        )
 
     def _set_control_planes(self, addresses: list[str]) -> tuple[bool, str]:
         """The failover list as the cluster knows it now (kept in memory, not in agent.yaml)."""

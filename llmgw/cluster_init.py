@@ -8,6 +8,7 @@ would cut them all off, so a CA in any doubtful state is refused with the way ou
 from __future__ import annotations
 
 import datetime as dt
+import getpass
 import logging
 import os
 import secrets
@@ -211,6 +212,8 @@ def write_local_agent(paths: Paths, node_id: str, control_planes: list[str]) -> 
                 cert=str(paths.pki_dir / "node.crt"),
                 key=str(paths.pki_dir / "node.key"),
             ),
+            # The local node of `llmgw up` runs engines as whoever runs it.
+            engine_user=getpass.getuser(),
         )
     cert_path = Path(cfg.pki.cert or paths.pki_dir / "node.crt")
     key_path = Path(cfg.pki.key or paths.pki_dir / "node.key")

@@ -127,6 +127,9 @@ class AgentConfig(_Strict):
     pki: AgentPki = AgentPki()
     data_dir: str = ""
     hardware: HardwareConfig = HardwareConfig()
+    # The user engines run as. Empty: as root, llmgw-engine (or nobody);
+    # otherwise the agent's own user. `llmgw up` sets its own user here.
+    engine_user: str = ""
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
     @field_validator("control_planes", mode="before")

@@ -56,8 +56,14 @@ def node_cells(n: NodeView) -> tuple[str | Text, ...]:
     """One node's cells, in the order of ``NODE_COLUMNS``."""
     h = n.host
     return (
-        n.node_id, node_state(n), n.reason, os_name(n), h.arch if h else "",
-        str(h.cpu_count) if h else "", gib(h.memory_total_bytes) if h else "", gpu_summary(n),
+        n.node_id,
+        node_state(n),
+        n.reason,
+        os_name(n),
+        h.arch if h else "",
+        str(h.cpu_count) if h else "",
+        gib(h.memory_total_bytes) if h else "",
+        gpu_summary(n),
     )
 
 
@@ -65,15 +71,22 @@ def node_facts(n: NodeView) -> list[tuple[str, str | Text]]:
     """A node's details as (label, value) pairs: state, then host facts."""
     h = n.host
     rows: list[tuple[str, str | Text]] = [
-        ("node", n.node_id), ("hostname", n.hostname), ("state", node_state(n)),
-        ("reason", n.reason), ("since", n.state_since), ("address", n.address),
-        ("version", n.version), ("last heartbeat", n.last_heartbeat_at),
+        ("node", n.node_id),
+        ("hostname", n.hostname),
+        ("state", node_state(n)),
+        ("reason", n.reason),
+        ("since", n.state_since),
+        ("address", n.address),
+        ("version", n.version),
+        ("last heartbeat", n.last_heartbeat_at),
     ]
     if h:
         rows += [
             ("os", f"{h.os_id} {h.os_version_id} (like {' '.join(h.os_id_like) or '-'})"),
-            ("arch", h.arch), ("cpus", f"{h.cpu_count} (AVX2: {'yes' if h.avx2 else 'no'})"),
-            ("memory", gib(h.memory_total_bytes)), ("free disk", gib(h.disk_free_bytes)),
+            ("arch", h.arch),
+            ("cpus", f"{h.cpu_count} (AVX2: {'yes' if h.avx2 else 'no'})"),
+            ("memory", gib(h.memory_total_bytes)),
+            ("free disk", gib(h.disk_free_bytes)),
             ("nvidia driver", h.nvidia_driver_version or h.gpu_note or "-"),
             ("probe", h.probe + (" (fake inventory)" if h.fake else "")),
         ]
@@ -82,8 +95,14 @@ def node_facts(n: NodeView) -> list[tuple[str, str | Text]]:
 
 def gpu_cells(gpu: Gpu) -> tuple[str, ...]:
     """One GPU's cells, in the order of ``GPU_COLUMNS``."""
-    return (str(gpu.index), gpu.name, gib(gpu.memory_total_bytes), gpu.compute_capability,
-            gpu.pci_bus_id, gpu.mig_mode or "-")
+    return (
+        str(gpu.index),
+        gpu.name,
+        gib(gpu.memory_total_bytes),
+        gpu.compute_capability,
+        gpu.pci_bus_id,
+        gpu.mig_mode or "-",
+    )
 
 
 def node_details(n: NodeView) -> Group:

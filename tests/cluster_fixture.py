@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import getpass
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -52,6 +53,8 @@ class Cluster:
         if fixture:
             cfg.hardware = HardwareConfig(probe="fake", fixture=fixture)
         cfg.data_dir = str(self.paths.agent_data_dir / node_id)
+        # As `llmgw up` does: engines run as the user running the tests.
+        cfg.engine_user = getpass.getuser()
         return cfg
 
     async def start_agent(self, node_id: str, *, fixture: str = "", cfg: AgentConfig | None = None):

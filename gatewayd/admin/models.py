@@ -68,8 +68,7 @@ class ModelAdmin:
         if message.spec is None:
             raise GRPCError(Status.INVALID_ARGUMENT, "a model spec is needed")
         try:
-            model = await self._catalog.put(to_plain(message.spec),
-                                            create_only=message.create_only)
+            model = await self._catalog.put(to_plain(message.spec), create_only=message.create_only)
         except CatalogError as e:
             raise _refuse(e) from None
         self._reconciler.kick()
@@ -96,8 +95,9 @@ class ModelAdmin:
         model = self._catalog.get(message.name)
         if model is None:
             raise GRPCError(Status.NOT_FOUND, f"no model named {message.name!r}")
-        trial = model.model_copy(update={"context_length": message.context_length,
-                                         "slots": message.slots or model.slots})
+        trial = model.model_copy(
+            update={"context_length": message.context_length, "slots": message.slots or model.slots}
+        )
         plan = self._reconciler.sizing.plan(trial, trial.profiles[0])
         if plan.refused:
             raise GRPCError(Status.FAILED_PRECONDITION, plan.refused)
@@ -114,8 +114,11 @@ class ModelAdmin:
             if model is None:
                 if not message.source:
                     raise GRPCError(Status.INVALID_ARGUMENT, "give a model name or a source")
-                model = Model(name=message.name or "plan", source=message.source,
-                              profiles=[Profile(engine=message.engine or "llama.cpp")])
+                model = Model(
+                    name=message.name or "plan",
+                    source=message.source,
+                    profiles=[Profile(engine=message.engine or "llama.cpp")],
+                )
             update = {}
             if message.context_length:
                 update["context_length"] = message.context_length
@@ -147,23 +150,34 @@ class ModelAdmin:
                 score=p.score,
             )
         reasons = [NodeReason(node_id=n, reason=why) for n, why in sorted(decision.reasons.items())]
-        return PlacementReply(model=model.name, placement=choice, reasons=reasons,
-                              refused=decision.refused)
+        return PlacementReply(
+            model=model.name, placement=choice, reasons=reasons, refused=decision.refused
+        )
 
     async def list_replicas(self, message: ListReplicasRequest) -> ListReplicasReply:
         addresses = {n.record.node_id: n.record.address for n in self._registry.live_nodes()}
         replicas = sorted(self._reconciler.replicas.values(), key=lambda r: r.replica_id)
-        return ListReplicasReply(replicas=[
-            replica_view(r, addresses.get(r.node_id, "")) for r in replicas
-            if not message.model or r.model == message.model
-        ])
+        return ListReplicasReply(
+            replicas=[
+                replica_view(r, addresses.get(r.node_id, ""))
+                for r in replicas
+                if not message.model or r.model == message.model
+            ]
+        )
 
     async def list_engines(self, message: ListEnginesRequest) -> ListEnginesReply:
         out = []
         for live in self._registry.live_nodes():
             for name in sorted(live.engines):
                 st = live.engines[name]
-                out.append(EngineView(node_id=live.record.node_id, engine=name,
-                                      version=st.version, variant=st.variant, state=st.state,
-                                      message=st.message))
+                out.append(
+                    EngineView(
+                        node_id=live.record.node_id,
+                        engine=name,
+                        version=st.version,
+                        variant=st.variant,
+                        state=st.state,
+                        message=st.message,
+                    )
+                )
         return ListEnginesReply(engines=out)

@@ -34,6 +34,8 @@ TICK_S = 2.0
 # Restart backoff after a failure: 2, 4, 8 … seconds, at most 5 minutes.
 BACKOFF_MAX_S = 300.0
 STOP_GRACE_S = 10
+# An unplaceable replica is tried again this often, and whenever a node changes.
+PENDING_RETRY_S = 15.0
 
 # Agent shard states and the replica states they mean.
 _SHARD_STATES = {
@@ -75,7 +77,36 @@ class Reconciler:
     def kick(self) -> None:
         self._kick.set()
 
+    async def follow_nodes(self) -> None:
+        """A node arriving, leaving or changing its engines is a reason to look again."""
+        sub = self._registry.watch.subscribe(["nodes", "engines"])
+        try:
+            async for topic, key in sub.changes():
+                live = next(
+                    (n for n in self._registry.live_nodes() if n.record.node_id == key), None
+                )
+                if (
+                    topic == "engines"
+                    or live is None
+                    or live.record.state != NODE_READY
+                    or live.record.reason in ("registered", "re-registered")
+                    or live.record.reason.startswith("back after")
+                ):
+                    for r in self.replicas.values():
+                        if r.state == rs.PENDING:
+                            r.retry_at = None
+                    self.kick()
+        finally:
+            self._registry.watch.unsubscribe(sub)
+
     async def run(self) -> None:
+        follower = asyncio.create_task(self.follow_nodes())
+        try:
+            await self._run()
+        finally:
+            follower.cancel()
+
+    async def _run(self) -> None:
         while True:
             try:
                 await asyncio.wait_for(self._kick.wait(), TICK_S)
@@ -104,10 +135,14 @@ class Reconciler:
     async def _reconcile_model(self, model: Model) -> None:
         mine = [r for r in self.replicas.values() if r.model == model.name]
         now = utcnow()
-        # Failed replicas come back after their backoff (counted as desired).
+        # Failed replicas come back after their backoff, unplaced ones when
+        # their retry is due (counted as desired meanwhile).
         for r in mine:
-            if r.state == rs.FAILED and r.retry_at and r.retry_at <= now:
+            due = r.retry_at is None or r.retry_at <= now
+            if r.state == rs.FAILED and r.retry_at and due:
                 await self._start(model, r, restart=True)
+            elif r.state == rs.PENDING and due:
+                await self._start(model, r)
         serving = [r for r in mine if r.state in rs.ACTIVE and r.state != rs.DRAINING]
         waiting = [r for r in mine if r.state in (rs.FAILED, rs.PENDING)]
         # Replicas on draining nodes need a replacement before they stop.
@@ -119,8 +154,9 @@ class Reconciler:
         for r in [x for x in serving if x.node_id in drained]:
             replacement = next((x for x in mine if x.replaces == r.replica_id), None)
             if replacement is not None and replacement.state == rs.READY:
-                await self._stop(r, f"node {r.node_id} is draining; replaced by "
-                                    f"{replacement.replica_id}")
+                await self._stop(
+                    r, f"node {r.node_id} is draining; replaced by {replacement.replica_id}"
+                )
         counted = [r for r in serving if r.node_id not in drained] + waiting
         desired = model.replicas_min
         for _ in range(desired - len(counted)):
@@ -128,8 +164,15 @@ class Reconciler:
         extra = len(counted) - desired
         if extra > 0:
             # Stop the least useful first: waiting ones, then not yet ready.
-            order = {rs.FAILED: 0, rs.PENDING: 0, rs.PLACED: 1, rs.FETCHING: 1,
-                     rs.INSTALLING: 1, rs.STARTING: 2, rs.READY: 3}
+            order = {
+                rs.FAILED: 0,
+                rs.PENDING: 0,
+                rs.PLACED: 1,
+                rs.FETCHING: 1,
+                rs.INSTALLING: 1,
+                rs.STARTING: 2,
+                rs.READY: 3,
+            }
             for r in sorted(counted, key=lambda x: order.get(x.state, 1))[:extra]:
                 await self._stop(r, f"scaled to {desired}")
 
@@ -154,7 +197,7 @@ class Reconciler:
         profile = model.profiles[0]
         decision = self.decide(model, exclude=r.replica_id)
         if decision.placement is None:
-            r.retry_at = utcnow() + timedelta(seconds=30)
+            r.retry_at = utcnow() + timedelta(seconds=PENDING_RETRY_S)
             if r.state != rs.FAILED:
                 r.move(rs.PENDING, decision.refused or "no node can run it")
             await self._save(r)
@@ -182,8 +225,9 @@ class Reconciler:
                 engine_version=profile.engine_version,
                 gpu_indexes=r.gpu_indexes,
                 args=list(profile.args),
-                weights=WeightsSource(source=str(src), sha256=model.sha256,
-                                      allow_pickle=model.allow_pickle),
+                weights=WeightsSource(
+                    source=str(src), sha256=model.sha256, allow_pickle=model.allow_pickle
+                ),
                 context_length=r.context,
                 slots=model.slots,
                 tensor_parallel=r.tensor_parallel,
@@ -204,8 +248,9 @@ class Reconciler:
             await self._save(r)
             ack = await self._registry.command(
                 r.node_id,
-                ControlMessage(stop_shard=StopShard(shard_id=r.shard_id, reason=why,
-                                                    grace_s=STOP_GRACE_S)),
+                ControlMessage(
+                    stop_shard=StopShard(shard_id=r.shard_id, reason=why, grace_s=STOP_GRACE_S)
+                ),
             )
             if ack.ok:
                 return  # the agent reports "stopped"
@@ -225,9 +270,16 @@ class Reconciler:
             if r is None or r.node_id != node_id:
                 # Not ours (removed while the node was away): stop it there.
                 if status.state not in ("stopped", "failed"):
-                    await self._registry.command(node_id, ControlMessage(
-                        stop_shard=StopShard(shard_id=status.shard_id,
-                                             reason="no such replica", grace_s=STOP_GRACE_S)))
+                    await self._registry.command(
+                        node_id,
+                        ControlMessage(
+                            stop_shard=StopShard(
+                                shard_id=status.shard_id,
+                                reason="no such replica",
+                                grace_s=STOP_GRACE_S,
+                            )
+                        ),
+                    )
                 return
             state = _SHARD_STATES.get(status.state)
             if state is None:
@@ -256,8 +308,9 @@ class Reconciler:
                 r.extend_deadline(profile_timeout)
             elif r.state != rs.DRAINING:
                 deadline = None if state == rs.READY else profile_timeout
-                reason = status.reason or ("adopted after an agent restart" if status.adopted
-                                           else state)
+                reason = status.reason or (
+                    "adopted after an agent restart" if status.adopted else state
+                )
                 r.move(state, reason, deadline_s=deadline)
             await self._save(r)
             self.kick()
@@ -279,9 +332,14 @@ class Reconciler:
                 waited = int((now - r.since).total_seconds())
                 self._fail(r, f"not ready after {waited} s in {r.state} (deadline passed)")
                 if r.node_id:
-                    await self._registry.command(r.node_id, ControlMessage(
-                        stop_shard=StopShard(shard_id=r.shard_id, reason="deadline passed",
-                                             grace_s=STOP_GRACE_S)))
+                    await self._registry.command(
+                        r.node_id,
+                        ControlMessage(
+                            stop_shard=StopShard(
+                                shard_id=r.shard_id, reason="deadline passed", grace_s=STOP_GRACE_S
+                            )
+                        ),
+                    )
             else:
                 r.deadline = None
             await self._save(r)
@@ -308,7 +366,12 @@ class Reconciler:
                 await self._store.delete_replica(rid)
 
     async def _save(self, r: Replica) -> None:
-        await self._store.put_replica(ReplicaRecord(
-            replica_id=r.replica_id, model=r.model,
-            doc=r.model_dump(mode="json"), updated_at=utcnow()))
+        await self._store.put_replica(
+            ReplicaRecord(
+                replica_id=r.replica_id,
+                model=r.model,
+                doc=r.model_dump(mode="json"),
+                updated_at=utcnow(),
+            )
+        )
         self._registry.watch.publish("replicas", r.replica_id)

@@ -1,0 +1,215 @@
+"""The node's side of a replica: fetch the weights, get the engine, run it, say how it goes.
+
+A StartShard is acknowledged at once and worked through in the background;
+each step is reported as a ShardStatus in the node's own words (fetch
+progress included, which pushes the control plane's startup deadline out).
+The latest status of every shard is kept, so a reconnecting agent tells the
+control plane in Register what it still runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
+
+from agentd.engines import ShardSpec, adapter_for
+from agentd.supervisor import LaunchSpec, ShardEvent, Supervisor
+from agentd.weights import WeightsFetcher
+from llmgw.errors import LlmgwError
+from proto.llmgw.v1 import AgentMessage, FetchProgress, ShardStatus, StartShard, StopShard
+
+log = logging.getLogger(__name__)
+
+# Fetch progress is reported at most this often per shard.
+PROGRESS_EVERY_S = 1.0
+
+# Queues a message on the current stream (the session's outbox).
+Send = Callable[[AgentMessage], None]
+
+
+class EngineProvider(Protocol):
+    async def ensure(self, engine: str, version: str) -> tuple[str | None, dict[str, str]]:
+        """The engine's program (None: the built-in sim) and what its environment needs."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ShardRunner:
+    def __init__(
+        self,
+        data_dir: Path,
+        engines: EngineProvider,
+        *,
+        fetcher: WeightsFetcher | None = None,
+        supervisor: Supervisor | None = None,
+        engine_user: str | None = None,
+    ):
+        self.fetcher = fetcher or WeightsFetcher(data_dir / "weights")
+        self.supervisor = supervisor or Supervisor(
+            data_dir / "shards", data_dir / "output", self._on_event, run_as=engine_user
+        )
+        self._engines = engines
+        self.status: dict[str, ShardStatus] = {}
+        self._starting: dict[str, asyncio.Task] = {}
+        self._send: Send | None = None
+        self._adopted: set[str] = set()
+
+    def attach(self, send: Send | None) -> None:
+        """Reports go to this stream from now on (None while disconnected)."""
+        self._send = send
+
+    async def adopt(self) -> list[str]:
+        """Engines that kept running while the agent was down become ours again."""
+        self._adopted = set(await self.supervisor.adopt_all())
+        return sorted(self._adopted)
+
+    def running(self) -> list[ShardStatus]:
+        """What this node runs, for Register after a (re)connect."""
+        return [s for s in self.status.values() if s.state not in ("stopped",)]
+
+    # ---- commands --------------------------------------------------------
+
+    def start(self, msg: StartShard) -> None:
+        current = self.status.get(msg.shard_id)
+        if current is not None and current.state in ("fetching", "installing", "starting", "ready"):
+            self._report(current)  # already on it: say where it stands
+            return
+        task = asyncio.create_task(self._start(msg), name=f"start-{msg.shard_id}")
+        self._starting[msg.shard_id] = task
+        task.add_done_callback(lambda _: self._starting.pop(msg.shard_id, None))
+
+    async def stop(self, msg: StopShard) -> None:
+        task = self._starting.pop(msg.shard_id, None)
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+        await self.supervisor.stop(msg.shard_id, grace_s=msg.grace_s or 10)
+        status = self.status.get(msg.shard_id) or ShardStatus(shard_id=msg.shard_id)
+        self._set(status, "stopped", msg.reason or "stopped")
+
+    async def _start(self, msg: StartShard) -> None:
+        status = ShardStatus(
+            shard_id=msg.shard_id,
+            replica_id=msg.replica_id,
+            compute_backend="cpu" if msg.cpu else "cuda",
+        )
+        self.status[msg.shard_id] = status
+        try:
+            model_path = ""
+            if msg.engine != "sim":  # the simulator has no weights
+                model_path = await self._fetch(msg, status)
+            self._set(status, "installing", f"getting {msg.engine} ready")
+            executable, engine_env = await self._engines.ensure(msg.engine, msg.engine_version)
+            port = msg.port or free_port()
+            adapter = adapter_for(msg.engine, executable)
+            cmd = adapter.command(
+                ShardSpec(
+                    model_name=msg.model,
+                    model_path=model_path,
+                    port=port,
+                    context_length=msg.context_length * max(msg.slots, 1)
+                    if msg.engine == "llama.cpp"
+                    else msg.context_length,
+                    slots=max(msg.slots, 1),
+                    gpu_indexes=tuple(msg.gpu_indexes),
+                    tensor_parallel=msg.tensor_parallel,
+                    extra_args=tuple(msg.args),
+                    extra_env=dict(msg.env),
+                    engine_key=msg.engine_key,
+                )
+            )
+            status.port = port
+            self._set(status, "starting", f"starting {msg.engine} on port {port}")
+            await self.supervisor.start(
+                LaunchSpec(
+                    shard_id=msg.shard_id,
+                    replica_id=msg.replica_id,
+                    argv=cmd.argv,
+                    env={**engine_env, **cmd.env},
+                    health_url=cmd.health_url,
+                    startup_deadline_s=msg.startup_timeout_s or 600,
+                    port=port,
+                )
+            )
+        except LlmgwError as e:
+            self._set(status, "failed", e.message + (f" ({e.hint})" if e.hint else ""))
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # a bug must still end in a reported state
+            log.exception("starting shard %s failed", msg.shard_id)
+            self._set(status, "failed", f"the agent failed to start it: {e}")
+
+    async def _fetch(self, msg: StartShard, status: ShardStatus) -> str:
+        w = msg.weights
+        self._set(status, "fetching", f"fetching {w.source}")
+        last = [0.0]
+
+        def progress(done: int, total: int) -> None:
+            now = time.monotonic()
+            if now - last[0] < PROGRESS_EVERY_S and done != total:
+                return
+            last[0] = now
+            status.fetch = FetchProgress(source=w.source, bytes_done=done, bytes_total=total)
+            status.reason = f"fetching {w.source} ({done / 2**20:.0f} of {total / 2**20:.0f} MiB)"
+            self._report(status)
+
+        weights = await self.fetcher.ensure(
+            msg.model,
+            w.source,
+            sha256=w.sha256,
+            allow_pickle=w.allow_pickle,
+            mirror_url=w.mirror_url,
+            on_progress=progress,
+        )
+        return str(weights.path)
+
+    # ---- reports ---------------------------------------------------------
+
+    def _on_event(self, ev: ShardEvent) -> None:
+        status = self.status.get(ev.shard_id)
+        if status is None:
+            info = self.supervisor.get(ev.shard_id)
+            status = ShardStatus(
+                shard_id=ev.shard_id, replica_id=info.replica_id if info else ev.shard_id
+            )
+            self.status[ev.shard_id] = status
+        status.adopted = ev.shard_id in self._adopted
+        if ev.pid:
+            status.pid = ev.pid
+        if ev.port:
+            status.port = ev.port
+        if ev.exit_code is not None:
+            status.exit_code = ev.exit_code
+        self._set(status, ev.state, ev.reason)
+
+    def _set(self, status: ShardStatus, state: str, reason: str) -> None:
+        status.state, status.reason = state, reason
+        status.since_unix_ms = int(time.time() * 1000)
+        if state != "fetching":
+            status.fetch = None
+        log.info("shard %s: %s (%s)", status.shard_id, state, reason)
+        self._report(status)
+
+    def _report(self, status: ShardStatus) -> None:
+        send = self._send
+        if send is None:
+            return  # said again in Register when the stream is back
+        # A copy: later changes to the status must not rewrite a queued report.
+        send(AgentMessage(shard_status=ShardStatus.parse(bytes(status))))
+
+    async def close(self) -> None:
+        for task in list(self._starting.values()):
+            task.cancel()
+        # The agent's own shutdown leaves engines running: they are adopted on return.
+        await self.supervisor.close(leave_running=True)

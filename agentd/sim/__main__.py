@@ -1,0 +1,7 @@
+"""``python -m agentd.sim``: run the simulator until SIGTERM."""
+
+import sys
+
+from agentd.sim import main
+
+sys.exit(main())

@@ -1,0 +1,137 @@
+"""A model served end to end with the sim engine: placed, started, restarted, adopted."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import httpx
+import pytest
+
+from proto.llmgw.v1 import GpuNeed, ModelProfile, ModelSpec
+from tests.cluster_fixture import running_cluster, wait_for
+
+
+@pytest.fixture
+async def cluster(tmp_path):
+    async with running_cluster(tmp_path) as c:
+        yield c
+
+
+def sim_model(name: str = "sim-chat", replicas: int = 1) -> ModelSpec:
+    return ModelSpec(
+        name=name,
+        source="/models/none.gguf",
+        profiles=[ModelProfile(name="default", engine="sim", startup_timeout_s=60)],
+        replicas_min=replicas,
+        replicas_max=replicas,
+        slots=1,
+    )
+
+
+async def replicas_of(cluster, model):
+    async with cluster.admin() as admin:
+        return list((await admin.list_replicas(model)).replicas)
+
+
+async def ready_replica(cluster, model, *, not_pid=0):
+    for r in await replicas_of(cluster, model):
+        if r.state == "ready" and r.pid and r.pid != not_pid:
+            return r
+    return None
+
+
+async def test_a_sim_model_is_placed_started_and_answers(cluster):
+    await cluster.start_agent("cpu-node")
+    async with cluster.admin() as admin:
+        view = await admin.put_model(sim_model(), create_only=True)
+        assert view.spec.name == "sim-chat"
+    r = await wait_for(lambda: ready_replica(cluster, "sim-chat"), attempts=400)
+    assert r.node_id == "cpu-node" and r.gpu_indexes == [] and r.endpoint
+    states = [e.state for e in r.history]
+    assert states[0] == "pending" and "placed" in states and states[-1] == "ready"
+    key = (cluster.paths.secrets_dir / "engine-key").read_text().strip()
+    async with httpx.AsyncClient(base_url=r.endpoint) as http:
+        answer = await http.post(
+            "/v1/chat/completions",
+            json={
+                "model": "sim-chat",
+                "messages": [{"role": "user", "content": "hi"}],
+                "max_tokens": 5,
+            },
+            headers={"authorization": f"Bearer {key}"},
+        )
+        assert answer.status_code == 200
+        assert answer.json()["usage"]["completion_tokens"] == 5
+        # The engine key is demanded.
+        assert (await http.post("/v1/chat/completions", json={})).status_code == 401
+    async with cluster.admin() as admin:
+        model = await admin.get_model("sim-chat")
+        assert model.state == "serving" and model.replicas_ready == 1
+
+
+async def test_a_killed_engine_is_restarted_with_the_reason(cluster):
+    await cluster.start_agent("cpu-node")
+    async with cluster.admin() as admin:
+        await admin.put_model(sim_model())
+    first = await wait_for(lambda: ready_replica(cluster, "sim-chat"), attempts=400)
+    os.kill(first.pid, signal.SIGKILL)
+    again = await wait_for(
+        lambda: ready_replica(cluster, "sim-chat", not_pid=first.pid), attempts=600
+    )
+    assert again.replica_id == first.replica_id and again.restarts == 1
+    reasons = " ".join(e.reason for e in again.history if e.state == "failed")
+    assert "signal" in reasons or "SIGKILL" in reasons or "killed" in reasons
+
+
+async def test_an_agent_restart_adopts_the_engine_without_restarting_it(cluster):
+    await cluster.start_agent("cpu-node")
+    async with cluster.admin() as admin:
+        await admin.put_model(sim_model())
+    first = await wait_for(lambda: ready_replica(cluster, "sim-chat"), attempts=400)
+    await cluster.stop_agents()
+    await cluster.start_agent("cpu-node")
+
+    async def adopted():
+        r = await ready_replica(cluster, "sim-chat")
+        if r is not None and any("adopted" in e.reason for e in r.history):
+            return r
+        return None
+
+    r = await wait_for(adopted, attempts=400)
+    assert r.pid == first.pid and r.restarts == 0
+    os.kill(r.pid, signal.SIGTERM)  # leave nothing behind
+
+
+async def test_a_model_that_needs_gpus_is_refused_with_every_nodes_reason(cluster):
+    await cluster.start_agent("cpu-node")
+
+    async def node_ready():
+        async with cluster.admin() as admin:
+            nodes = (await admin.list_nodes()).nodes
+        return [n.state for n in nodes] == ["ready"]
+
+    await wait_for(node_ready, attempts=200)
+    spec = sim_model("big")
+    spec.profiles[0].gpu = GpuNeed(count=2, min_memory_bytes=80 * 2**30)
+    async with cluster.admin() as admin:
+        await admin.put_model(spec)
+
+        async def pending():
+            rs = await replicas_of(cluster, "big")
+            return rs if rs and rs[0].state == "pending" and rs[0].reason else None
+
+        await wait_for(pending, attempts=200)
+        explained = await admin.explain_placement("big")
+        assert explained.placement is None
+        assert explained.refused == "no node can run it: 1 without a suitable GPU"
+        assert [(n.node_id, n.reason) for n in explained.reasons] == [
+            ("cpu-node", "has no GPU (no NVIDIA driver)")
+        ]
+        rs = await wait_for(lambda: _with_reason(cluster, "big", explained.refused), attempts=400)
+        assert rs[0].state == "pending"
+
+
+async def _with_reason(cluster, model, reason):
+    rs = await replicas_of(cluster, model)
+    return rs if rs and rs[0].reason == reason else None
