@@ -137,7 +137,10 @@ class ModelAdmin:
         model = self._catalog.get(message.name)
         if model is None:
             raise GRPCError(Status.NOT_FOUND, f"no model named {message.name!r}")
-        decision = self._reconciler.decide(model)
+        # The model's own replicas count as free: this is its decision, not
+        # where one more would go.
+        own = {r.replica_id for r in self._reconciler.replicas.values() if r.model == model.name}
+        decision = self._reconciler.decide(model, exclude=own)
         choice = None
         if decision.placement is not None:
             p = decision.placement
@@ -147,7 +150,6 @@ class ModelAdmin:
                 gpu_indexes=list(p.gpu_indexes),
                 per_gpu_bytes=dict(p.per_gpu_bytes),
                 host_memory_bytes=p.host_memory_bytes,
-                score=p.score,
             )
         reasons = [NodeReason(node_id=n, reason=why) for n, why in sorted(decision.reasons.items())]
         return PlacementReply(

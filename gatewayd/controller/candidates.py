@@ -21,13 +21,14 @@ def engine_words(live: NodeLive) -> dict[str, str]:
 
 
 def node_candidates(
-    nodes: Iterable[NodeLive], replicas: Iterable[Replica], exclude_replica: str = ""
+    nodes: Iterable[NodeLive], replicas: Iterable[Replica], exclude: set[str] = frozenset()
 ) -> list[NodeCandidate]:
+    """Every node with what replicas hold on it, leaving out the replicas in ``exclude``."""
     used_gpu: dict[str, dict[int, int]] = {}
     used_host: dict[str, int] = {}
     cached: dict[str, set[str]] = {}
     for r in replicas:
-        if r.replica_id == exclude_replica or not r.node_id:
+        if r.replica_id in exclude or not r.node_id:
             continue
         cached.setdefault(r.node_id, set()).add(r.model)
         if r.state not in rs.ACTIVE:

@@ -68,7 +68,13 @@ class Reconciler:
         self.replicas: dict[str, Replica] = {}
         self._kick = asyncio.Event()
         self._lock = asyncio.Lock()
-        registry.on_shard_status = self.on_shard_status
+        # Agents' shard reports, handled in order by run(); queued so the
+        # agent's receive loop never waits on a reconcile pass (which may be
+        # waiting for an acknowledgement on that very loop).
+        self._reports: asyncio.Queue[tuple[str, ShardStatus]] = asyncio.Queue()
+        registry.on_shard_status = lambda node_id, status: self._reports.put_nowait(
+            (node_id, status)
+        )
 
     async def load(self) -> None:
         for rec in await self._store.list_replicas():
@@ -100,11 +106,23 @@ class Reconciler:
             self._registry.watch.unsubscribe(sub)
 
     async def run(self) -> None:
-        follower = asyncio.create_task(self.follow_nodes())
+        helpers = [
+            asyncio.create_task(self.follow_nodes()),
+            asyncio.create_task(self._consume_reports()),
+        ]
         try:
             await self._run()
         finally:
-            follower.cancel()
+            for task in helpers:
+                task.cancel()
+
+    async def _consume_reports(self) -> None:
+        while True:
+            node_id, status = await self._reports.get()
+            try:
+                await self.on_shard_status(node_id, status)
+            except Exception:
+                log.exception("handling a shard report from %s failed", node_id)
 
     async def _run(self) -> None:
         while True:
@@ -143,20 +161,24 @@ class Reconciler:
                 await self._start(model, r, restart=True)
             elif r.state == rs.PENDING and due:
                 await self._start(model, r)
-        serving = [r for r in mine if r.state in rs.ACTIVE and r.state != rs.DRAINING]
-        waiting = [r for r in mine if r.state in (rs.FAILED, rs.PENDING)]
-        # Replicas on draining nodes need a replacement before they stop.
         drained = {n.record.node_id for n in self._registry.live_nodes() if n.record.draining}
-        for r in serving:
-            if r.node_id in drained and not any(x.replaces == r.replica_id for x in mine):
-                new = self._new_replica(model, replaces=r.replica_id)
-                await self._start(model, new)
+        serving = [r for r in mine if r.state in rs.ACTIVE and r.state != rs.DRAINING]
+        # A replica on a draining node gets a replacement first, and stops
+        # only once its replacement is ready: no gap in service.
         for r in [x for x in serving if x.node_id in drained]:
             replacement = next((x for x in mine if x.replaces == r.replica_id), None)
-            if replacement is not None and replacement.state == rs.READY:
+            if replacement is None:
+                replacement = self._new_replica(model, replaces=r.replica_id)
+                mine.append(replacement)
+                await self._start(model, replacement)
+            elif replacement.state == rs.READY:
                 await self._stop(
                     r, f"node {r.node_id} is draining; replaced by {replacement.replica_id}"
                 )
+        serving = [r for r in mine if r.state in rs.ACTIVE and r.state != rs.DRAINING]
+        waiting = [r for r in mine if r.state in (rs.FAILED, rs.PENDING)]
+        # What counts toward the desired number: not what is being drained
+        # away (its replacement counts instead).
         counted = [r for r in serving if r.node_id not in drained] + waiting
         desired = model.replicas_min
         for _ in range(desired - len(counted)):
@@ -185,8 +207,12 @@ class Reconciler:
 
     # ---- placement and start -------------------------------------------
 
-    def decide(self, model: Model, *, exclude: str = "") -> Decision:
-        """Where one more replica of ``model`` would go now, with every node's reason."""
+    def decide(self, model: Model, *, exclude: set[str] = frozenset()) -> Decision:
+        """Where a replica of ``model`` goes now, with every node's reason.
+
+        ``exclude``: replicas whose resources count as free (the one being
+        placed again; for an explanation, all of the model's own).
+        """
         profile = model.profiles[0]
         plan = self.sizing.plan(model, profile)
         request = PlacementRequest.for_profile(model, profile, plan)
@@ -195,7 +221,7 @@ class Reconciler:
 
     async def _start(self, model: Model, r: Replica, *, restart: bool = False) -> None:
         profile = model.profiles[0]
-        decision = self.decide(model, exclude=r.replica_id)
+        decision = self.decide(model, exclude={r.replica_id})
         if decision.placement is None:
             r.retry_at = utcnow() + timedelta(seconds=PENDING_RETRY_S)
             if r.state != rs.FAILED:

@@ -12,7 +12,7 @@ import asyncio
 import itertools
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -109,7 +109,9 @@ class NodeRegistry:
         self.watch = Broadcaster()
         # Set by the controller: shard reports from agents (including those a
         # registering agent still runs) go to it.
-        self.on_shard_status: Callable[[str, ShardStatus], Awaitable[None]] | None = None
+        # Must not block: it is called from the agent's receive loop, which
+        # also carries the acknowledgements the controller may be waiting for.
+        self.on_shard_status: Callable[[str, ShardStatus], None] | None = None
 
     async def load(self) -> None:
         """Take the nodes from the store; none is connected until its agent dials in."""
@@ -168,7 +170,7 @@ class NodeRegistry:
         if live is None or live.session_id != session_id:
             return
         if self.on_shard_status is not None:
-            await self.on_shard_status(node_id, status)
+            self.on_shard_status(node_id, status)
 
     def engine_status(self, node_id: str, session_id: int, status: EngineStatus) -> None:
         live = self._nodes.get(node_id)

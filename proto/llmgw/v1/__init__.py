@@ -463,6 +463,18 @@ class Layout(betterproto2.Message):
 
     notes: "list[str]" = betterproto2.field(9, betterproto2.TYPE_STRING, repeated=True)
 
+    card_name: "str" = betterproto2.field(10, betterproto2.TYPE_STRING)
+    """
+    Which card a GPU layout was sized for, and 90% of its memory.
+    """
+
+    card_usable_bytes: "int" = betterproto2.field(11, betterproto2.TYPE_INT64)
+
+    hosts: "list[str]" = betterproto2.field(12, betterproto2.TYPE_STRING, repeated=True)
+    """
+    The nodes of that shape (when planned against the cluster).
+    """
+
 
 default_message_pool.register_message("llmgw.v1", "Layout", Layout)
 
@@ -722,8 +734,6 @@ class PlacementChoice(betterproto2.Message):
 
     host_memory_bytes: "int" = betterproto2.field(5, betterproto2.TYPE_INT64)
 
-    score: "float" = betterproto2.field(6, betterproto2.TYPE_DOUBLE)
-
 
 default_message_pool.register_message("llmgw.v1", "PlacementChoice", PlacementChoice)
 
@@ -739,6 +749,11 @@ class PlacementReply(betterproto2.Message):
     reasons: "list[NodeReason]" = betterproto2.field(3, betterproto2.TYPE_MESSAGE, repeated=True)
 
     refused: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+
+    explanation: "str" = betterproto2.field(5, betterproto2.TYPE_STRING)
+    """
+    The decision and every node's reason, as lines for people.
+    """
 
 
 default_message_pool.register_message("llmgw.v1", "PlacementReply", PlacementReply)
