@@ -84,24 +84,34 @@ class Reconciler:
         self._kick.set()
 
     async def follow_nodes(self) -> None:
-        """A node arriving, leaving or changing its engines is a reason to look again."""
+        """A node changing state or engines is a reason to look again; a heartbeat is not.
+
+        Every heartbeat is a "nodes" notice (the console shows them), so this
+        must stay O(1) per notice: a thousand nodes beat every second.
+        """
         sub = self._registry.watch.subscribe(["nodes", "engines"])
+        seen: dict[str, tuple] = {}
         try:
             async for topic, key in sub.changes():
-                live = next(
-                    (n for n in self._registry.live_nodes() if n.record.node_id == key), None
+                live = self._registry.live(key)
+                mark = (
+                    None
+                    if live is None
+                    else (
+                        live.record.state,
+                        live.record.state_since,
+                        live.record.cordoned,
+                        live.record.draining,
+                        live.session_id,
+                    )
                 )
-                if (
-                    topic == "engines"
-                    or live is None
-                    or live.record.state != NODE_READY
-                    or live.record.reason in ("registered", "re-registered")
-                    or live.record.reason.startswith("back after")
-                ):
-                    for r in self.replicas.values():
-                        if r.state == rs.PENDING:
-                            r.retry_at = None
-                    self.kick()
+                if topic == "nodes" and seen.get(key) == mark:
+                    continue
+                seen[key] = mark
+                for r in self.replicas.values():
+                    if r.state == rs.PENDING:
+                        r.retry_at = None
+                self.kick()
         finally:
             self._registry.watch.unsubscribe(sub)
 

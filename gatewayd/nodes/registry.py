@@ -179,6 +179,9 @@ class NodeRegistry:
         live.engines[status.engine] = status
         self.watch.publish("engines", node_id)
 
+    def live(self, node_id: str) -> NodeLive | None:
+        return self._nodes.get(node_id)
+
     def live_nodes(self) -> list[NodeLive]:
         """Every node's live state, for the controller (read, never modify)."""
         return [self._nodes[n] for n in sorted(self._nodes)]
