@@ -90,10 +90,6 @@ POLL_GAP_S = 0.005
 GATEWAYD_START_TIMEOUT_S = 30.0
 GATEWAYD_STOP_TIMEOUT_S = 20.0
 BENCH_REFUSAL = "a benchmark agent runs nothing"
-UVLOOP_GATEWAYD = (
-    "import sys, uvloop; uvloop.install(); sys.argv = ['llmgw', 'server']; "
-    "from llmgw.cli.main import main; main()"
-)
 
 
 # --- the simulated agent -------------------------------------------------------
@@ -426,7 +422,6 @@ class Gatewayd:
         interval_s: float,
         log_path: Path,
         profile: Path | None,
-        uvloop: bool,
         flush_interval_s: float | None,
     ):
         self.setup = setup
@@ -444,11 +439,8 @@ class Gatewayd:
             cfg.nodes.heartbeat_flush_interval_s = flush_interval_s
         write_atomic(paths.server_yaml, dump_yaml(cfg))
         prefix = ["-m", "cProfile", "-o", str(profile)] if profile else []
-        if uvloop:
-            # What-if: gatewayd as it is, on uvloop's event loop instead of asyncio's.
-            self.argv = [sys.executable, *prefix, "-c", UVLOOP_GATEWAYD]
-        else:
-            self.argv = [sys.executable, *prefix, "-m", "llmgw", "server"]
+        # gatewayd picks its own event loop (uvloop where installed), as in production.
+        self.argv = [sys.executable, *prefix, "-m", "llmgw", "server"]
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> psutil.Process:
@@ -525,7 +517,6 @@ async def run_count(setup: Setup, n: int, args, workdir: Path) -> dict:
         interval_s=args.interval_s,
         log_path=workdir / f"gatewayd-{n}.log",
         profile=profile,
-        uvloop=args.gatewayd_uvloop,
         flush_interval_s=args.flush_interval_s,
     )
     recorder = Recorder()
@@ -693,8 +684,7 @@ def render(report: dict) -> str:
         (
             f"machine: {m['cpus']} CPUs, {m['cpu_model']}, {m['memory_total_gib']} GiB, "
             f"Python {m['python']}, revision {m['revision'] or '?'}, "
-            f"client loop {m['client_loop']}, gatewayd loop "
-            f"{'uvloop (what-if)' if report['settings'].get('gatewayd_uvloop') else 'asyncio'}"
+            f"client loop {m['client_loop']}, gatewayd loop: its own (uvloop)"
         ),
         head,
     ]
@@ -784,11 +774,6 @@ def parse_args(argv: list[str] | None = None):
         "--flush-interval-s",
         type=float,
         help="what-if: gatewayd's nodes.heartbeat_flush_interval_s (default: its own default)",
-    )
-    p.add_argument(
-        "--gatewayd-uvloop",
-        action="store_true",
-        help="what-if: run gatewayd on uvloop's event loop (it runs on asyncio's in production)",
     )
     p.add_argument("--no-uvloop", action="store_true", help="the agents' loop: plain asyncio")
     p.add_argument("--keep", action="store_true", help="keep the work directory (logs, certs)")
