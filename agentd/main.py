@@ -31,3 +31,31 @@ def main(paths: Paths, config_path: Path | None = None) -> None:
         await agent.run(stop)
 
     run_loop(_main())
+
+
+async def stop_engines(paths: Paths, config_path: Path | None = None, grace_s: float = 10.0) -> int:
+    """Stop every engine this node's agent left running (it is already stopped).
+
+    A real node keeps engines across agent restarts; `llmgw up` stopping is
+    the whole cluster going away, so nothing of it may stay behind.
+    """
+    from agentd.supervisor.process import group_members, same_process, signal_group
+    from agentd.supervisor.state import read_records, remove_record
+
+    cfg = load_agent_config(config_path or paths.agent_yaml)
+    data_dir = Path(cfg.data_dir) if cfg.data_dir else paths.agent_data_dir
+    state_dir = data_dir / "shards"
+    records, _ = read_records(state_dir)
+    live = [r for r in records if same_process(r.pid, r.start_time)]
+    for r in live:
+        signal_group(r.pgid, signal.SIGTERM)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + grace_s
+    while loop.time() < deadline and any(group_members(r.pgid) for r in live):
+        await asyncio.sleep(0.1)
+    for r in live:
+        if group_members(r.pgid):
+            signal_group(r.pgid, signal.SIGKILL)
+    for r in records:
+        remove_record(state_dir, r.shard_id)
+    return len(live)

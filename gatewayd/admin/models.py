@@ -98,7 +98,9 @@ class ModelAdmin:
         trial = model.model_copy(
             update={"context_length": message.context_length, "slots": message.slots or model.slots}
         )
-        plan = self._reconciler.sizing.plan(trial, trial.profiles[0])
+        plan = self._reconciler.sizing.plan(
+            trial, trial.profiles[0], self._reconciler.inventories()
+        )
         if plan.refused:
             raise GRPCError(Status.FAILED_PRECONDITION, plan.refused)
         try:
@@ -128,7 +130,9 @@ class ModelAdmin:
         except ValueError as e:
             raise GRPCError(Status.INVALID_ARGUMENT, str(e)) from None
         try:
-            plan = self._reconciler.sizing.plan(model, model.profiles[0])
+            plan = self._reconciler.sizing.plan(
+                model, model.profiles[0], self._reconciler.inventories()
+            )
         except LlmgwError as e:
             raise GRPCError(Status.INVALID_ARGUMENT, e.message) from None
         return plan_reply(plan)

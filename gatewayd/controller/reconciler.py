@@ -25,6 +25,7 @@ from gatewayd.nodes.registry import READY as NODE_READY
 from gatewayd.nodes.registry import NodeRegistry
 from gatewayd.store import ReplicaRecord, Store
 from llmgw.catalog import Model
+from llmgw.inventory import Inventory
 from llmgw.placement import Decision, PlacementRequest, place
 from proto.llmgw.v1 import ControlMessage, ShardStatus, StartShard, StopShard, WeightsSource
 
@@ -224,10 +225,13 @@ class Reconciler:
         placed again; for an explanation, all of the model's own).
         """
         profile = model.profiles[0]
-        plan = self.sizing.plan(model, profile)
-        request = PlacementRequest.for_profile(model, profile, plan)
         nodes = node_candidates(self._registry.live_nodes(), self.replicas.values(), exclude)
+        plan = self.sizing.plan(model, profile, [n.inventory for n in nodes])
+        request = PlacementRequest.for_profile(model, profile, plan)
         return place(request, nodes)
+
+    def inventories(self) -> list[Inventory]:
+        return [n.inventory for n in node_candidates(self._registry.live_nodes(), [])]
 
     async def _start(self, model: Model, r: Replica, *, restart: bool = False) -> None:
         profile = model.profiles[0]

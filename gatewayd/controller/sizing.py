@@ -8,10 +8,12 @@ from the profile's stated needs and says the size is unknown.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from pathlib import Path
 
 from llmgw.catalog import Model, Profile
 from llmgw.errors import LlmgwError
+from llmgw.inventory import Inventory
 from llmgw.modelplan.types import CardNeed, Layout, ModelFacts, Plan
 
 log = logging.getLogger(__name__)
@@ -43,18 +45,18 @@ class Sizing:
             log.warning("cannot read %s: %s", src.location, e)
         return None
 
-    def plan(self, model: Model, profile: Profile, *, cards=None, host_memory_bytes=0) -> Plan:
+    def plan(self, model: Model, profile: Profile, inventories: Iterable[Inventory] = ()) -> Plan:
+        """The model's layouts on the shapes of node the cluster has."""
         facts = self.facts(model)
         if facts is not None:
-            from llmgw.modelplan.plan import plan_model
+            from llmgw.modelplan.plan import plan_for_inventories
 
-            return plan_model(
+            return plan_for_inventories(
                 facts,
-                engine=profile.engine,
+                profile.engine,
                 context=model.context_length,
                 slots=model.slots,
-                cards=cards,
-                host_memory_bytes=host_memory_bytes,
+                inventories=list(inventories),
             )
         return stated_plan(model, profile)
 

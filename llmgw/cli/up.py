@@ -34,6 +34,8 @@ from llmgw.paths import ENV_HOME, Paths, user_home
 STOP_TIMEOUT_S = 10.0
 READY_TIMEOUT_S = 30.0
 RESTART_DELAY_MAX_S = 30.0
+# How long `llmgw up` watches the starter model come up before leaving it be.
+STARTER_WAIT_S = 300
 
 
 def _port_free(port: int) -> bool:
@@ -178,10 +180,15 @@ async def _up(paths: Paths, hosts: list[str]) -> None:
             f"  logs       {paths.log_dir}\n"
             f"Check it: {home_note}llmgw ctl nodes   ·   Stop: Ctrl-C"
         )
-        await _supervise(stop, [gatewayd, agentd])
+        starter_task = asyncio.create_task(_serve_starter(paths, home_note))
+        try:
+            await _supervise(stop, [gatewayd, agentd])
+        finally:
+            starter_task.cancel()
     finally:
         console.print("Stopping …")
         await agentd.stop()
+        await _stop_engines(paths)
         await gatewayd.stop()
         console.print("Stopped.")
 
@@ -213,6 +220,51 @@ async def _supervise(stop: asyncio.Event, children: list[Child]) -> None:
             except TimeoutError:
                 pass
             await child.start()
+
+
+async def _serve_starter(paths: Paths, home_note: str) -> None:
+    """Serve the starter model on an empty cluster, and say where it answers once it does."""
+    from llmgw import starter
+    from proto.llmgw.v1 import ModelSpec
+
+    if not starter.available():
+        return
+    try:
+        async with AdminClient.from_paths(paths) as admin:
+            if (await admin.list_models()).models:
+                return
+            path = await asyncio.to_thread(starter.assemble, paths.server_data_dir / "models")
+            model = starter.model(path)
+            await admin.put_model(ModelSpec.from_dict(model.model_dump(mode="json")))
+            console.print(
+                f"Serving the starter model {model.name}: {starter.DESCRIPTION}.\n"
+                f"Follow it: {home_note}llmgw ctl replicas"
+            )
+            for _ in range(STARTER_WAIT_S):
+                replicas = (await admin.list_replicas(model.name)).replicas
+                ready = [r for r in replicas if r.state == "ready" and r.endpoint]
+                if ready:
+                    console.print(
+                        f"[bold green]{model.name} is ready[/bold green] at "
+                        f"{ready[0].endpoint}/v1 (key: {paths.secrets_dir / 'engine-key'})"
+                    )
+                    return
+                await asyncio.sleep(1)
+            console.print(f"{model.name} is not ready yet; see: {home_note}llmgw ctl replicas")
+    except LlmgwError as e:
+        console.print(f"[yellow]the starter model was not served: {e.message}[/yellow]")
+
+
+async def _stop_engines(paths: Paths) -> None:
+    from agentd.main import stop_engines
+
+    try:
+        stopped = await stop_engines(paths)
+    except LlmgwError as e:
+        console.print(f"[yellow]engines may still run: {e.message}[/yellow]")
+        return
+    if stopped:
+        console.print(f"Stopped {stopped} engine(s).")
 
 
 def run_up(hosts: list[str]) -> None:

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 
+import httpx
 import psutil
 import pytest
 import yaml
 
-from tests.e2e.helpers import LLMGW, env_for, init_on_free_ports, nodes_json, wait_until
+from tests.e2e.helpers import LLMGW, env_for, init_on_free_ports, llmgw, nodes_json, wait_until
 
 
 def _only_node(home, state=None, reason_prefix=""):
@@ -22,6 +24,16 @@ def _only_node(home, state=None, reason_prefix=""):
     if reason_prefix and not n["reason"].startswith(reason_prefix):
         return None
     return n
+
+
+def _ready_replica(home, reason_word=""):
+    res = llmgw(home, "ctl", "replicas", "--json", timeout_s=20)
+    if res.returncode != 0:
+        return None
+    for r in json.loads(res.stdout)["replicas"]:
+        if r["state"] == "ready" and r["endpoint"] and reason_word in r["reason"]:
+            return r
+    return None
 
 
 def _child(up: psutil.Process, word: str) -> psutil.Process | None:
@@ -73,10 +85,29 @@ def test_up_runs_a_cluster_whose_node_goes_not_ready_when_frozen_and_is_restarte
         back = wait_until(lambda: _only_node(home, "ready", "back after"), timeout_s=40)
         assert frozen["reason"] in back["reason"]
 
-        # Killed outright: `llmgw up` restarts it, and says so.
+        # The starter model is served by real llama.cpp on this CPU.
+        replica = wait_until(lambda: _ready_replica(home), timeout_s=180)
+        key = (home / "etc/secrets/engine-key").read_text().strip()
+        answer = httpx.post(
+            f"{replica['endpoint']}/v1/chat/completions",
+            headers={"authorization": f"Bearer {key}"},
+            json={
+                "model": replica["model"],
+                "max_tokens": 4,
+                "messages": [{"role": "user", "content": "Hi"}],
+            },
+            timeout=60,
+        )
+        assert answer.status_code == 200 and answer.json()["usage"]["completion_tokens"] > 0
+
+        # Killed outright: `llmgw up` restarts it, and says so; the engine
+        # keeps running and is adopted (same pid, no restart).
         agent.kill()
         wait_until(lambda: (a := _child(proc, "agent")) and a.pid != agent.pid, timeout_s=30)
         wait_until(lambda: _only_node(home, "ready", "back after"), timeout_s=40)
+        adopted = wait_until(lambda: _ready_replica(home, "adopted"), timeout_s=60)
+        assert adopted["pid"] == replica["pid"] and adopted["restarts"] == 0
+        engine = psutil.Process(replica["pid"])
     finally:
         children = proc.children(recursive=True)
         up.send_signal(signal.SIGTERM)
@@ -84,5 +115,5 @@ def test_up_runs_a_cluster_whose_node_goes_not_ready_when_frozen_and_is_restarte
     assert up.returncode == 0, out
     assert "agentd exited unexpectedly" in out and "restarting it" in out
     assert "Stopped." in out
-    _, alive = psutil.wait_procs(children, timeout=5)
+    _, alive = psutil.wait_procs([*children, engine], timeout=15)
     assert alive == [], f"left running: {alive}"

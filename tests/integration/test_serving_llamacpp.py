@@ -1,0 +1,60 @@
+"""A real model served by real llama.cpp on this machine's CPU, through the whole path."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import httpx
+import pytest
+
+from gatewayd.admin.views import model_spec
+from llmgw import starter
+from tests.cluster_fixture import running_cluster, wait_for
+
+
+@pytest.fixture
+async def cluster(tmp_path):
+    async with running_cluster(tmp_path) as c:
+        yield c
+        for r in c.server.reconciler.replicas.values():
+            if r.pid:
+                try:
+                    os.killpg(r.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+
+
+async def test_the_starter_model_is_served_on_cpu_by_llama_cpp_and_answers(
+    cluster, gemma3_270m_gguf
+):
+    await cluster.start_agent("cpu-node")
+    model = starter.model(gemma3_270m_gguf)
+    async with cluster.admin() as admin:
+        await admin.put_model(model_spec(model), create_only=True)
+
+    async def ready():
+        async with cluster.admin() as admin:
+            rs = (await admin.list_replicas(model.name)).replicas
+        return rs[0] if rs and rs[0].state == "ready" else None
+
+    r = await wait_for(ready, attempts=1200, interval_s=0.1)
+    assert r.node_id == "cpu-node" and not r.gpu_indexes and r.endpoint
+    key = (cluster.paths.secrets_dir / "engine-key").read_text().strip()
+    async with httpx.AsyncClient(base_url=r.endpoint, timeout=60) as http:
+        answer = await http.post(
+            "/v1/chat/completions",
+            headers={"authorization": f"Bearer {key}"},
+            json={
+                "model": model.name,
+                "max_tokens": 8,
+                "temperature": 0,
+                "messages": [{"role": "user", "content": "Say hello"}],
+            },
+        )
+        assert answer.status_code == 200, answer.text
+        body = answer.json()
+        assert body["usage"]["completion_tokens"] > 0
+        assert body["choices"][0]["message"]["content"]
+        # Without the engine key the replica refuses.
+        assert (await http.post("/v1/chat/completions", json={})).status_code == 401
