@@ -224,6 +224,13 @@ class Agent:
             self.shards.start(msg.start_shard)
         elif msg.stop_shard is not None:
             asyncio.create_task(self.shards.stop(msg.stop_shard))
+        elif msg.fetch_logs is not None:
+            req = msg.fetch_logs
+            lines = self.shards.supervisor.log_tail(req.shard_id, req.lines or 100)
+            outbox.put_nowait(
+                AgentMessage(ack=CommandAck(command_id=msg.command_id, ok=True, lines=lines))
+            )
+            return
         else:
             ok, error = False, "install_engine is not supported by this agent yet"
         outbox.put_nowait(

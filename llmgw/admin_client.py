@@ -47,6 +47,8 @@ from proto.llmgw.v1 import (
     PlanReply,
     PutModelRequest,
     RemoveModelReply,
+    ReplicaLogsReply,
+    ReplicaLogsRequest,
     ScaleModelRequest,
     SetModelContextRequest,
     StatusReply,
@@ -189,6 +191,10 @@ class AdminClient:
         return await self._call(
             self._stub.list_replicas(ListReplicasRequest(model=model), timeout=self._timeout_s)
         )
+
+    async def replica_logs(self, replica_id: str, lines: int = 100) -> ReplicaLogsReply:
+        request = ReplicaLogsRequest(replica_id=replica_id, lines=lines)
+        return await self._call(self._stub.replica_logs(request, timeout=self._timeout_s + 5))
 
     async def list_engines(self) -> ListEnginesReply:
         return await self._call(

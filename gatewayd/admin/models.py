@@ -13,7 +13,9 @@ from llmgw.catalog import Model, Profile
 from llmgw.errors import LlmgwError
 from llmgw.protojson import to_plain
 from proto.llmgw.v1 import (
+    ControlMessage,
     EngineView,
+    FetchShardLogs,
     GetModelRequest,
     ListEnginesReply,
     ListEnginesRequest,
@@ -29,6 +31,8 @@ from proto.llmgw.v1 import (
     PlanReply,
     PutModelRequest,
     RemoveModelReply,
+    ReplicaLogsReply,
+    ReplicaLogsRequest,
     ScaleModelRequest,
     SetModelContextRequest,
 )
@@ -170,6 +174,27 @@ class ModelAdmin:
                 if not message.model or r.model == message.model
             ]
         )
+
+    async def replica_logs(self, message: ReplicaLogsRequest) -> ReplicaLogsReply:
+        r = self._reconciler.replicas.get(message.replica_id)
+        if r is None:
+            raise GRPCError(
+                Status.NOT_FOUND, f"no replica {message.replica_id!r}; see: llmgw ctl replicas"
+            )
+        if not r.node_id:
+            raise GRPCError(
+                Status.FAILED_PRECONDITION, f"{r.replica_id} is not placed on a node ({r.reason})"
+            )
+        ack = await self._registry.command(
+            r.node_id,
+            ControlMessage(
+                fetch_logs=FetchShardLogs(shard_id=r.shard_id, lines=message.lines or 100)
+            ),
+            timeout_s=10,
+        )
+        if not ack.ok:
+            raise GRPCError(Status.UNAVAILABLE, ack.error)
+        return ReplicaLogsReply(replica_id=r.replica_id, lines=list(ack.lines))
 
     async def list_engines(self, message: ListEnginesRequest) -> ListEnginesReply:
         out = []

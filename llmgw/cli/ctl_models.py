@@ -178,6 +178,16 @@ def replicas(
     call(lambda c: c.list_replicas(model), json=json)
 
 
+@app.command("logs")
+def logs(
+    replica_id: str = typer.Argument(..., help="The replica (see llmgw ctl replicas)."),
+    lines: int = typer.Option(100, "--lines", "-n", min=1, max=500),
+    json: bool = JsonOpt,
+) -> None:
+    """The last lines its engine wrote, fetched from its node."""
+    call(lambda c: c.replica_logs(replica_id, lines), json=json)
+
+
 @app.command("drain")
 def drain(node_id: str = typer.Argument(...), json: bool = JsonOpt) -> None:
     """Move a node's replicas elsewhere, then stop them there."""

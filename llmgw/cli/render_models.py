@@ -15,6 +15,7 @@ from proto.llmgw.v1 import (
     PlacementReply,
     PlanReply,
     RemoveModelReply,
+    ReplicaLogsReply,
 )
 
 STATE_STYLE = {
@@ -165,3 +166,10 @@ def _engines(reply: ListEnginesReply):
             e.node_id, e.engine, f"{e.version}-{e.variant}".strip("-"), _state(e.state), e.message
         )
     return t
+
+
+@renders(ReplicaLogsReply)
+def _logs(reply: ReplicaLogsReply):
+    if not reply.lines:
+        return Text(f"{reply.replica_id} has written nothing yet.")
+    return Text("\n".join(reply.lines))

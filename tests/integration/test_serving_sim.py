@@ -135,3 +135,15 @@ async def test_a_model_that_needs_gpus_is_refused_with_every_nodes_reason(cluste
 async def _with_reason(cluster, model, reason):
     rs = await replicas_of(cluster, model)
     return rs if rs and rs[0].reason == reason else None
+
+
+async def test_a_replicas_engine_output_is_fetched_from_its_node(cluster):
+    await cluster.start_agent("cpu-node")
+    async with cluster.admin() as admin:
+        await admin.put_model(sim_model())
+    r = await wait_for(lambda: ready_replica(cluster, "sim-chat"), attempts=400)
+    async with cluster.admin() as admin:
+        logs = await admin.replica_logs(r.replica_id, 20)
+    assert logs.replica_id == r.replica_id
+    assert any("serving sim-chat" in line for line in logs.lines)
+    os.kill(r.pid, signal.SIGTERM)

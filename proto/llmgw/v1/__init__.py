@@ -18,6 +18,7 @@ __all__ = (
     "EngineStatus",
     "EngineView",
     "FetchProgress",
+    "FetchShardLogs",
     "GetModelRequest",
     "GetNodeRequest",
     "Gpu",
@@ -148,6 +149,11 @@ class CommandAck(betterproto2.Message):
 
     error: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
 
+    lines: "list[str]" = betterproto2.field(4, betterproto2.TYPE_STRING, repeated=True)
+    """
+    FetchShardLogs: the last lines of the shard's engine output.
+    """
+
 
 default_message_pool.register_message("llmgw.v1", "CommandAck", CommandAck)
 
@@ -185,6 +191,10 @@ class ControlMessage(betterproto2.Message):
 
     control_planes: "ControlPlanes | None" = betterproto2.field(
         7, betterproto2.TYPE_MESSAGE, optional=True, group="msg"
+    )
+
+    fetch_logs: "FetchShardLogs | None" = betterproto2.field(
+        8, betterproto2.TYPE_MESSAGE, optional=True, group="msg"
     )
 
 
@@ -254,6 +264,20 @@ class FetchProgress(betterproto2.Message):
 
 
 default_message_pool.register_message("llmgw.v1", "FetchProgress", FetchProgress)
+
+
+@dataclass(eq=False, repr=False)
+class FetchShardLogs(betterproto2.Message):
+    """
+    Answered by a CommandAck carrying the lines.
+    """
+
+    shard_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    lines: "int" = betterproto2.field(2, betterproto2.TYPE_INT32)
+
+
+default_message_pool.register_message("llmgw.v1", "FetchShardLogs", FetchShardLogs)
 
 
 @dataclass(eq=False, repr=False)
