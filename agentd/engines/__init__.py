@@ -20,7 +20,7 @@ from agentd.engines.base import (
     is_hub_id,
     url_host,
 )
-from agentd.engines.flags import (
+from llmgw.engine_flags import (
     EngineArgsRefused,
     Refusal,
     check_args,

@@ -15,6 +15,8 @@ from pydantic import ValidationError
 from gatewayd.nodes.watch import Broadcaster
 from gatewayd.store import ModelRecord, Store
 from llmgw.catalog import Model
+from llmgw.engine_flags import check_args, check_env
+from llmgw.errors import LlmgwError
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +73,16 @@ class Catalog:
             model = Model.model_validate(spec)
         except ValidationError as e:
             raise CatalogError("invalid", validation_message(e)) from None
+        # Refused here, where the operator sees it, not later on a node.
+        for profile in model.profiles:
+            try:
+                check_args(profile.engine, profile.args)
+                check_env(profile.engine, profile.env)
+            except LlmgwError as e:
+                raise CatalogError(
+                    "invalid",
+                    f"profile {profile.name}: {e.message}" + (f" ({e.hint})" if e.hint else ""),
+                ) from None
         if create_only and model.name in self._models:
             raise CatalogError(
                 "exists",

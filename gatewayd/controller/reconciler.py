@@ -49,6 +49,18 @@ _SHARD_STATES = {
 }
 
 
+def spec_hash(model: Model) -> str:
+    """What a running replica depends on; scaling and labels are not in it."""
+    import hashlib
+    import json
+
+    keep = model.model_dump(
+        mode="json",
+        include={"source", "sha256", "profiles", "context_length", "slots", "allow_pickle"},
+    )
+    return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:16]
+
+
 class Reconciler:
     def __init__(
         self,
@@ -187,10 +199,15 @@ class Reconciler:
                     r, f"node {r.node_id} is draining; replaced by {replacement.replica_id}"
                 )
         serving = [r for r in mine if r.state in rs.ACTIVE and r.state != rs.DRAINING]
+        await self._roll(model, mine, serving)
+        serving = [r for r in mine if r.state in rs.ACTIVE and r.state != rs.DRAINING]
         waiting = [r for r in mine if r.state in (rs.FAILED, rs.PENDING)]
         # What counts toward the desired number: not what is being drained
         # away (its replacement counts instead).
-        counted = [r for r in serving if r.node_id not in drained] + waiting
+        replaced = {r.replaces for r in mine if r.replaces}
+        counted = [
+            r for r in serving if r.node_id not in drained and r.replica_id not in replaced
+        ] + waiting
         desired = model.replicas_min
         for _ in range(desired - len(counted)):
             await self._start(model, self._new_replica(model))
@@ -208,6 +225,21 @@ class Reconciler:
             }
             for r in sorted(counted, key=lambda x: order.get(x.state, 1))[:extra]:
                 await self._stop(r, f"scaled to {desired}")
+
+    async def _roll(self, model: Model, mine: list[Replica], serving: list[Replica]) -> None:
+        """Replace replicas started with an older spec, one at a time, new before old."""
+        current = spec_hash(model)
+        for r in [x for x in serving if x.spec_hash and x.spec_hash != current]:
+            replacement = next((x for x in mine if x.replaces == r.replica_id), None)
+            if replacement is None:
+                if any(x.replaces and x.state != rs.READY and x.state != rs.STOPPED for x in mine):
+                    return  # one replacement at a time
+                replacement = self._new_replica(model, replaces=r.replica_id)
+                mine.append(replacement)
+                await self._start(model, replacement)
+                return
+            if replacement.state == rs.READY:
+                await self._stop(r, f"replaced by {replacement.replica_id} (the model changed)")
 
     def _new_replica(self, model: Model, *, replaces: str = "") -> Replica:
         rid = f"{model.name}-{secrets.token_hex(3)}"
@@ -250,6 +282,7 @@ class Reconciler:
         r.tensor_parallel = p.layout.tensor_parallel
         r.context = p.layout.context or model.context_length
         r.retry_at = None
+        r.spec_hash = spec_hash(model)
         if restart:
             r.restarts += 1
         where = f"node {p.node_id}" + (f" GPUs {r.gpu_indexes}" if r.gpu_indexes else " CPU")

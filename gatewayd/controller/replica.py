@@ -62,8 +62,10 @@ class Replica(BaseModel):
     retry_at: datetime | None = None
     fetch_done_bytes: int = 0
     fetch_total_bytes: int = 0
-    # Set when this replica replaces one on a draining node.
+    # Set when this replica replaces another (a draining node, a changed spec).
     replaces: str = ""
+    # What the replica was started with: a different hash means it must be replaced.
+    spec_hash: str = ""
     history: list[ReplicaEvent] = Field(default_factory=list)
 
     @property

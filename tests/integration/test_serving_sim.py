@@ -147,3 +147,46 @@ async def test_a_replicas_engine_output_is_fetched_from_its_node(cluster):
     assert logs.replica_id == r.replica_id
     assert any("serving sim-chat" in line for line in logs.lines)
     os.kill(r.pid, signal.SIGTERM)
+
+
+@pytest.mark.parametrize("flag", ["--trust-remote-code", "--trust_remote_code", "--trust-rem"])
+async def test_a_refused_engine_flag_is_refused_when_the_model_is_added(cluster, flag):
+    from llmgw.errors import UsageError
+
+    spec = sim_model()
+    spec.profiles[0].engine = "vllm"
+    spec.profiles[0].args = [flag]
+    async with cluster.admin() as admin:
+        with pytest.raises(UsageError, match="refused"):
+            await admin.put_model(spec)
+        assert not (await admin.list_models()).models
+
+
+async def test_a_context_change_replaces_replicas_one_at_a_time_new_before_old(cluster):
+    await cluster.start_agent("cpu-node")
+    async with cluster.admin() as admin:
+        await admin.put_model(sim_model(replicas=2))
+
+    async def two_ready():
+        rs = [r for r in await replicas_of(cluster, "sim-chat") if r.state == "ready"]
+        return rs if len(rs) == 2 else None
+
+    old = {r.replica_id for r in await wait_for(two_ready, attempts=400)}
+    async with cluster.admin() as admin:
+        view = await admin.set_model_context("sim-chat", 1024)
+        assert view.spec.context_length == 1024
+    seen_ready_counts = []
+
+    async def all_new():
+        rs = await replicas_of(cluster, "sim-chat")
+        ready = [r for r in rs if r.state == "ready"]
+        seen_ready_counts.append(len(ready))
+        new = [r for r in ready if r.replica_id not in old]
+        return new if len(new) == 2 and len(ready) == 2 else None
+
+    await wait_for(all_new, attempts=800)
+    # Never fewer than the two ready replicas while it rolled.
+    assert min(seen_ready_counts) >= 2
+    for r in cluster.server.reconciler.replicas.values():
+        if r.pid and r.state == "ready":
+            os.kill(r.pid, signal.SIGTERM)

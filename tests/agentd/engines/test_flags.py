@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agentd.engines import flags
-from agentd.engines.flags import (
+from llmgw.engine_flags import (
     ARGPARSE_ENGINES,
     EngineArgsRefused,
     check_args,
