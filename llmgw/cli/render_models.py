@@ -6,6 +6,21 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from llmgw.modelfmt import (
+    MODEL_COLUMNS,
+    NO_MODELS,
+    NO_REPLICAS,
+    PLAN_COLUMNS,
+    REASON_COLUMNS,
+    REPLICA_COLUMNS,
+    layout_cells,
+    model_cells,
+    placement_summary,
+    plan_head,
+    removed_text,
+    replica_cells,
+    state_text,
+)
 from llmgw.output import renders
 from proto.llmgw.v1 import (
     ListEnginesReply,
@@ -18,42 +33,15 @@ from proto.llmgw.v1 import (
     ReplicaLogsReply,
 )
 
-STATE_STYLE = {
-    "ready": "green",
-    "serving": "green",
-    "failed": "red",
-    "unplaceable": "red",
-    "pending": "yellow",
-    "starting": "yellow",
-    "draining": "yellow",
-}
-
-
-def gib(n: int) -> str:
-    return f"{n / 2**30:.1f} GiB" if n else "-"
-
-
-def _state(s: str) -> Text:
-    return Text(s, style=STATE_STYLE.get(s, ""))
-
-
 @renders(ListModelsReply)
 def _models(reply: ListModelsReply):
     if not reply.models:
-        return Text("No models yet. Serve one: llmgw ctl model serve SOURCE")
+        return Text(NO_MODELS)
     t = Table(title=f"Models ({len(reply.models)})", title_justify="left")
-    for col in ("MODEL", "STATE", "READY", "ENGINE", "SOURCE", "REASON"):
+    for col in MODEL_COLUMNS:
         t.add_column(col)
     for m in reply.models:
-        engine = m.spec.profiles[0].engine if m.spec.profiles else ""
-        t.add_row(
-            m.spec.name,
-            _state(m.state),
-            f"{m.replicas_ready}/{m.replicas_desired}",
-            engine,
-            m.spec.source,
-            m.reason,
-        )
+        t.add_row(*model_cells(m))
     return t
 
 
@@ -64,72 +52,31 @@ def _model(m: ModelView):
 
 @renders(RemoveModelReply)
 def _removed(r: RemoveModelReply):
-    return Text(f"Removed {r.name}; {r.replicas_stopping} replicas stopping.")
+    return Text(removed_text(r))
 
 
 @renders(ListReplicasReply)
 def _replicas(reply: ListReplicasReply):
     if not reply.replicas:
-        return Text("No replicas.")
+        return Text(NO_REPLICAS)
     t = Table(title=f"Replicas ({len(reply.replicas)})", title_justify="left")
-    for col in ("REPLICA", "MODEL", "NODE", "WHERE", "STATE", "SINCE", "RESTARTS", "REASON"):
+    for col in REPLICA_COLUMNS:
         t.add_column(col)
     for r in reply.replicas:
-        where = f"GPU {','.join(map(str, r.gpu_indexes))}" if r.gpu_indexes else "CPU"
-        reason = r.reason
-        if r.fetch and r.fetch.bytes_total:
-            reason += f" ({gib(r.fetch.bytes_done)} of {gib(r.fetch.bytes_total)})"
-        if r.endpoint:
-            reason += f" · {r.endpoint}"
-        t.add_row(
-            r.replica_id,
-            r.model,
-            r.node_id or "-",
-            where,
-            _state(r.state),
-            r.since[11:19],
-            str(r.restarts),
-            reason,
-        )
+        t.add_row(*replica_cells(r))
     return t
 
 
 @renders(PlanReply)
 def _plan(p: PlanReply):
-    f = p.facts
-    head = Text(
-        f"{f.architecture or 'model'} · {f.layers} layers · {f.quantisation or f.format} · "
-        f"weights {gib(f.weights_bytes)} · context {p.context} "
-        f"(trained {f.trained_context}) · KV {p.kv_bytes_per_token} bytes/token"
-    )
-    parts = [head]
+    parts = [plan_head(p)]
     if p.refused:
         parts.append(Text(f"refused: {p.refused}", style="red"))
     t = Table(title="Layouts (best first)", title_justify="left")
-    for col in ("LAYOUT", "PER CARD", "WEIGHTS", "KV", "OVERHEAD", "HOST", "TOK/S", "NOTES"):
+    for col in PLAN_COLUMNS:
         t.add_column(col)
     for lay in p.layouts:
-        pc = lay.per_card
-        kind = (
-            "CPU"
-            if lay.kind == "cpu"
-            else (
-                f"{lay.gpus} GPU"
-                + (f" TP{lay.tensor_parallel}" if lay.tensor_parallel > 1 else "")
-                + (" EP" if lay.expert_parallel else "")
-            )
-        )
-        total = (pc.weights_bytes + pc.kv_bytes + pc.overhead_bytes) if pc else 0
-        t.add_row(
-            kind,
-            gib(total),
-            gib(pc.weights_bytes if pc else 0),
-            gib(pc.kv_bytes if pc else 0),
-            gib(pc.overhead_bytes if pc else 0),
-            gib(lay.host_memory_bytes),
-            f"{lay.tokens_per_s:.0f}",
-            "; ".join(lay.notes),
-        )
+        t.add_row(*layout_cells(lay))
     parts.append(t)
     parts += [Text(n, style="dim") for n in p.notes]
     return Group(*parts)
@@ -137,16 +84,10 @@ def _plan(p: PlanReply):
 
 @renders(PlacementReply)
 def _placement(r: PlacementReply):
-    parts = []
-    if r.placement:
-        p = r.placement
-        where = f"GPUs {list(p.gpu_indexes)}" if p.gpu_indexes else "CPU"
-        parts.append(Text(f"{r.model} → node {p.node_id}, {where}", style="green"))
-    else:
-        parts.append(Text(f"{r.model} cannot be placed: {r.refused}", style="red"))
+    parts = [placement_summary(r)]
     t = Table(title="Every node", title_justify="left")
-    t.add_column("NODE")
-    t.add_column("WHY NOT")
+    for col in REASON_COLUMNS:
+        t.add_column(col)
     for n in r.reasons:
         t.add_row(n.node_id, n.reason)
     if r.reasons:
@@ -163,7 +104,7 @@ def _engines(reply: ListEnginesReply):
         t.add_column(col)
     for e in reply.engines:
         t.add_row(
-            e.node_id, e.engine, f"{e.version}-{e.variant}".strip("-"), _state(e.state), e.message
+            e.node_id, e.engine, f"{e.version}-{e.variant}".strip("-"), state_text(e.state), e.message
         )
     return t
 

@@ -142,10 +142,15 @@ async def test_a_replicas_engine_output_is_fetched_from_its_node(cluster):
     async with cluster.admin() as admin:
         await admin.put_model(sim_model())
     r = await wait_for(lambda: ready_replica(cluster, "sim-chat"), attempts=400)
-    async with cluster.admin() as admin:
-        logs = await admin.replica_logs(r.replica_id, 20)
-    assert logs.replica_id == r.replica_id
-    assert any("serving sim-chat" in line for line in logs.lines)
+
+    async def logged():
+        # The node follows the engine's output file a moment behind it.
+        async with cluster.admin() as admin:
+            logs = await admin.replica_logs(r.replica_id, 20)
+        assert logs.replica_id == r.replica_id
+        return any("serving sim-chat" in line for line in logs.lines)
+
+    await wait_for(logged, attempts=100)
     os.kill(r.pid, signal.SIGTERM)
 
 

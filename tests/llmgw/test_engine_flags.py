@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentd.engines import flags
+from llmgw import engine_flags as flags
 from llmgw.engine_flags import (
     ARGPARSE_ENGINES,
     EngineArgsRefused,
