@@ -20,6 +20,10 @@ from agentd.engines.base import (
     is_hub_id,
     url_host,
 )
+from agentd.engines.llamacpp import LlamaCppAdapter
+from agentd.engines.sglang import SglangAdapter
+from agentd.engines.sim import SimAdapter
+from agentd.engines.vllm import VllmAdapter
 from llmgw.engine_flags import (
     EngineArgsRefused,
     Refusal,
@@ -29,10 +33,6 @@ from llmgw.engine_flags import (
     find_refusals,
     refusal_for,
 )
-from agentd.engines.llamacpp import LlamaCppAdapter
-from agentd.engines.sglang import SglangAdapter
-from agentd.engines.sim import SimAdapter
-from agentd.engines.vllm import VllmAdapter
 
 ADAPTERS: dict[str, type[EngineAdapter]] = {
     "llama.cpp": LlamaCppAdapter,
