@@ -231,8 +231,15 @@ class Agent:
                 AgentMessage(ack=CommandAck(command_id=msg.command_id, ok=True, lines=lines))
             )
             return
+        elif msg.install_engine is not None:
+            # Accepted: progress and the outcome follow as EngineStatus reports.
+            install = getattr(self.engines, "install", None)
+            if install is None:
+                ok, error = False, "this agent installs no engines"
+            else:
+                asyncio.create_task(install(msg.install_engine))
         else:
-            ok, error = False, "install_engine is not supported by this agent yet"
+            ok, error = False, "an unknown command"
         outbox.put_nowait(
             AgentMessage(ack=CommandAck(command_id=msg.command_id, ok=ok, error=error))
         )

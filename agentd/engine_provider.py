@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from agentd.provision.llamacpp import InstallError
-from agentd.provision.manager import EngineManager, EngineState, WheelSource
+from agentd.provision.manager import ArchiveSource, EngineManager, EngineState, WheelSource
 from llmgw.fsutil import write_atomic
 
 log = logging.getLogger(__name__)
@@ -84,6 +84,16 @@ class LocalEngines:
             if inst.engine == engine and inst.version == version:
                 return str(inst.binary), inst.launch_env({})
         raise InstallError(f"llama.cpp {version} was installed but does not check out")
+
+    async def install(self, msg) -> None:
+        """InstallEngine from the control plane: converge, reporting as it goes."""
+        if msg.source == "archive":
+            source = ArchiveSource(msg.url, msg.sha256)
+        elif msg.source == "wheel":
+            source = WheelSource()
+        else:
+            source = None
+        await self.manager.ensure(msg.engine, msg.version, msg.variant, source)
 
     def _xllamacpp(self) -> str:
         """A ``llama-server`` program that runs llama.cpp's server from the xllamacpp wheel."""

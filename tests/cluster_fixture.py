@@ -82,7 +82,9 @@ def make_server_config(paths: Paths, **nodes) -> ServerConfig:
 
 
 @contextlib.asynccontextmanager
-async def running_cluster(tmp_path: Path, *, store: StoreConfig | None = None, **nodes):
+async def running_cluster(
+    tmp_path: Path, *, store: StoreConfig | None = None, engines=(), **nodes
+):
     paths = Paths.under(tmp_path / "home")
     if not paths.server_yaml.exists():
         init_server(paths, hosts=["localhost"])
@@ -92,6 +94,7 @@ async def running_cluster(tmp_path: Path, *, store: StoreConfig | None = None, *
     cfg.listen.http, cfg.listen.metrics = "127.0.0.1:0", "127.0.0.1:0"
     if store is not None:
         cfg.store = store
+    cfg.engines = list(engines)
     server = GatewayServer(cfg, paths)
     await server.start()
     cluster = Cluster(paths, server, paths.admin_token_file.read_text().strip())

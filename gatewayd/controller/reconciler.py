@@ -25,9 +25,17 @@ from gatewayd.nodes.registry import READY as NODE_READY
 from gatewayd.nodes.registry import NodeRegistry
 from gatewayd.store import ReplicaRecord, Store
 from llmgw.catalog import Model
+from llmgw.config import EngineRelease
 from llmgw.inventory import Inventory
 from llmgw.placement import Decision, PlacementRequest, place
-from proto.llmgw.v1 import ControlMessage, ShardStatus, StartShard, StopShard, WeightsSource
+from proto.llmgw.v1 import (
+    ControlMessage,
+    InstallEngine,
+    ShardStatus,
+    StartShard,
+    StopShard,
+    WeightsSource,
+)
 
 log = logging.getLogger(__name__)
 
@@ -71,12 +79,14 @@ class Reconciler:
         engine_key: str,
         lost_grace_s: float = 300.0,
         sizing: Sizing | None = None,
+        engines: list[EngineRelease] = (),
     ):
         self._store = store
         self._registry = registry
         self._catalog = catalog
         self._engine_key = engine_key
         self._lost_grace_s = lost_grace_s
+        self._engines = list(engines)
         self.sizing = sizing or Sizing()
         self.replicas: dict[str, Replica] = {}
         self._kick = asyncio.Event()
@@ -120,6 +130,14 @@ class Reconciler:
                 )
                 if topic == "nodes" and seen.get(key) == mark:
                     continue
+                if (
+                    topic == "nodes"
+                    and live is not None
+                    and live.record.state == NODE_READY
+                    and (seen.get(key) is None or seen[key][4] != live.session_id)
+                ):
+                    # A node (re)connected: tell it which engines to have.
+                    asyncio.create_task(self.install_engines(key))
                 seen[key] = mark
                 for r in self.replicas.values():
                     if r.state == rs.PENDING:
@@ -127,6 +145,31 @@ class Reconciler:
                 self.kick()
         finally:
             self._registry.watch.unsubscribe(sub)
+
+    async def install_engines(self, node_id: str) -> None:
+        live = self._registry.live(node_id)
+        if live is None:
+            return
+        for e in self._engines:
+            if e.engine not in live.record.installable_engines:
+                continue  # e.g. vLLM on a node without a suitable GPU: skipped, not a fault
+            ack = await self._registry.command(
+                node_id,
+                ControlMessage(
+                    install_engine=InstallEngine(
+                        engine=e.engine,
+                        version=e.version,
+                        variant=e.variant,
+                        source=e.source,
+                        url=e.url,
+                        sha256=e.sha256,
+                    )
+                ),
+            )
+            if not ack.ok:
+                log.warning(
+                    "node %s refused to install %s %s: %s", node_id, e.engine, e.version, ack.error
+                )
 
     async def run(self) -> None:
         helpers = [

@@ -1,0 +1,310 @@
+"""The Replicas screen: every replica, its state and why, live — what ``llmgw ctl replicas`` prints.
+
+It reads the list with the same ``AdminClient.list_replicas()`` the command
+calls and draws each row with the same cell helpers (``llmgw.modelfmt``), then
+follows the admin ``Watch`` topic "replicas" so a row moves through pending,
+placed, fetching … ready the moment its replica does. Enter on a row opens the
+replica's history: every state it passed, when, and why.
+
+Only workers talk to gatewayd; they post past-tense messages (``ReplicasLoaded``,
+``ReplicaChanged``, ``AdminFailed``) whose handlers touch the widgets.
+``follow_watch`` is the watch loop (reopen with backoff, read everything again
+after a cut) the Models screen runs too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import ClassVar
+
+from rich.table import Table
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Vertical
+from textual.message import Message
+from textual.message_pump import MessagePump
+from textual.screen import ModalScreen, Screen
+from textual.widgets import DataTable, Footer, Header, Static
+from textual.worker import Worker
+
+from llmgw.admin_client import AdminClient
+from llmgw.errors import AdminError, AdminUnauthenticated, AdminUnreachable, LlmgwError
+from llmgw.modelfmt import (
+    HISTORY_COLUMNS,
+    NO_REPLICAS,
+    REPLICA_COLUMNS,
+    history_cells,
+    replica_cells,
+    replica_facts,
+)
+from proto.llmgw.v1 import ListReplicasReply, ReplicaView, WatchEvent
+from tui.screens.nodes import (
+    WATCH_RETRY_FIRST_S,
+    WATCH_RETRY_MAX_S,
+    AdminFailed,
+    _show_worker_error,
+    describe,
+)
+
+log = logging.getLogger(__name__)
+
+
+def failed(error: LlmgwError, *, retry_in_s: float | None = None) -> AdminFailed:
+    """``AdminFailed`` for any error an admin call raises.
+
+    The client maps a refusal to NotFoundError, UsageError or ConflictError,
+    which are not AdminErrors; the status line only needs the message and hint.
+    """
+    if not isinstance(error, AdminError):
+        error = AdminError(error.message, hint=error.hint)
+    return AdminFailed(error, retry_in_s=retry_in_s)
+
+# DataTable column keys: the command's headings, lower case ("replica", "state", …).
+COLUMN_KEYS = tuple(c.lower() for c in REPLICA_COLUMNS)
+
+
+async def follow_watch(
+    target: MessagePump,
+    client: AdminClient,
+    topics: list[str],
+    *,
+    resync: Callable[[], Awaitable[Message]],
+    on_event: Callable[[WatchEvent], Awaitable[Message | None]],
+) -> None:
+    """Follow the admin ``Watch`` on ``topics`` for as long as the calling worker runs.
+
+    Each event becomes the message ``on_event`` makes, posted to ``target``. A
+    cut watch is reopened after 0.5, 1, 2 … 10 s (as the Nodes screen does);
+    before reopening, ``resync`` reads the whole list again, because what
+    changed while the watch was cut never arrives as an event. A refused token
+    ends it: the same token would be refused again, and r tries once it is sorted.
+    """
+    delay_s = WATCH_RETRY_FIRST_S
+    resynced = True  # on the first open the screen has just read the list
+    while True:
+        try:
+            if not resynced:
+                target.post_message(await resync())
+                resynced = True
+            async for event in client.watch(topics):
+                delay_s = WATCH_RETRY_FIRST_S  # it works again: the next cut retries quickly
+                message = await on_event(event)
+                if message is not None:
+                    target.post_message(message)
+            error: LlmgwError = AdminUnreachable(
+                f"gatewayd at {client.address} ended the live updates",
+                hint="it may be restarting",
+            )
+        except AdminUnauthenticated as e:
+            target.post_message(failed(e))
+            return
+        except LlmgwError as e:
+            error = e
+        log.info("%s watch cut (%s); reopening in %s s", ",".join(topics), error, delay_s)
+        target.post_message(failed(error, retry_in_s=delay_s))
+        await asyncio.sleep(delay_s)
+        delay_s = min(delay_s * 2, WATCH_RETRY_MAX_S)
+        resynced = False
+
+
+class ReplicasLoaded(Message):
+    """The whole replica list arrived (``list_replicas``)."""
+
+    def __init__(self, reply: ListReplicasReply) -> None:
+        super().__init__()
+        self.reply = reply
+
+
+class ReplicaChanged(Message):
+    """One replica changed (a ``Watch`` event); ``view`` is None once gatewayd forgot it."""
+
+    def __init__(self, replica_id: str, view: ReplicaView | None) -> None:
+        super().__init__()
+        self.replica_id = replica_id
+        self.view = view
+
+
+def replica_body(r: ReplicaView) -> Table:
+    """A replica's facts as a two-column grid (label, value)."""
+    facts = Table.grid(padding=(0, 2))
+    facts.add_column(style="bold")
+    facts.add_column()
+    for label, value in replica_facts(r):
+        facts.add_row(label, value)
+    return facts
+
+
+class ReplicaDetails(ModalScreen[None]):
+    """One replica's state, deadline and history over the Replicas screen; Escape closes it.
+
+    It reads nothing itself: the Replicas screen hands it every change of its
+    replica as the watch reports it.
+    """
+
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "dismiss", "Close")]
+
+    def __init__(self, view: ReplicaView) -> None:
+        super().__init__()
+        self.replica_id = view.replica_id
+        self._view = view
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="replica-box", classes="dialog"):
+            yield Static(id="replica-facts")
+            history: DataTable = DataTable(id="replica-history", cursor_type="row")
+            for heading in HISTORY_COLUMNS:
+                history.add_column(heading, key=heading.lower())
+            yield history
+            yield Static("Esc closes · it follows the replica live", classes="dialog-status")
+
+    def on_mount(self) -> None:
+        self.query_one("#replica-box").border_title = f"Replica {self.replica_id}"
+        self.show(self._view)
+
+    def show(self, view: ReplicaView | None) -> None:
+        """Draw ``view``; None: gatewayd forgot the replica (its last state stays shown)."""
+        if view is None:
+            status = self.query_one(".dialog-status", Static)
+            status.update(f"{self.replica_id} is gone: gatewayd no longer knows it · Esc closes")
+            return
+        self._view = view
+        self.query_one("#replica-facts", Static).update(replica_body(view))
+        history = self.query_one("#replica-history", DataTable)
+        history.clear()
+        for event in view.history:
+            history.add_row(*history_cells(event))
+        if view.history:
+            history.move_cursor(row=len(view.history) - 1)
+
+
+class ReplicasScreen(Screen[None]):
+    """Every replica in a table keyed by replica id, kept current by the admin ``Watch``."""
+
+    def __init__(self, client: AdminClient) -> None:
+        super().__init__()
+        self._client = client
+        self._views: dict[str, ReplicaView] = {}
+        self._details: ReplicaDetails | None = None  # the open history, fed by the watch
+        # "No replicas" only once gatewayd said so, never while it cannot be reached.
+        self._loaded = False
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static(f"Reading replicas from {self._client.address}…", id="status")
+        table: DataTable = DataTable(id="replicas", cursor_type="row", zebra_stripes=True)
+        for heading, key in zip(REPLICA_COLUMNS, COLUMN_KEYS, strict=True):
+            table.add_column(heading, key=key)
+        yield table
+        yield Static(f"{NO_REPLICAS} Serve a model on the Models screen (m).", id="empty")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.sub_title = "Replicas"
+        self.query_one("#empty").display = False
+        self.load_replicas()
+        self.follow_replicas()
+
+    def reload(self) -> None:
+        """Read the list again and reopen the watch (the r key)."""
+        self.load_replicas()
+        self.follow_replicas()
+
+    # -- workers: the only code here that talks to gatewayd --------------------
+
+    @work(exclusive=True, exit_on_error=False, group="replicas-load")
+    async def load_replicas(self) -> None:
+        try:
+            reply = await self._client.list_replicas()
+        except LlmgwError as e:
+            self.post_message(failed(e))
+            return
+        self.post_message(ReplicasLoaded(reply))
+
+    @work(exclusive=True, exit_on_error=False, group="replicas-watch")
+    async def follow_replicas(self) -> None:
+        async def resync() -> Message:
+            return ReplicasLoaded(await self._client.list_replicas())
+
+        async def on_event(event: WatchEvent) -> Message | None:
+            if event.topic != "replicas":
+                return None
+            return ReplicaChanged(event.key, event.replica)
+
+        await follow_watch(self, self._client, ["replicas"], resync=resync, on_event=on_event)
+
+    # -- message handlers: widgets only ----------------------------------------
+
+    def on_replicas_loaded(self, message: ReplicasLoaded) -> None:
+        table = self.query_one("#replicas", DataTable)
+        selected = self._selected_replica_id()
+        self._views = {r.replica_id: r for r in message.reply.replicas}
+        table.clear()
+        for r in message.reply.replicas:
+            table.add_row(*replica_cells(r), key=r.replica_id)
+        if selected in self._views:
+            table.move_cursor(row=table.get_row_index(selected))
+        self._loaded = True
+        self._show_counts()
+        if self._details is not None:
+            replica_id = self._details.replica_id
+            self._show_details(replica_id, self._views.get(replica_id))
+
+    def on_replica_changed(self, message: ReplicaChanged) -> None:
+        table = self.query_one("#replicas", DataTable)
+        replica_id, view = message.replica_id, message.view
+        if view is None:
+            if replica_id in self._views:
+                del self._views[replica_id]
+                table.remove_row(replica_id)
+        elif replica_id in self._views:
+            self._views[replica_id] = view
+            for key, cell in zip(COLUMN_KEYS, replica_cells(view), strict=True):
+                table.update_cell(replica_id, key, cell, update_width=True)
+        else:
+            self._views[replica_id] = view
+            table.add_row(*replica_cells(view), key=replica_id)
+        self._show_details(replica_id, view)
+        if self._loaded:
+            self._show_counts()
+
+    def on_admin_failed(self, message: AdminFailed) -> None:
+        status = self.query_one("#status", Static)
+        status.update(describe(message.error, message.retry_in_s))
+        status.set_class(True, "-error")
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        _show_worker_error(self.query_one("#status", Static), event)
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        view = self._views.get(str(event.row_key.value))
+        if view is not None:
+            self._details = ReplicaDetails(view)
+            self.app.push_screen(self._details, lambda _: self._forget_details())
+
+    def _forget_details(self) -> None:
+        self._details = None
+
+    def _show_details(self, replica_id: str, view: ReplicaView | None) -> None:
+        details = self._details
+        if details is not None and details.is_mounted and details.replica_id == replica_id:
+            details.show(view)
+
+    def _selected_replica_id(self) -> str | None:
+        table = self.query_one("#replicas", DataTable)
+        if not table.row_count:
+            return None
+        return table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+
+    def _show_counts(self) -> None:
+        replicas = self._views.values()
+        ready = sum(1 for r in replicas if r.state == "ready")
+        status = self.query_one("#status", Static)
+        status.update(
+            f"Replicas: {len(replicas)} ({ready} ready) · live from {self._client.address}"
+        )
+        status.set_class(False, "-error")
+        self.query_one("#empty").display = not self._views
+        self.query_one("#replicas").display = bool(self._views)
