@@ -1,4 +1,4 @@
-"""How models, replicas, plans and placements read to people, shared by ``llmgw ctl`` and the console.
+"""How models, replicas, plans and placements read to people, in ``llmgw ctl`` and the console.
 
 ``llmgw ctl models`` and the console's Models screen build their rows from
 ``model_cells``; ``llmgw ctl replicas`` and the Replicas screen from

@@ -1,7 +1,10 @@
 """The cluster console: bare ``llmgw`` opens it on the Nodes screen.
 
 Every screen talks to gatewayd only through the ``AdminClient`` the app holds,
-calling the same methods as the ``llmgw ctl`` commands (screens ≡ commands).
+calling the same methods as the ``llmgw ctl`` commands (screens ≡ commands):
+Nodes (n) as ``llmgw ctl nodes``, Models (m) as ``llmgw ctl models``, Replicas
+(p) as ``llmgw ctl replicas``. Each screen is a Textual mode: switching keeps
+the others open and live, so coming back shows them current at once.
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ from textual.screen import Screen
 from llmgw.admin_client import AdminClient
 from llmgw.errors import LlmgwError
 from llmgw.paths import Paths
+from tui.screens.models import ModelsScreen
 from tui.screens.nodes import NodesScreen
+from tui.screens.replicas import ReplicasScreen
 
 ClientSource = AdminClient | Callable[[], AdminClient]
 
@@ -38,15 +43,24 @@ class LlmgwApp(App[LlmgwError | None]):
 
     TITLE = "llmgw"
     CSS_PATH = "styles.tcss"
+    # One mode per screen; the app opens on the first.
+    DEFAULT_MODE = "nodes"
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("q", "quit", "Quit"),
+        Binding("n", "switch_mode('nodes')", "Nodes"),
+        Binding("m", "switch_mode('models')", "Models"),
+        Binding("p", "switch_mode('replicas')", "Replicas"),
         Binding("r", "refresh", "Refresh"),
+        Binding("q", "quit", "Quit"),
     ]
 
     def __init__(self, client: ClientSource) -> None:
         super().__init__()
         self._make_client = client if callable(client) else None
         self._client: AdminClient | None = None if callable(client) else client
+        # Screens are made when first shown, after on_load has made the client.
+        self.add_mode("nodes", self.get_default_screen)
+        self.add_mode("models", lambda: ModelsScreen(self.client))
+        self.add_mode("replicas", lambda: ReplicasScreen(self.client))
 
     @property
     def client(self) -> AdminClient:

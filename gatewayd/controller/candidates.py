@@ -12,6 +12,22 @@ from llmgw.placement import NodeCandidate
 from proto.llmgw.v1 import Gpu, HostFacts
 
 
+def live_inventory(live: NodeLive):
+    """The node's hardware as placement reads it, converted once per registration."""
+    cached = getattr(live, "_inventory", None)
+    if cached is not None and cached[0] is live.host_msg:
+        return cached[1]
+    rec = live.record
+    if live.host_msg is not None:
+        host, gpus = live.host_msg, live.gpus_msg
+    else:
+        host = HostFacts.from_dict(rec.host) if rec.host else HostFacts()
+        gpus = [Gpu.from_dict(g) for g in rec.gpus]
+    inventory = inventory_from_proto(host, gpus)
+    live._inventory = (live.host_msg, inventory)
+    return inventory
+
+
 def engine_words(live: NodeLive) -> dict[str, str]:
     """Engine -> the node's own words for it ("installed", "failed: …")."""
     out = {}
@@ -40,12 +56,7 @@ def node_candidates(
     out = []
     for live in nodes:
         rec = live.record
-        if live.host_msg is not None:
-            host, gpus = live.host_msg, live.gpus_msg
-        else:
-            host = HostFacts.from_dict(rec.host) if rec.host else HostFacts()
-            gpus = [Gpu.from_dict(g) for g in rec.gpus]
-        inventory = inventory_from_proto(host, gpus)
+        inventory = live_inventory(live)
         gpu_used = dict(used_gpu.get(rec.node_id, {}))
         if live.heartbeat is not None:
             # Memory other processes hold on a card is not ours to give.

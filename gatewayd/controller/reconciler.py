@@ -90,6 +90,9 @@ class Reconciler:
         self.sizing = sizing or Sizing()
         self.replicas: dict[str, Replica] = {}
         self._kick = asyncio.Event()
+        self._pass_nodes: list | None = None
+        self._drained: set[str] = set()
+        self._by_model: dict[str, list[Replica]] = {}
         self._lock = asyncio.Lock()
         # Agents' shard reports, handled in order by run(); queued so the
         # agent's receive loop never waits on a reconcile pass (which may be
@@ -206,18 +209,32 @@ class Reconciler:
 
     async def reconcile_once(self) -> None:
         async with self._lock:
-            await self._expire_deadlines()
-            await self._handle_lost_nodes()
-            models = {m.name: m for m in self._catalog.models()}
-            for r in list(self.replicas.values()):
-                if r.model not in models and r.state != rs.STOPPED:
-                    await self._stop(r, "the model was removed")
-            for model in models.values():
-                await self._reconcile_model(model)
-            await self._forget_stopped()
+            # Within a pass the nodes are read once; each placement reserves
+            # its memory on them so the next decision sees it taken.
+            self._pass_nodes = None
+            try:
+                await self._pass()
+            finally:
+                self._pass_nodes = None
+
+    async def _pass(self) -> None:
+        await self._expire_deadlines()
+        await self._handle_lost_nodes()
+        self._drained = {n.record.node_id for n in self._registry.live_nodes() if n.record.draining}
+        models = {m.name: m for m in self._catalog.models()}
+        by_model: dict[str, list[Replica]] = {}
+        for r in self.replicas.values():
+            by_model.setdefault(r.model, []).append(r)
+        self._by_model = by_model
+        for r in list(self.replicas.values()):
+            if r.model not in models and r.state != rs.STOPPED:
+                await self._stop(r, "the model was removed")
+        for model in models.values():
+            await self._reconcile_model(model)
+        await self._forget_stopped()
 
     async def _reconcile_model(self, model: Model) -> None:
-        mine = [r for r in self.replicas.values() if r.model == model.name]
+        mine = list(self._by_model.get(model.name, []))
         now = utcnow()
         # Failed replicas come back after their backoff, unplaced ones when
         # their retry is due (counted as desired meanwhile).
@@ -227,7 +244,7 @@ class Reconciler:
                 await self._start(model, r, restart=True)
             elif r.state == rs.PENDING and due:
                 await self._start(model, r)
-        drained = {n.record.node_id for n in self._registry.live_nodes() if n.record.draining}
+        drained = self._drained
         serving = [r for r in mine if r.state in rs.ACTIVE and r.state != rs.DRAINING]
         # A replica on a draining node gets a replacement first, and stops
         # only once its replacement is ready: no gap in service.
@@ -293,14 +310,27 @@ class Reconciler:
 
     # ---- placement and start -------------------------------------------
 
-    def decide(self, model: Model, *, exclude: set[str] = frozenset()) -> Decision:
+    def _pass_candidates(self) -> list:
+        """Placement's view of the nodes for this pass, built once and reserved into.
+
+        Inside a pass the replicas being (re)placed are pending or failed and
+        hold nothing, so none needs leaving out.
+        """
+        if self._pass_nodes is None:
+            self._pass_nodes = node_candidates(self._registry.live_nodes(), self.replicas.values())
+        return self._pass_nodes
+
+    def decide(
+        self, model: Model, *, exclude: set[str] = frozenset(), nodes: list | None = None
+    ) -> Decision:
         """Where a replica of ``model`` goes now, with every node's reason.
 
         ``exclude``: replicas whose resources count as free (the one being
         placed again; for an explanation, all of the model's own).
         """
         profile = model.profiles[0]
-        nodes = node_candidates(self._registry.live_nodes(), self.replicas.values(), exclude)
+        if nodes is None:
+            nodes = node_candidates(self._registry.live_nodes(), self.replicas.values(), exclude)
         plan = self.sizing.plan(model, profile, [n.inventory for n in nodes])
         request = PlacementRequest.for_profile(model, profile, plan)
         return place(request, nodes)
@@ -310,7 +340,7 @@ class Reconciler:
 
     async def _start(self, model: Model, r: Replica, *, restart: bool = False) -> None:
         profile = model.profiles[0]
-        decision = self.decide(model, exclude={r.replica_id})
+        decision = self.decide(model, nodes=self._pass_candidates())
         if decision.placement is None:
             r.retry_at = utcnow() + timedelta(seconds=PENDING_RETRY_S)
             if r.state != rs.FAILED:
@@ -318,6 +348,11 @@ class Reconciler:
             await self._save(r)
             return
         p = decision.placement
+        if self._pass_nodes is not None:
+            for node in self._pass_nodes:  # the next decision in this pass sees it taken
+                if node.node_id == p.node_id:
+                    node.reserve(dict(p.per_gpu_bytes), p.host_memory_bytes)
+                    break
         r.node_id, r.gpu_indexes = p.node_id, list(p.gpu_indexes)
         r.per_gpu_bytes = dict(p.per_gpu_bytes)
         r.host_memory_bytes = p.host_memory_bytes

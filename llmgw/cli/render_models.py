@@ -33,6 +33,7 @@ from proto.llmgw.v1 import (
     ReplicaLogsReply,
 )
 
+
 @renders(ListModelsReply)
 def _models(reply: ListModelsReply):
     if not reply.models:
@@ -104,7 +105,11 @@ def _engines(reply: ListEnginesReply):
         t.add_column(col)
     for e in reply.engines:
         t.add_row(
-            e.node_id, e.engine, f"{e.version}-{e.variant}".strip("-"), state_text(e.state), e.message
+            e.node_id,
+            e.engine,
+            f"{e.version}-{e.variant}".strip("-"),
+            state_text(e.state),
+            e.message,
         )
     return t
 

@@ -37,8 +37,9 @@ async def test_a_failed_engine_install_reaches_ctl_engines_and_the_placement_rea
 ):
     url, data = release_host
     wrong = hashlib.sha256(data + b"tampered").hexdigest()
-    release = EngineRelease(engine="llama.cpp", version="b9999", variant="cpu", url=url,
-                            sha256=wrong)
+    release = EngineRelease(
+        engine="llama.cpp", version="b9999", variant="cpu", url=url, sha256=wrong
+    )
     async with running_cluster(tmp_path, engines=[release]) as cluster:
         await cluster.start_agent("cpu-node")
 
@@ -53,8 +54,11 @@ async def test_a_failed_engine_install_reaches_ctl_engines_and_the_placement_rea
         # Nothing half-installed is left where engines live.
         assert not list((cluster.paths.engines_dir / "llama.cpp").glob("b9999*"))
 
-        model = Model(name="needs-llama", source="/models/x.gguf",
-                      profiles=[Profile(engine="llama.cpp", cpu=True)])
+        model = Model(
+            name="needs-llama",
+            source="/models/x.gguf",
+            profiles=[Profile(engine="llama.cpp", cpu=True)],
+        )
         async with cluster.admin() as admin:
             await admin.put_model(model_spec(model))
             explained = await admin.explain_placement("needs-llama")

@@ -1,4 +1,4 @@
-"""The Replicas screen: every replica, its state and why, live — what ``llmgw ctl replicas`` prints.
+"""The Replicas screen: every replica, its state and why, live, as ``llmgw ctl replicas`` prints.
 
 It reads the list with the same ``AdminClient.list_replicas()`` the command
 calls and draws each row with the same cell helpers (``llmgw.modelfmt``), then
@@ -61,6 +61,7 @@ def failed(error: LlmgwError, *, retry_in_s: float | None = None) -> AdminFailed
     if not isinstance(error, AdminError):
         error = AdminError(error.message, hint=error.hint)
     return AdminFailed(error, retry_in_s=retry_in_s)
+
 
 # DataTable column keys: the command's headings, lower case ("replica", "state", …).
 COLUMN_KEYS = tuple(c.lower() for c in REPLICA_COLUMNS)

@@ -87,7 +87,9 @@ class ServeDialog(ModalScreen[ModelView | None]):
                 with Vertical():
                     yield Label("Engine")
                     yield Select(
-                        [(e, e) for e in ENGINES], value="llama.cpp", allow_blank=False,
+                        [(e, e) for e in ENGINES],
+                        value="llama.cpp",
+                        allow_blank=False,
                         id="serve-engine",
                     )
                 with Vertical():
@@ -119,23 +121,23 @@ class ServeDialog(ModalScreen[ModelView | None]):
 
     # -- the form ----------------------------------------------------------------
 
-    def _value(self, selector: str) -> str:
+    def _field(self, selector: str) -> str:
         return self.query_one(selector, Input).value.strip()
 
     def _engine(self) -> str:
         return str(self.query_one("#serve-engine", Select).value)
 
-    def _context(self) -> int:
-        return whole_number(self._value("#serve-context"), "context", default=0)
+    def _context_tokens(self) -> int:
+        return whole_number(self._field("#serve-context"), "context", default=0)
 
     def build_spec(self) -> ModelSpec:
         """The spec ``llmgw ctl model serve`` would send for these fields; UsageError if wrong."""
         return serve_spec(
-            self._value("#serve-source"),
-            name=self._value("#serve-name"),
+            self._field("#serve-source"),
+            name=self._field("#serve-name"),
             engine=self._engine(),
-            replicas=whole_number(self._value("#serve-replicas"), "replicas", default=1),
-            context=self._context(),
+            replicas=whole_number(self._field("#serve-replicas"), "replicas", default=1),
+            context=self._context_tokens(),
             cpu=self.query_one("#serve-cpu", Checkbox).value,
         )
 
@@ -164,15 +166,15 @@ class ServeDialog(ModalScreen[ModelView | None]):
         self.dismiss(None)
 
     def action_plan(self) -> None:
-        source = self._value("#serve-source")
+        source = self._field("#serve-source")
         try:
             if not source:
                 raise UsageError("give a source to plan")
             request = PlanModelRequest(
-                source=source, engine=self._engine(), context_length=self._context()
+                source=source, engine=self._engine(), context_length=self._context_tokens()
             )
         except UsageError as e:
-            self._say(describe(e), error=True)  # type: ignore[arg-type]
+            self._say(describe(failed(e).error), error=True)
             return
         self._say(f"Planning {source} …")
         self.plan(request)
@@ -181,7 +183,7 @@ class ServeDialog(ModalScreen[ModelView | None]):
         try:
             spec = self.build_spec()
         except UsageError as e:
-            self._say(describe(e), error=True)  # type: ignore[arg-type]
+            self._say(describe(failed(e).error), error=True)
             return
         self._say(f"Serving {spec.name} …")
         self.serve(spec)

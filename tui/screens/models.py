@@ -1,0 +1,466 @@
+"""The Models screen: the catalog, each model's state and readiness, live — ``llmgw ctl models``.
+
+It reads the list with the same ``AdminClient.list_models()`` the command calls
+and draws each row with the same cell helpers (``llmgw.modelfmt``). It follows
+the admin ``Watch`` on "models" (a model added, changed, removed) and on
+"replicas": readiness is counted from replicas, and gatewayd announces a replica
+becoming ready on "replicas" only, so a replica's change has its model read
+again (``get_model``, as ``llmgw ctl model show``) and READY goes 0/1 → 1/1 live.
+
+On the selected row: ``s`` scales (``scale_model``, as ``llmgw ctl model scale``),
+``d`` removes after asking (``remove_model``, ``llmgw ctl model rm``), ``e``
+explains its placement (``explain_placement``, ``llmgw ctl explain-placement``);
+``a`` opens the serve dialog (``llmgw ctl model plan`` / ``model serve``).
+
+Only workers talk to gatewayd; they post past-tense messages whose handlers
+touch the widgets.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import ClassVar
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical
+from textual.message import Message
+from textual.screen import ModalScreen, Screen
+from textual.widgets import Button, DataTable, Footer, Header, Input, Label, Static
+from textual.worker import Worker
+
+from llmgw.admin_client import AdminClient
+from llmgw.errors import LlmgwError, NotFoundError
+from llmgw.modelfmt import (
+    MODEL_COLUMNS,
+    NO_MODELS,
+    REASON_COLUMNS,
+    model_cells,
+    placement_summary,
+    removed_text,
+)
+from proto.llmgw.v1 import (
+    ListModelsReply,
+    ModelView,
+    PlacementReply,
+    RemoveModelReply,
+    WatchEvent,
+)
+from tui.screens.nodes import AdminFailed, _show_worker_error, describe
+from tui.screens.replicas import failed, follow_watch
+from tui.screens.serve import ServeDialog
+
+log = logging.getLogger(__name__)
+
+# DataTable column keys: the command's headings, lower case ("model", "ready", …).
+COLUMN_KEYS = tuple(c.lower() for c in MODEL_COLUMNS)
+# The most replicas a model may ask for (the catalog's own bound).
+MAX_REPLICAS = 1000
+
+
+class ModelsLoaded(Message):
+    """The whole catalog arrived (``list_models``)."""
+
+    def __init__(self, reply: ListModelsReply) -> None:
+        super().__init__()
+        self.reply = reply
+
+
+class ModelChanged(Message):
+    """One model changed; ``view`` is None once it was removed from the catalog."""
+
+    def __init__(self, name: str, view: ModelView | None) -> None:
+        super().__init__()
+        self.name = name
+        self.view = view
+
+
+class ModelScaled(Message):
+    """``scale_model`` answered with the model as it is now."""
+
+    def __init__(self, view: ModelView) -> None:
+        super().__init__()
+        self.view = view
+
+
+class ModelRemoved(Message):
+    """``remove_model`` answered: the model is gone, its replicas are stopping."""
+
+    def __init__(self, reply: RemoveModelReply) -> None:
+        super().__init__()
+        self.reply = reply
+
+
+class PlacementExplained(Message):
+    """``explain_placement`` answered."""
+
+    def __init__(self, reply: PlacementReply) -> None:
+        super().__init__()
+        self.reply = reply
+
+
+# -- dialogs -----------------------------------------------------------------------
+
+
+class ScaleDialog(ModalScreen[int | None]):
+    """Asks how many replicas a model should run; dismissed with N, or None on Escape."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
+
+    def __init__(self, view: ModelView) -> None:
+        super().__init__()
+        self.model_name = view.spec.name
+        self._now = view.replicas_desired
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="scale-box", classes="dialog"):
+            yield Label(f"How many replicas of {self.model_name}? (now {self._now})")
+            yield Input(str(self._now), type="integer", id="scale-replicas")
+            yield Static("Enter scales · Esc cancels", id="scale-status", classes="dialog-status")
+
+    def on_mount(self) -> None:
+        self.query_one("#scale-box").border_title = f"Scale {self.model_name}"
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        text = event.value.strip()
+        if not text.isdigit() or int(text) > MAX_REPLICAS:
+            status = self.query_one("#scale-status", Static)
+            status.update(f"replicas: a whole number from 0 to {MAX_REPLICAS}, not {text!r}")
+            status.set_class(True, "-error")
+            return
+        self.dismiss(int(text))
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class ConfirmRemove(ModalScreen[bool]):
+    """Asks before a model is removed (its replicas are stopped); y or the button confirms."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("y", "confirm", "Remove"),
+        Binding("escape", "cancel", "Cancel"),
+    ]
+
+    def __init__(self, view: ModelView) -> None:
+        super().__init__()
+        self.model_name = view.spec.name
+        self._replicas = view.replicas_desired
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="remove-box", classes="dialog"):
+            yield Label(
+                f"Remove {self.model_name} from the catalog? Its replicas "
+                f"({self._replicas} asked for) are stopped; requests for it are refused."
+            )
+            with Horizontal(classes="dialog-buttons"):
+                yield Button("Remove", variant="error", id="remove-confirm")
+                yield Button("Cancel", id="remove-cancel")
+
+    def on_mount(self) -> None:
+        self.query_one("#remove-box").border_title = f"Remove {self.model_name}"
+        # The safe answer has the focus: Enter alone removes nothing.
+        self.query_one("#remove-cancel", Button).focus()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "remove-confirm")
+
+    def action_confirm(self) -> None:
+        self.dismiss(True)
+
+    def action_cancel(self) -> None:
+        self.dismiss(False)
+
+
+class ExplainPlacement(ModalScreen[None]):
+    """Where the model goes or why it goes nowhere, and every node's reason; Escape closes it."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "dismiss", "Close")]
+
+    def __init__(self, client: AdminClient, name: str) -> None:
+        super().__init__()
+        self._client = client
+        self.model_name = name
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="explain-box", classes="dialog"):
+            yield Static(f"Asking gatewayd about {self.model_name}…", id="explain-summary")
+            reasons: DataTable = DataTable(id="explain-reasons", cursor_type="row")
+            for heading in REASON_COLUMNS:
+                reasons.add_column(heading, key=heading.lower().replace(" ", "_"))
+            yield reasons
+            yield Static("Esc closes · r asks again", id="explain-status", classes="dialog-status")
+
+    def on_mount(self) -> None:
+        self.query_one("#explain-box").border_title = f"Placement of {self.model_name}"
+        self.reload()
+
+    def reload(self) -> None:
+        self.explain()
+
+    @work(exclusive=True, exit_on_error=False, group="explain")
+    async def explain(self) -> None:
+        try:
+            reply = await self._client.explain_placement(self.model_name)
+        except LlmgwError as e:
+            self.post_message(failed(e))
+            return
+        self.post_message(PlacementExplained(reply))
+
+    def on_placement_explained(self, message: PlacementExplained) -> None:
+        reply = message.reply
+        # gatewayd's own lines when it sends them; the command's summary otherwise.
+        summary = Text(reply.explanation) if reply.explanation else placement_summary(reply)
+        self.query_one("#explain-summary", Static).update(summary)
+        reasons = self.query_one("#explain-reasons", DataTable)
+        reasons.clear()
+        for n in reply.reasons:
+            reasons.add_row(n.node_id, n.reason, key=n.node_id)
+        reasons.display = bool(reply.reasons)
+        status = self.query_one("#explain-status", Static)
+        status.update("Esc closes · r asks again")
+        status.set_class(False, "-error")
+
+    def on_admin_failed(self, message: AdminFailed) -> None:
+        status = self.query_one("#explain-status", Static)
+        status.update(describe(message.error, message.retry_in_s))
+        status.set_class(True, "-error")
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        _show_worker_error(self.query_one("#explain-status", Static), event)
+
+
+# -- the screen ------------------------------------------------------------------
+
+
+class ModelsScreen(Screen[None]):
+    """Every model in a table keyed by name, kept current by the admin ``Watch``."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("a", "serve", "Serve"),
+        Binding("s", "scale", "Scale"),
+        Binding("d,delete", "remove", "Remove"),
+        Binding("e", "explain", "Explain"),
+    ]
+    # The actions that need a selected model: shown dimmed while there is none.
+    ON_A_MODEL: ClassVar[frozenset[str]] = frozenset({"scale", "remove", "explain"})
+
+    def __init__(self, client: AdminClient) -> None:
+        super().__init__()
+        self._client = client
+        self._views: dict[str, ModelView] = {}
+        # "No models yet" only once gatewayd said so, never while it cannot be reached.
+        self._loaded = False
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static(f"Reading models from {self._client.address}…", id="status")
+        table: DataTable = DataTable(id="models", cursor_type="row", zebra_stripes=True)
+        for heading, key in zip(MODEL_COLUMNS, COLUMN_KEYS, strict=True):
+            table.add_column(heading, key=key)
+        yield table
+        yield Static(f"{NO_MODELS} (or press a here)", id="empty")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.sub_title = "Models"
+        self.query_one("#empty").display = False
+        self.load_models()
+        self.follow_models()
+
+    def reload(self) -> None:
+        """Read the catalog again and reopen the watch (the r key)."""
+        self.load_models()
+        self.follow_models()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in self.ON_A_MODEL and self.selected_model() is None:
+            return None
+        return True
+
+    # -- actions -----------------------------------------------------------------
+
+    def action_serve(self) -> None:
+        self.app.push_screen(ServeDialog(self._client), self._served)
+
+    def action_scale(self) -> None:
+        view = self.selected_model()
+        if view is None:
+            return
+        name = view.spec.name
+
+        def scale_to(n: int | None) -> None:
+            if n is not None:
+                self.run_scale(name, n)
+
+        self.app.push_screen(ScaleDialog(view), scale_to)
+
+    def action_remove(self) -> None:
+        view = self.selected_model()
+        if view is None:
+            return
+        name = view.spec.name
+
+        def confirmed(yes: bool | None) -> None:
+            if yes:
+                self.run_remove(name)
+
+        self.app.push_screen(ConfirmRemove(view), confirmed)
+
+    def action_explain(self) -> None:
+        view = self.selected_model()
+        if view is not None:
+            self.app.push_screen(ExplainPlacement(self._client, view.spec.name))
+
+    def _served(self, view: ModelView | None) -> None:
+        if view is None:
+            return
+        self._put(view)
+        self.query_one("#models", DataTable).move_cursor(
+            row=self.query_one("#models", DataTable).get_row_index(view.spec.name)
+        )
+        self.notify(f"Serving {view.spec.name}. Watch it start: Replicas (p).")
+
+    # -- workers: the only code here that talks to gatewayd --------------------
+
+    @work(exclusive=True, exit_on_error=False, group="models-load")
+    async def load_models(self) -> None:
+        try:
+            reply = await self._client.list_models()
+        except LlmgwError as e:
+            self.post_message(failed(e))
+            return
+        self.post_message(ModelsLoaded(reply))
+
+    @work(exclusive=True, exit_on_error=False, group="models-watch")
+    async def follow_models(self) -> None:
+        # Which model each replica serves: a removed replica's event carries no view.
+        model_of: dict[str, str] = {}
+
+        async def resync() -> Message:
+            return ModelsLoaded(await self._client.list_models())
+
+        async def on_event(event: WatchEvent) -> Message | None:
+            if event.topic == "models":
+                return ModelChanged(event.key, event.model)
+            if event.topic != "replicas":
+                return None
+            if event.replica is not None:
+                name = model_of[event.key] = event.replica.model
+            else:
+                name = model_of.pop(event.key, "")
+            if not name:
+                return None
+            try:
+                return ModelChanged(name, await self._client.get_model(name))
+            except NotFoundError:
+                return None  # removed: its own "models" event drops the row
+
+        await follow_watch(
+            self, self._client, ["models", "replicas"], resync=resync, on_event=on_event
+        )
+
+    @work(exclusive=True, exit_on_error=False, group="models-action")
+    async def run_scale(self, name: str, replicas: int) -> None:
+        try:
+            view = await self._client.scale_model(name, replicas)
+        except LlmgwError as e:
+            self.post_message(failed(e))
+            return
+        self.post_message(ModelScaled(view))
+
+    @work(exclusive=True, exit_on_error=False, group="models-action")
+    async def run_remove(self, name: str) -> None:
+        try:
+            reply = await self._client.remove_model(name)
+        except LlmgwError as e:
+            self.post_message(failed(e))
+            return
+        self.post_message(ModelRemoved(reply))
+
+    # -- message handlers: widgets only ----------------------------------------
+
+    def on_models_loaded(self, message: ModelsLoaded) -> None:
+        table = self.query_one("#models", DataTable)
+        selected = self._selected_name()
+        self._views = {m.spec.name: m for m in message.reply.models}
+        table.clear()
+        for m in message.reply.models:
+            table.add_row(*model_cells(m), key=m.spec.name)
+        if selected in self._views:
+            table.move_cursor(row=table.get_row_index(selected))
+        self._loaded = True
+        self._show_counts()
+
+    def on_model_changed(self, message: ModelChanged) -> None:
+        if message.view is None:
+            self._drop(message.name)
+        else:
+            self._put(message.view)
+
+    def on_model_scaled(self, message: ModelScaled) -> None:
+        self._put(message.view)
+        view = message.view
+        self.notify(f"Scaling {view.spec.name} to {view.replicas_desired} replicas.")
+
+    def on_model_removed(self, message: ModelRemoved) -> None:
+        self._drop(message.reply.name)
+        self.notify(removed_text(message.reply))
+
+    def on_admin_failed(self, message: AdminFailed) -> None:
+        status = self.query_one("#status", Static)
+        status.update(describe(message.error, message.retry_in_s))
+        status.set_class(True, "-error")
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        _show_worker_error(self.query_one("#status", Static), event)
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        self.refresh_bindings()
+
+    # -- rows ----------------------------------------------------------------------
+
+    def _put(self, view: ModelView) -> None:
+        table = self.query_one("#models", DataTable)
+        name = view.spec.name
+        if name in self._views:
+            for key, cell in zip(COLUMN_KEYS, model_cells(view), strict=True):
+                table.update_cell(name, key, cell, update_width=True)
+        else:
+            table.add_row(*model_cells(view), key=name)
+        self._views[name] = view
+        if self._loaded:
+            self._show_counts()
+
+    def _drop(self, name: str) -> None:
+        if name in self._views:
+            del self._views[name]
+            self.query_one("#models", DataTable).remove_row(name)
+        if self._loaded:
+            self._show_counts()
+
+    def _selected_name(self) -> str | None:
+        tables = self.query("#models").results(DataTable)
+        table = next(tables, None)  # none before compose (the footer may ask first)
+        if table is None or not table.row_count:
+            return None
+        return table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+
+    def selected_model(self) -> ModelView | None:
+        """The model under the cursor, as last read."""
+        name = self._selected_name()
+        return self._views.get(name) if name is not None else None
+
+    def _show_counts(self) -> None:
+        models = self._views.values()
+        serving = sum(1 for m in models if m.state == "serving")
+        status = self.query_one("#status", Static)
+        status.update(
+            f"Models: {len(models)} ({serving} serving) · live from {self._client.address}"
+        )
+        status.set_class(False, "-error")
+        self.query_one("#empty").display = not self._views
+        self.query_one("#models").display = bool(self._views)
+        self.refresh_bindings()
