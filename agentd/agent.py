@@ -107,6 +107,11 @@ class Agent:
             log.warning("%s", w)
         if self.inventory.host.gpu_note:
             log.info("no GPUs reported: %s", self.inventory.host.gpu_note)
+        # Installed engines are checked again now and then (a removed library,
+        # a driver update); changes are reported as EngineStatus.
+        recheck = None
+        if manager is not None:
+            recheck = asyncio.create_task(manager.watch(stop), name="engine-recheck")
         backoff = Backoff()
         index = 0
         while not stop.is_set():
@@ -137,6 +142,10 @@ class Agent:
             log.info("reconnecting in %.1f s", delay)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), delay)
+        if recheck is not None:
+            recheck.cancel()
+            with contextlib.suppress(BaseException):
+                await recheck
 
     async def _end_session(self, session: asyncio.Task) -> None:
         """Close the stream politely, so the control plane hears "stopped", not "lost"."""

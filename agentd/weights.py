@@ -30,15 +30,13 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 import httpx
 
-from llmgw.catalog.model import Model, ModelSource
+from llmgw.catalog.model import PICKLE_HINT, Model, ModelSource, is_pickled
 from llmgw.errors import LlmgwError
 from llmgw.fsutil import write_atomic
 
 log = logging.getLogger(__name__)
 
 HF_BASE_URL = "https://huggingface.co"
-PICKLE_EXTS = (".bin", ".pt", ".pt2", ".pth", ".ckpt", ".pkl", ".pickle")
-PICKLE_HINT = "set allow_pickle: true on the model if it was checked"
 CHUNK_BYTES = 1 << 20
 # A node's progress becomes a ShardStatus on the agent stream: twice a second
 # is live enough for a console and quiet enough for a 100 GB download.
@@ -88,13 +86,6 @@ class Weights:
     sha256: str
     # True when this call downloaded bytes; False for a cache hit or a local source.
     downloaded: bool
-
-
-def is_pickled(name: str) -> bool:
-    """Whether a file name, path or URL is in a pickle format (a query or fragment is no name)."""
-    for sep in ("?", "#"):
-        name = name.split(sep, 1)[0]
-    return name.lower().endswith(PICKLE_EXTS)
 
 
 def check_name(name: str, what: str) -> str:

@@ -15,6 +15,19 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 Engine = Literal["llama.cpp", "vllm", "sglang", "sim"]
 ENGINES: tuple[str, ...] = ("llama.cpp", "vllm", "sglang", "sim")
 
+# Formats whose loading runs code (Python pickles): refused unless a model says
+# its files were checked (allow_pickle).
+PICKLE_EXTS = (".bin", ".pt", ".pt2", ".pth", ".ckpt", ".pkl", ".pickle")
+PICKLE_HINT = "set allow_pickle: true on the model if it was checked"
+
+
+def is_pickled(name: str) -> bool:
+    """Whether a file name, path or URL is in a pickle format (a query or fragment is no name)."""
+    for sep in ("?", "#"):
+        name = name.split(sep, 1)[0]
+    return name.lower().endswith(PICKLE_EXTS)
+
+
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
@@ -161,6 +174,16 @@ class Model(_Strict):
         if v and not _SHA256.fullmatch(v):
             raise ValueError("sha256 must be 64 hex digits")
         return v
+
+    @model_validator(mode="after")
+    def _no_pickles(self) -> Model:
+        name = ModelSource.parse(self.source).file_name
+        if not self.allow_pickle and is_pickled(name):
+            raise ValueError(
+                f"{name} is in a pickle format, which runs code when an engine loads it; "
+                f"use the model's safetensors or GGUF, or {PICKLE_HINT}"
+            )
+        return self
 
     @model_validator(mode="after")
     def _replicas(self) -> Model:

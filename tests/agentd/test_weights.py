@@ -64,7 +64,7 @@ class FileServer:
         try:
             request_line = (await reader.readline()).decode()
             headers = {}
-            while (line := (await reader.readline()).decode().strip()):
+            while line := (await reader.readline()).decode().strip():
                 name, _, value = line.partition(":")
                 headers[name.strip().lower()] = value.strip()
             target = request_line.split(" ")[1]
@@ -87,11 +87,16 @@ class FileServer:
         if rng.startswith("bytes=") and headers.get("if-range", self.etag(path)) == self.etag(path):
             start = int(rng[6:].split("-")[0])
             if start >= len(data):
-                writer.write(f"HTTP/1.1 416 Range Not Satisfiable\r\nContent-Range: bytes */"
-                             f"{len(data)}\r\nContent-Length: 0\r\n\r\n".encode())
+                writer.write(
+                    f"HTTP/1.1 416 Range Not Satisfiable\r\nContent-Range: bytes */"
+                    f"{len(data)}\r\nContent-Length: 0\r\n\r\n".encode()
+                )
                 return
-        head = [f"Content-Length: {len(data) - start}", f"ETag: {self.etag(path)}",
-                "Accept-Ranges: bytes"]
+        head = [
+            f"Content-Length: {len(data) - start}",
+            f"ETag: {self.etag(path)}",
+            "Accept-Ranges: bytes",
+        ]
         if start:
             head.insert(0, f"Content-Range: bytes {start}-{len(data) - 1}/{len(data)}")
         status = "206 Partial Content" if start else "200 OK"
@@ -121,7 +126,8 @@ HF = "hf:org/repo:model.gguf"
 async def test_an_hf_file_is_fetched_into_the_cache_with_progress(tmp_path, server):
     seen: list[tuple[int, int]] = []
     got = await _fetcher(tmp_path, server).ensure(
-        "gemma", HF, sha256=BLOB_SHA, on_progress=lambda d, t: seen.append((d, t)))
+        "gemma", HF, sha256=BLOB_SHA, on_progress=lambda d, t: seen.append((d, t))
+    )
     assert got == Weights(tmp_path / "weights" / "gemma" / "model.gguf", len(BLOB), BLOB_SHA, True)
     assert got.path.read_bytes() == BLOB
     assert seen[0] == (0, len(BLOB)) and seen[-1] == (len(BLOB), len(BLOB))
@@ -180,15 +186,18 @@ async def test_a_sha256_mismatch_removes_the_download(tmp_path, server):
     assert list((tmp_path / "weights" / "gemma").iterdir()) == []
 
 
-@pytest.mark.parametrize("source", [
-    "hf:org/repo:pytorch_model.bin",
-    "hf:org/repo@v1:sub/model.PT",
-    "https://example.org/m/model.ckpt?download=true",
-    "https://example.org/m/weights.pth#frag",
-    "https://example.org/m/w.pt2",
-    "https://example.org/m/w.pkl",
-    "https://example.org/m/w.pickle",
-])
+@pytest.mark.parametrize(
+    "source",
+    [
+        "hf:org/repo:pytorch_model.bin",
+        "hf:org/repo@v1:sub/model.PT",
+        "https://example.org/m/model.ckpt?download=true",
+        "https://example.org/m/weights.pth#frag",
+        "https://example.org/m/w.pt2",
+        "https://example.org/m/w.pkl",
+        "https://example.org/m/w.pickle",
+    ],
+)
 async def test_pickle_weights_are_refused_before_any_request(tmp_path, server, source):
     with pytest.raises(PickleRefused) as e:
         await _fetcher(tmp_path, server).ensure("gemma", source)
@@ -200,20 +209,24 @@ async def test_pickle_weights_are_refused_before_any_request(tmp_path, server, s
 async def test_allow_pickle_lets_a_pickle_through_on_purpose(tmp_path, server):
     server.files["/org/repo/resolve/main/pytorch_model.bin"] = BLOB
     got = await _fetcher(tmp_path, server).ensure(
-        "gemma", "hf:org/repo:pytorch_model.bin", allow_pickle=True)
+        "gemma", "hf:org/repo:pytorch_model.bin", allow_pickle=True
+    )
     assert got.path.name == "pytorch_model.bin" and got.downloaded
 
 
-@pytest.mark.parametrize(("model", "source"), [
-    (".hidden", HF),
-    ("..", HF),
-    ("a/b", HF),
-    ("gemma", ModelSource(kind="hf", location="org/repo", file="../escape.gguf")),
-    ("gemma", ModelSource(kind="hf", location="org/..", file="model.gguf")),
-    ("gemma", ModelSource(kind="hf", location="org/repo", file=".env")),
-    ("gemma", "https://example.org/m/.."),
-    ("gemma", "https://example.org/m/.model.gguf"),
-])
+@pytest.mark.parametrize(
+    ("model", "source"),
+    [
+        (".hidden", HF),
+        ("..", HF),
+        ("a/b", HF),
+        ("gemma", ModelSource(kind="hf", location="org/repo", file="../escape.gguf")),
+        ("gemma", ModelSource(kind="hf", location="org/..", file="model.gguf")),
+        ("gemma", ModelSource(kind="hf", location="org/repo", file=".env")),
+        ("gemma", "https://example.org/m/.."),
+        ("gemma", "https://example.org/m/.model.gguf"),
+    ],
+)
 async def test_names_from_outside_must_be_one_plain_path_element(tmp_path, server, model, source):
     with pytest.raises(UnsafeName, match="one path element not starting with a dot"):
         await _fetcher(tmp_path, server).ensure(model, source)
@@ -258,8 +271,7 @@ async def test_a_server_error_is_retried(tmp_path, server):
 
 
 async def test_a_mirror_replaces_hugging_face(tmp_path, server):
-    fetcher = WeightsFetcher(tmp_path / "w", hf_base_url="https://unreachable.invalid",
-                             retries=0)
+    fetcher = WeightsFetcher(tmp_path / "w", hf_base_url="https://unreachable.invalid", retries=0)
     got = await fetcher.ensure("gemma", HF, mirror_url=server.base_url)
     assert got.path.read_bytes() == BLOB
 
@@ -276,8 +288,9 @@ async def test_an_https_source_is_fetched_over_verified_tls(tmp_path):
         trust = ssl.create_default_context(cadata=ca.cert_pem.decode())
         async with httpx.AsyncClient(verify=trust) as client:
             fetcher = WeightsFetcher(tmp_path / "w", client=client, retries=0)
-            got = await fetcher.ensure("gemma", f"{srv.base_url}/m/model.gguf?token=abc",
-                                       sha256=BLOB_SHA)
+            got = await fetcher.ensure(
+                "gemma", f"{srv.base_url}/m/model.gguf?token=abc", sha256=BLOB_SHA
+            )
         assert got.path == tmp_path / "w" / "gemma" / "model.gguf" and got.downloaded
         assert srv.requests[0]["path"] == "/m/model.gguf?token=abc"
         assert "abc" not in (got.path.parent / ".model.gguf.json").read_text()
@@ -340,30 +353,50 @@ async def test_a_catalog_model_is_fetched_with_its_own_settings(tmp_path, server
     model = Model(name="gemma", source=HF, sha256=BLOB_SHA.upper())
     got = await _fetcher(tmp_path, server).ensure_model(model)
     assert got.sha256 == BLOB_SHA
+    # A catalog model in a pickle format is refused before it exists...
+    with pytest.raises(ValueError, match="pickle format"):
+        Model(name="g", source="hf:org/repo:pytorch_model.bin")
+    # ...and the node refuses one anyway (a StartShard names only a source).
     with pytest.raises(PickleRefused):
-        await _fetcher(tmp_path, server).ensure_model(
-            Model(name="g", source="hf:org/repo:pytorch_model.bin"))
+        await _fetcher(tmp_path, server).ensure("g", "hf:org/repo:pytorch_model.bin")
 
 
-@pytest.mark.parametrize(("name", "pickled"), [
-    ("pytorch_model.bin", True), ("model.ckpt", True), ("x.PT", True), ("w.pth", True),
-    ("a.pkl", True), ("m.pt2", True), ("m.pickle", True),
-    ("https://h/r/resolve/main/model.ckpt?download=true", True), ("hf:o/r:model.bin#x", True),
-    ("model.safetensors", False), ("m.gguf", False), ("model.bin.gguf", False),
-    ("https://h/m.gguf?x=.bin", False), ("binary", False),
-])
+@pytest.mark.parametrize(
+    ("name", "pickled"),
+    [
+        ("pytorch_model.bin", True),
+        ("model.ckpt", True),
+        ("x.PT", True),
+        ("w.pth", True),
+        ("a.pkl", True),
+        ("m.pt2", True),
+        ("m.pickle", True),
+        ("https://h/r/resolve/main/model.ckpt?download=true", True),
+        ("hf:o/r:model.bin#x", True),
+        ("model.safetensors", False),
+        ("m.gguf", False),
+        ("model.bin.gguf", False),
+        ("https://h/m.gguf?x=.bin", False),
+        ("binary", False),
+    ],
+)
 def test_pickle_formats_are_known_by_their_names(name, pickled):
     assert is_pickled(name) is pickled
 
 
 def test_urls_in_errors_carry_no_credentials_or_tokens():
-    assert redact("https://user:pw@h.example:8443/m/x.gguf?token=abc#f") == \
-        "https://h.example:8443/m/x.gguf"
+    assert (
+        redact("https://user:pw@h.example:8443/m/x.gguf?token=abc#f")
+        == "https://h.example:8443/m/x.gguf"
+    )
 
 
 def test_hf_urls_follow_the_hubs_layout_with_a_revision_or_main():
     src = ModelSource.parse("hf:org/repo@refs/pr/1:sub/model.gguf")
-    assert hf_url(src, "https://mirror.lan/") == \
-        "https://mirror.lan/org/repo/resolve/refs%2Fpr%2F1/sub/model.gguf"
-    assert hf_url(ModelSource.parse(HF)) == \
-        "https://huggingface.co/org/repo/resolve/main/model.gguf"
+    assert (
+        hf_url(src, "https://mirror.lan/")
+        == "https://mirror.lan/org/repo/resolve/refs%2Fpr%2F1/sub/model.gguf"
+    )
+    assert (
+        hf_url(ModelSource.parse(HF)) == "https://huggingface.co/org/repo/resolve/main/model.gguf"
+    )

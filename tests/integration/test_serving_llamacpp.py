@@ -58,3 +58,22 @@ async def test_the_starter_model_is_served_on_cpu_by_llama_cpp_and_answers(
         assert body["choices"][0]["message"]["content"]
         # Without the engine key the replica refuses.
         assert (await http.post("/v1/chat/completions", json={})).status_code == 401
+
+
+async def test_a_context_past_the_trained_one_is_refused(cluster, gemma3_270m_gguf):
+    from llmgw.errors import UsageError
+
+    await cluster.start_agent("cpu-node")
+
+    async def node_ready():
+        async with cluster.admin() as admin:
+            return [n.state for n in (await admin.list_nodes()).nodes] == ["ready"]
+
+    await wait_for(node_ready, attempts=200)
+    model = starter.model(gemma3_270m_gguf)
+    model = model.model_copy(update={"replicas_min": 0, "replicas_max": 0})
+    async with cluster.admin() as admin:
+        await admin.put_model(model_spec(model))
+        with pytest.raises(UsageError, match="past the model's trained 32768"):
+            await admin.set_model_context(model.name, 65536)
+        assert (await admin.get_model(model.name)).spec.context_length == starter.CONTEXT
