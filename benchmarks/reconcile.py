@@ -24,17 +24,15 @@ import tempfile
 import time
 from pathlib import Path
 
+from gatewayd.catalog.catalog import Catalog
+from gatewayd.controller.reconciler import Reconciler
+from gatewayd.nodes.registry import NodeRegistry
+from gatewayd.store import SqliteStore
+from llmgw.catalog import GpuNeed, Model, Profile
+from llmgw.inventory import Inventory, gpu_to_proto, host_to_proto
+from proto.llmgw.v1 import CommandAck, Register, ShardStatus
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from gatewayd.catalog.catalog import Catalog  # noqa: E402
-from gatewayd.controller.reconciler import Reconciler  # noqa: E402
-from gatewayd.nodes.registry import NodeRegistry  # noqa: E402
-from gatewayd.store import SqliteStore  # noqa: E402
-from llmgw.catalog import GpuNeed, Model, Profile  # noqa: E402
-from llmgw.inventory import Inventory, gpu_to_proto, host_to_proto  # noqa: E402
-from proto.llmgw.v1 import CommandAck, Register, ShardStatus  # noqa: E402
-
 FIXTURES = ROOT / "tests" / "fixtures" / "hardware"
 GPU_FIXTURES = ["h100_80g_x8", "a100_40g_x2_nvlink", "l4_24g_x4", "rtx6000_24g_x1"]
 GIB = 2**30
@@ -58,38 +56,55 @@ async def build(tmp: Path, n_nodes: int, n_models: int):
         inv = shapes[i % len(shapes)]
         node_id = f"node-{i:04d}"
         session = await registry.register(
-            Register(node_id=node_id, hostname=node_id, host=host_to_proto(inv.host),
-                     gpus=[gpu_to_proto(g) for g in inv.gpus],
-                     installable_engines=["llama.cpp", "sim", "vllm"]),
+            Register(
+                node_id=node_id,
+                hostname=node_id,
+                host=host_to_proto(inv.host),
+                gpus=[gpu_to_proto(g) for g in inv.gpus],
+                installable_engines=["llama.cpp", "sim", "vllm"],
+            ),
             address="127.0.0.1",
         )
 
         def ack(msg, _node=node_id):
             # The agent: acknowledges at once (the loop runs the ack next).
             asyncio.get_running_loop().call_soon(
-                registry.acked, CommandAck(command_id=msg.command_id, ok=True))
+                registry.acked, CommandAck(command_id=msg.command_id, ok=True)
+            )
 
         registry.bind_session(node_id, session, lambda _why: None, ack)
     for m in range(n_models):
         per_card = (10 + (m % 7) * 10) * GIB
-        await catalog.put(Model(name=f"model-{m:04d}", source="/models/m.gguf", profiles=[
-            Profile(engine="sim", gpu=GpuNeed(count=1, min_memory_bytes=per_card))
-        ]).model_dump(mode="json"))
+        await catalog.put(
+            Model(
+                name=f"model-{m:04d}",
+                source="/models/m.gguf",
+                profiles=[Profile(engine="sim", gpu=GpuNeed(count=1, min_memory_bytes=per_card))],
+            ).model_dump(mode="json")
+        )
     return store, registry, reconciler
 
 
 async def run(n_nodes: int, n_models: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
-        store, registry, reconciler = await build(Path(tmp), n_nodes, n_models)
+        store, _registry, reconciler = await build(Path(tmp), n_nodes, n_models)
         t0 = time.perf_counter()
         await reconciler.reconcile_once()
         cold_s = time.perf_counter() - t0
         placed = sum(1 for r in reconciler.replicas.values() if r.node_id)
         for r in list(reconciler.replicas.values()):
             if r.node_id:
-                await reconciler.on_shard_status(r.node_id, ShardStatus(
-                    shard_id=r.shard_id, replica_id=r.replica_id, state="ready",
-                    reason="answers", pid=1, port=1))
+                await reconciler.on_shard_status(
+                    r.node_id,
+                    ShardStatus(
+                        shard_id=r.shard_id,
+                        replica_id=r.replica_id,
+                        state="ready",
+                        reason="answers",
+                        pid=1,
+                        port=1,
+                    ),
+                )
         steady = []
         for _ in range(5):
             t0 = time.perf_counter()
@@ -97,9 +112,15 @@ async def run(n_nodes: int, n_models: int) -> dict:
             steady.append(time.perf_counter() - t0)
         ready = sum(1 for r in reconciler.replicas.values() if r.state == "ready")
         await store.close()
-    return {"nodes": n_nodes, "models": n_models, "placed": placed, "ready": ready,
-            "cold_pass_s": round(cold_s, 3), "steady_pass_s": round(min(steady), 4),
-            "steady_pass_max_s": round(max(steady), 4)}
+    return {
+        "nodes": n_nodes,
+        "models": n_models,
+        "placed": placed,
+        "ready": ready,
+        "cold_pass_s": round(cold_s, 3),
+        "steady_pass_s": round(min(steady), 4),
+        "steady_pass_max_s": round(max(steady), 4),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -109,11 +130,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
     result = asyncio.run(run(args.nodes, args.models))
-    print(f"{result['nodes']} nodes x 8 GPUs, {result['models']} models: "
-          f"{result['placed']} placed, {result['ready']} ready")
+    print(
+        f"{result['nodes']} nodes x 8 GPUs, {result['models']} models: "
+        f"{result['placed']} placed, {result['ready']} ready"
+    )
     print(f"cold pass (place + start all): {result['cold_pass_s']:.3f} s")
-    print(f"steady pass (nothing to do):   {result['steady_pass_s'] * 1000:.1f} ms "
-          f"(max {result['steady_pass_max_s'] * 1000:.1f} ms of 5)")
+    print(
+        f"steady pass (nothing to do):   {result['steady_pass_s'] * 1000:.1f} ms "
+        f"(max {result['steady_pass_max_s'] * 1000:.1f} ms of 5)"
+    )
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))
     return 0 if result["placed"] == result["models"] else 1
