@@ -87,7 +87,10 @@ def removed_text(r: RemoveModelReply) -> str:
 
 
 def replica_where(r: ReplicaView) -> str:
-    return f"GPU {','.join(map(str, r.gpu_indexes))}" if r.gpu_indexes else "CPU"
+    """Which GPUs of its node the replica has, or CPU; "-" before it is placed."""
+    if r.gpu_indexes:
+        return f"GPU {','.join(map(str, r.gpu_indexes))}"
+    return "CPU" if r.node_id else "-"
 
 
 def replica_reason(r: ReplicaView) -> str:
@@ -194,7 +197,7 @@ def placement_summary(r: PlacementReply) -> Text:
 
 
 def name_from_source(source: str) -> str:
-    """A catalog name from a file name: "gemma-3-270m.Q4_K_M.gguf" -> "gemma-3-270m-q4-k-m"."""
+    """A catalog name from a file name: "gemma-3-270m.Q4_K_M.gguf" -> "gemma-3-270m.q4-k-m"."""
     stem = ModelSource.parse(source).file_name
     stem = re.sub(r"\.(gguf|safetensors|bin)$", "", stem, flags=re.IGNORECASE)
     name = re.sub(r"[^a-z0-9.-]+", "-", stem.lower()).strip("-.")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import getpass
+import os
+import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -82,9 +84,7 @@ def make_server_config(paths: Paths, **nodes) -> ServerConfig:
 
 
 @contextlib.asynccontextmanager
-async def running_cluster(
-    tmp_path: Path, *, store: StoreConfig | None = None, engines=(), **nodes
-):
+async def running_cluster(tmp_path: Path, *, store: StoreConfig | None = None, engines=(), **nodes):
     paths = Paths.under(tmp_path / "home")
     if not paths.server_yaml.exists():
         init_server(paths, hosts=["localhost"])
@@ -102,6 +102,12 @@ async def running_cluster(
         yield cluster
     finally:
         await cluster.stop_agents()
+        # Agents leave engines running (they are adopted on return); a test's
+        # cluster going away takes its engines with it.
+        for r in server.reconciler.replicas.values() if server.reconciler else []:
+            if r.pid:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(r.pid, signal.SIGTERM)
         await server.stop()
 
 

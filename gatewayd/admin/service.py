@@ -127,5 +127,7 @@ class AdminService(ModelAdmin, AdminServiceBase):
         elif topic == "models" and self._catalog.get(key) is not None:
             event.model = self._model_view(key)
         elif topic == "replicas" and key in self._reconciler.replicas:
-            event.replica = replica_view(self._reconciler.replicas[key])
+            r = self._reconciler.replicas[key]
+            live = self._registry.live(r.node_id) if r.node_id else None
+            event.replica = replica_view(r, live.record.address if live else "")
         return event

@@ -17,6 +17,7 @@ from gatewayd.store import ModelRecord, Store
 from llmgw.catalog import Model
 from llmgw.engine_flags import check_args, check_env
 from llmgw.errors import LlmgwError
+from llmgw.modelfmt import validation_text
 
 log = logging.getLogger(__name__)
 
@@ -28,15 +29,6 @@ class CatalogError(Exception):
         super().__init__(message)
         self.kind = kind  # "invalid", "not_found", "exists"
         self.message = message
-
-
-def validation_message(e: ValidationError) -> str:
-    parts = []
-    for err in e.errors():
-        loc = ".".join(str(p) for p in err["loc"])
-        msg = err["msg"].removeprefix("Value error, ")
-        parts.append(f"{loc}: {msg}" if loc else msg)
-    return "; ".join(parts)
 
 
 class Catalog:
@@ -72,7 +64,7 @@ class Catalog:
         try:
             model = Model.model_validate(spec)
         except ValidationError as e:
-            raise CatalogError("invalid", validation_message(e)) from None
+            raise CatalogError("invalid", validation_text(e)) from None
         # Refused here, where the operator sees it, not later on a node.
         for profile in model.profiles:
             try:
@@ -108,7 +100,7 @@ class Catalog:
         try:
             model = Model.model_validate({**model.model_dump(), **update})
         except ValidationError as e:
-            raise CatalogError("invalid", validation_message(e)) from None
+            raise CatalogError("invalid", validation_text(e)) from None
         await self._save(model)
         return model
 

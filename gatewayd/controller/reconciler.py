@@ -515,6 +515,8 @@ class Reconciler:
             if r.state == rs.STOPPED and (utcnow() - r.since).total_seconds() > 60:
                 del self.replicas[rid]
                 await self._store.delete_replica(rid)
+                self._registry.watch.publish("replicas", rid)
+                self._registry.watch.publish("models", r.model)
 
     async def _save(self, r: Replica) -> None:
         await self._store.put_replica(
@@ -526,3 +528,5 @@ class Reconciler:
             )
         )
         self._registry.watch.publish("replicas", r.replica_id)
+        # The model's view (ready count, state) follows from its replicas.
+        self._registry.watch.publish("models", r.model)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import typer
@@ -11,9 +10,10 @@ from pydantic import ValidationError
 
 import llmgw.cli.render_models  # noqa: F401  (registers the renderers)
 from llmgw import output
-from llmgw.catalog import GpuNeed, Model, ModelSource, Profile
+from llmgw.catalog import Model
 from llmgw.cli.ctl import JsonOpt, app, call
 from llmgw.errors import UsageError
+from llmgw.modelfmt import serve_spec, validation_text
 from proto.llmgw.v1 import ModelSpec, PlanModelRequest
 
 model_app = typer.Typer(
@@ -27,22 +27,7 @@ def _spec(model: Model) -> ModelSpec:
 
 
 def _usage(e: Exception) -> None:
-    if isinstance(e, ValidationError):
-        text = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg'].removeprefix('Value error, ')}"
-            for err in e.errors()
-        )
-    else:
-        text = str(e)
-    raise typer.Exit(code=output.fail(UsageError(text)))
-
-
-def name_from_source(source: str) -> str:
-    """A catalog name from a file name: "gemma-3-270m.Q4_K_M.gguf" -> "gemma-3-270m-q4-k-m"."""
-    stem = ModelSource.parse(source).file_name
-    stem = re.sub(r"\.(gguf|safetensors|bin)$", "", stem, flags=re.IGNORECASE)
-    name = re.sub(r"[^a-z0-9.-]+", "-", stem.lower()).strip("-.")
-    return name[:128] or "model"
+    raise typer.Exit(code=output.fail(UsageError(validation_text(e))))
 
 
 @app.command("models")
@@ -98,22 +83,22 @@ def model_serve(
 ) -> None:
     """Add a model and serve it now (refused if a model of that name exists)."""
     try:
-        profile = Profile(engine=engine, cpu=cpu, gpu=GpuNeed(count=gpus) if gpus else None)
-        model = Model(
-            name=name or name_from_source(source),
-            source=source,
+        spec = serve_spec(
+            source,
+            name=name,
+            engine=engine,
+            replicas=replicas,
+            context=context,
+            gpus=gpus,
+            cpu=cpu,
             sha256=sha256,
-            profiles=[profile],
-            replicas_min=replicas,
-            replicas_max=replicas,
-            context_length=context,
         )
-    except (ValidationError, ValueError) as e:
-        _usage(e)
+    except UsageError as e:
+        raise typer.Exit(code=output.fail(e)) from None
     call(
-        lambda c: c.put_model(_spec(model), create_only=True),
+        lambda c: c.put_model(spec, create_only=True),
         json=json,
-        next_step=f"Watch it start: llmgw ctl replicas --model {model.name}",
+        next_step=f"Watch it start: llmgw ctl replicas --model {spec.name}",
     )
 
 

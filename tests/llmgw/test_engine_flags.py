@@ -99,15 +99,23 @@ def test_a_beginning_of_the_tls_family_is_refused_where_argparse_parses():
 
 
 def test_llamacpp_presets_that_download_a_model_are_refused():
-    for given in ("--gpt-oss-20b-default", "--fim-qwen-7b-spec", "--embd-gemma-default",
-                  "--vision-gemma-4b-default"):
+    for given in (
+        "--gpt-oss-20b-default",
+        "--fim-qwen-7b-spec",
+        "--embd-gemma-default",
+        "--vision-gemma-4b-default",
+    ):
         assert refusal_for("llama.cpp", given) is not None, given
 
 
 def test_a_chat_template_given_as_a_path_is_refused_where_it_may_name_a_file():
     for engine in ("vllm", "sglang"):
-        for args in (["--chat-template", "/etc/shadow"], ["--chat-template=./t.jinja"],
-                     ["--chat_template", "~/t.jinja"], ["--chat-templ", "/x/y"]):
+        for args in (
+            ["--chat-template", "/etc/shadow"],
+            ["--chat-template=./t.jinja"],
+            ["--chat_template", "~/t.jinja"],
+            ["--chat-templ", "/x/y"],
+        ):
             found = find_refusals(engine, args)
             assert [r.read_as for r in found] == ["--chat-template"], (engine, args)
         inline = "{% for m in messages %}{{ m['content'] }}</s>{% endfor %}"
@@ -118,20 +126,64 @@ def test_a_chat_template_given_as_a_path_is_refused_where_it_may_name_a_file():
 
 ALLOWED = {
     "llama.cpp": [
-        "--n-gpu-layers", "20", "-ngl", "20", "--threads", "8", "--batch-size", "512",
-        "--flash-attn", "on", "--jinja", "--temp", "0.7", "--seed", "-1", "--cache-type-k",
-        "q8_0", "--chat-template", "chatml", "--reasoning-format", "none", "--no-webui",
+        "--n-gpu-layers",
+        "20",
+        "-ngl",
+        "20",
+        "--threads",
+        "8",
+        "--batch-size",
+        "512",
+        "--flash-attn",
+        "on",
+        "--jinja",
+        "--temp",
+        "0.7",
+        "--seed",
+        "-1",
+        "--cache-type-k",
+        "q8_0",
+        "--chat-template",
+        "chatml",
+        "--reasoning-format",
+        "none",
+        "--no-webui",
     ],
     "vllm": [
-        "--max-num-batched-tokens", "8192", "--gpu-memory-utilization=0.9", "--tokenizer-mode",
-        "mistral", "--enable-prefix-caching", "--quantization", "fp8", "-q", "fp8",
-        "--kv-cache-dtype", "fp8", "--enforce-eager", "--disable-log-requests",
-        "--no-trust-remote-code", "--config-format", "mistral", "--seed", "-1",
+        "--max-num-batched-tokens",
+        "8192",
+        "--gpu-memory-utilization=0.9",
+        "--tokenizer-mode",
+        "mistral",
+        "--enable-prefix-caching",
+        "--quantization",
+        "fp8",
+        "-q",
+        "fp8",
+        "--kv-cache-dtype",
+        "fp8",
+        "--enforce-eager",
+        "--disable-log-requests",
+        "--no-trust-remote-code",
+        "--config-format",
+        "mistral",
+        "--seed",
+        "-1",
     ],
     "sglang": [
-        "--mem-fraction-static", "0.8", "--chunked-prefill-size", "4096", "--chat-template",
-        "chatml", "--attention-backend", "flashinfer", "--log-requests-level", "0",
-        "--enable-metrics", "--quantization", "fp8",
+        "--mem-fraction-static",
+        "0.8",
+        "--chunked-prefill-size",
+        "4096",
+        "--chat-template",
+        "chatml",
+        "--attention-backend",
+        "flashinfer",
+        "--log-requests-level",
+        "0",
+        "--enable-metrics",
+        "--quantization",
+        "fp8",
     ],
     "sim": ["--ttft-ms", "5", "--itl-ms=1", "--tokens", "8", "--load-ms", "100"],
 }
@@ -175,9 +227,15 @@ def test_context_slots_and_parallelism_point_at_the_model():
 
 
 def test_variables_that_pick_gpus_hold_keys_or_load_code_are_refused():
-    env = {"CUDA_VISIBLE_DEVICES": "0", "LLAMA_ARG_PORT": "1", "LD_PRELOAD": "/x.so",
-           "VLLM_API_KEY": "k", "OMP_NUM_THREADS": "8", "NCCL_DEBUG": "INFO",
-           "VLLM_ATTENTION_BACKEND": "FLASHINFER"}
+    env = {
+        "CUDA_VISIBLE_DEVICES": "0",
+        "LLAMA_ARG_PORT": "1",
+        "LD_PRELOAD": "/x.so",
+        "VLLM_API_KEY": "k",
+        "OMP_NUM_THREADS": "8",
+        "NCCL_DEBUG": "INFO",
+        "VLLM_ATTENTION_BACKEND": "FLASHINFER",
+    }
     refused = [r.given for r in find_env_refusals("vllm", env)]
     assert refused == ["CUDA_VISIBLE_DEVICES", "LLAMA_ARG_PORT", "LD_PRELOAD", "VLLM_API_KEY"]
     with pytest.raises(EngineArgsRefused, match="LLAMA_ARG_PORT is refused"):

@@ -142,8 +142,9 @@ class FakeAdminServer:
             await asyncio.wait_for(self._server.wait_closed(), 2)
 
 
-def node(node_id: str, *, state: str = "ready", reason: str = "", gpus: int = 0,
-         cordoned: bool = False) -> NodeView:
+def node(
+    node_id: str, *, state: str = "ready", reason: str = "", gpus: int = 0, cordoned: bool = False
+) -> NodeView:
     """A node as gatewayd would show it, with host facts and ``gpus`` H100s."""
     return NodeView(
         node_id=node_id,
@@ -154,14 +155,27 @@ def node(node_id: str, *, state: str = "ready", reason: str = "", gpus: int = 0,
         version="0.1.0",
         address="10.0.0.7",
         host=HostFacts(
-            hostname=f"{node_id}.lab", os_id="debian", os_version_id="12", arch="x86_64",
-            cpu_count=16, memory_total_bytes=64 * 2**30, disk_free_bytes=500 * 2**30,
-            avx2=True, gpu_note="" if gpus else "no NVIDIA driver", probe="fake", fake=True,
+            hostname=f"{node_id}.lab",
+            os_id="debian",
+            os_version_id="12",
+            arch="x86_64",
+            cpu_count=16,
+            memory_total_bytes=64 * 2**30,
+            disk_free_bytes=500 * 2**30,
+            avx2=True,
+            gpu_note="" if gpus else "no NVIDIA driver",
+            probe="fake",
+            fake=True,
         ),
         gpus=[
-            Gpu(index=i, uuid=f"GPU-{node_id}-{i}", name="NVIDIA H100 80GB HBM3",
-                memory_total_bytes=80 * 2**30, compute_capability="9.0",
-                pci_bus_id=f"0000:0{i}:00.0")
+            Gpu(
+                index=i,
+                uuid=f"GPU-{node_id}-{i}",
+                name="NVIDIA H100 80GB HBM3",
+                memory_total_bytes=80 * 2**30,
+                compute_capability="9.0",
+                pci_bus_id=f"0000:0{i}:00.0",
+            )
             for i in range(gpus)
         ],
     )

@@ -71,8 +71,16 @@ async def test_the_nodes_screen_shows_the_nodes_the_server_has(server):
             assert app.title == "llmgw"
             await wait_until(pilot, lambda: len(table(app).rows) == 2)
             got = rows(app)
-            assert got["gpu-1"] == ["gpu-1", "ready", "", "debian 12 (fake)", "x86_64", "16",
-                                    "64 GiB", "2× NVIDIA H100 80GB HBM3"]
+            assert got["gpu-1"] == [
+                "gpu-1",
+                "ready",
+                "",
+                "debian 12 (fake)",
+                "x86_64",
+                "16",
+                "64 GiB",
+                "2× NVIDIA H100 80GB HBM3",
+            ]
             assert got["cpu-1"][1:3] == ["not_ready", "no heartbeat for 30 s"]
             assert got["cpu-1"][7] == "none (no NVIDIA driver)"
             assert "Nodes: 2 (1 ready)" in status(app)

@@ -28,7 +28,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.screen import ModalScreen, Screen
-from textual.widgets import Button, DataTable, Footer, Header, Input, Label, Static
+from textual.widgets import Button, DataTable, Footer, Header, Input, Static
 from textual.worker import Worker
 
 from llmgw.admin_client import AdminClient
@@ -116,7 +116,7 @@ class ScaleDialog(ModalScreen[int | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="scale-box", classes="dialog"):
-            yield Label(f"How many replicas of {self.model_name}? (now {self._now})")
+            yield Static(f"How many replicas of {self.model_name}? (now {self._now})")
             yield Input(str(self._now), type="integer", id="scale-replicas")
             yield Static("Enter scales · Esc cancels", id="scale-status", classes="dialog-status")
 
@@ -151,7 +151,7 @@ class ConfirmRemove(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="remove-box", classes="dialog"):
-            yield Label(
+            yield Static(
                 f"Remove {self.model_name} from the catalog? Its replicas "
                 f"({self._replicas} asked for) are stopped; requests for it are refused."
             )

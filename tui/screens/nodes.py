@@ -25,7 +25,7 @@ from textual.widgets import DataTable, Footer, Header, Static
 from textual.worker import Worker, WorkerState
 
 from llmgw.admin_client import AdminClient
-from llmgw.errors import AdminError, AdminUnauthenticated, AdminUnreachable
+from llmgw.errors import AdminError, AdminUnauthenticated, AdminUnreachable, LlmgwError
 from llmgw.nodefmt import NO_NODES, NODE_COLUMNS, node_cells, node_details
 from proto.llmgw.v1 import ListNodesReply, NodeView
 
@@ -68,7 +68,7 @@ class NodeFetched(Message):
 class AdminFailed(Message):
     """An admin call failed; ``retry_in_s`` is set when a worker will try again by itself."""
 
-    def __init__(self, error: AdminError, *, retry_in_s: float | None = None) -> None:
+    def __init__(self, error: LlmgwError, *, retry_in_s: float | None = None) -> None:
         super().__init__()
         self.error = error
         self.retry_in_s = retry_in_s
@@ -127,7 +127,7 @@ class NodeDetails(ModalScreen[None]):
     async def fetch_node(self) -> None:
         try:
             view = await self._client.get_node(self.node_id)
-        except AdminError as e:
+        except LlmgwError as e:  # a node removed meanwhile is NotFoundError, not AdminError
             self.post_message(AdminFailed(e))
             return
         self.post_message(NodeFetched(view))
@@ -180,7 +180,7 @@ class NodesScreen(Screen[None]):
     async def load_nodes(self) -> None:
         try:
             reply = await self._client.list_nodes()
-        except AdminError as e:
+        except LlmgwError as e:
             self.post_message(AdminFailed(e))
             return
         self.post_message(NodesLoaded(reply))

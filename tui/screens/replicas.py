@@ -31,7 +31,7 @@ from textual.widgets import DataTable, Footer, Header, Static
 from textual.worker import Worker
 
 from llmgw.admin_client import AdminClient
-from llmgw.errors import AdminError, AdminUnauthenticated, AdminUnreachable, LlmgwError
+from llmgw.errors import AdminUnauthenticated, AdminUnreachable, LlmgwError
 from llmgw.modelfmt import (
     HISTORY_COLUMNS,
     NO_REPLICAS,
@@ -53,13 +53,7 @@ log = logging.getLogger(__name__)
 
 
 def failed(error: LlmgwError, *, retry_in_s: float | None = None) -> AdminFailed:
-    """``AdminFailed`` for any error an admin call raises.
-
-    The client maps a refusal to NotFoundError, UsageError or ConflictError,
-    which are not AdminErrors; the status line only needs the message and hint.
-    """
-    if not isinstance(error, AdminError):
-        error = AdminError(error.message, hint=error.hint)
+    """``AdminFailed`` for any error an admin call raises (the status line needs message and hint)."""
     return AdminFailed(error, retry_in_s=retry_in_s)
 
 
@@ -184,6 +178,10 @@ class ReplicaDetails(ModalScreen[None]):
 class ReplicasScreen(Screen[None]):
     """Every replica in a table keyed by replica id, kept current by the admin ``Watch``."""
 
+    # Enter on the table selects its row (which opens the history); this binding
+    # puts it in the footer and opens it when the table does not have the focus.
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("enter", "history", "History")]
+
     def __init__(self, client: AdminClient) -> None:
         super().__init__()
         self._client = client
@@ -279,8 +277,21 @@ class ReplicasScreen(Screen[None]):
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         _show_worker_error(self.query_one("#status", Static), event)
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "history" and self._selected_replica_id() is None:
+            return None
+        return True
+
+    def action_history(self) -> None:
+        replica_id = self._selected_replica_id()
+        if replica_id is not None:
+            self._open_details(replica_id)
+
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
-        view = self._views.get(str(event.row_key.value))
+        self._open_details(str(event.row_key.value))
+
+    def _open_details(self, replica_id: str) -> None:
+        view = self._views.get(replica_id)
         if view is not None:
             self._details = ReplicaDetails(view)
             self.app.push_screen(self._details, lambda _: self._forget_details())
@@ -294,8 +305,8 @@ class ReplicasScreen(Screen[None]):
             details.show(view)
 
     def _selected_replica_id(self) -> str | None:
-        table = self.query_one("#replicas", DataTable)
-        if not table.row_count:
+        table = next(self.query("#replicas").results(DataTable), None)  # none before compose
+        if table is None or not table.row_count:
             return None
         return table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
 
@@ -309,3 +320,4 @@ class ReplicasScreen(Screen[None]):
         status.set_class(False, "-error")
         self.query_one("#empty").display = not self._views
         self.query_one("#replicas").display = bool(self._views)
+        self.refresh_bindings()

@@ -33,9 +33,26 @@ def test_llamacpp_on_cpu():
         _spec(context_length=4096, slots=4, extra_args=("--threads", "8"))
     )
     assert cmd.argv == [
-        "/opt/llama-server", "--model", "/w/gemma/gemma.gguf", "--alias", "gemma",
-        "--host", "127.0.0.1", "--port", "8001", "--parallel", "4", "--metrics",
-        "--ctx-size", "16384", "--device", "none", "--n-gpu-layers", "0", "--threads", "8",
+        "/opt/llama-server",
+        "--model",
+        "/w/gemma/gemma.gguf",
+        "--alias",
+        "gemma",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "8001",
+        "--parallel",
+        "4",
+        "--metrics",
+        "--ctx-size",
+        "16384",
+        "--device",
+        "none",
+        "--n-gpu-layers",
+        "0",
+        "--threads",
+        "8",
     ]
     assert cmd.env == GPU_ENV_CPU
     assert cmd.health_url == "http://127.0.0.1:8001/health"
@@ -47,29 +64,66 @@ def test_llamacpp_on_two_gpus_with_a_key_in_the_environment_only():
         _spec(gpu_indexes=(2, 3), host="10.0.0.5", engine_key=KEY)
     )
     assert cmd.argv == [
-        "/opt/llama-server", "--model", "/w/gemma/gemma.gguf", "--alias", "gemma",
-        "--host", "10.0.0.5", "--port", "8001", "--parallel", "1", "--metrics",
-        "--n-gpu-layers", "999",
+        "/opt/llama-server",
+        "--model",
+        "/w/gemma/gemma.gguf",
+        "--alias",
+        "gemma",
+        "--host",
+        "10.0.0.5",
+        "--port",
+        "8001",
+        "--parallel",
+        "1",
+        "--metrics",
+        "--n-gpu-layers",
+        "999",
     ]
-    assert cmd.env == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": "2,3",
-                       "LLAMA_API_KEY": KEY}
+    assert cmd.env == {
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+        "CUDA_VISIBLE_DEVICES": "2,3",
+        "LLAMA_API_KEY": KEY,
+    }
     assert cmd.redacted_env()["LLAMA_API_KEY"] == "***"
     assert cmd.health_url == "http://10.0.0.5:8001/health"
 
 
 def test_vllm_on_two_gpus():
     cmd = VllmAdapter("/opt/vllm/bin/python").command(
-        _spec(model_path="/w/qwen", gpu_indexes=(0, 1), context_length=32768, slots=16,
-              engine_key=KEY, extra_args=("--enable-prefix-caching",))
+        _spec(
+            model_path="/w/qwen",
+            gpu_indexes=(0, 1),
+            context_length=32768,
+            slots=16,
+            engine_key=KEY,
+            extra_args=("--enable-prefix-caching",),
+        )
     )
     assert cmd.argv == [
-        "/opt/vllm/bin/python", "-m", "vllm.entrypoints.openai.api_server",
-        "--model", "/w/qwen", "--served-model-name", "gemma", "--host", "127.0.0.1",
-        "--port", "8001", "--tensor-parallel-size", "2", "--max-num-seqs", "16",
-        "--max-model-len", "32768", "--enable-prefix-caching",
+        "/opt/vllm/bin/python",
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        "/w/qwen",
+        "--served-model-name",
+        "gemma",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "8001",
+        "--tensor-parallel-size",
+        "2",
+        "--max-num-seqs",
+        "16",
+        "--max-model-len",
+        "32768",
+        "--enable-prefix-caching",
     ]
-    assert cmd.env == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": "0,1",
-                       "VLLM_API_KEY": KEY}
+    assert cmd.env == {
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+        "CUDA_VISIBLE_DEVICES": "0,1",
+        "VLLM_API_KEY": KEY,
+    }
 
 
 def test_sglang_on_one_gpu_takes_its_key_through_the_launcher():
@@ -77,30 +131,67 @@ def test_sglang_on_one_gpu_takes_its_key_through_the_launcher():
         _spec(model_path="/w/qwen", gpu_indexes=(5,), context_length=8192, slots=8, engine_key=KEY)
     )
     assert cmd.argv == [
-        "/opt/sglang/bin/python", "-c", LAUNCHER,
-        "--model-path", "/w/qwen", "--served-model-name", "gemma", "--host", "127.0.0.1",
-        "--port", "8001", "--tp-size", "1", "--max-running-requests", "8", "--enable-metrics",
-        "--context-length", "8192",
+        "/opt/sglang/bin/python",
+        "-c",
+        LAUNCHER,
+        "--model-path",
+        "/w/qwen",
+        "--served-model-name",
+        "gemma",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "8001",
+        "--tp-size",
+        "1",
+        "--max-running-requests",
+        "8",
+        "--enable-metrics",
+        "--context-length",
+        "8192",
     ]
-    assert cmd.env == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": "5",
-                       "LLMGW_ENGINE_KEY": KEY}
+    assert cmd.env == {
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+        "CUDA_VISIBLE_DEVICES": "5",
+        "LLMGW_ENGINE_KEY": KEY,
+    }
     assert "LLMGW_ENGINE_KEY" in LAUNCHER and "os.environ.pop" in LAUNCHER
 
 
 def test_sim():
-    cmd = SimAdapter().command(_spec(slots=3, context_length=2048, engine_key=KEY,
-                                     extra_args=("--ttft-ms", "5")))
+    cmd = SimAdapter().command(
+        _spec(slots=3, context_length=2048, engine_key=KEY, extra_args=("--ttft-ms", "5"))
+    )
     assert cmd.argv == [
-        sys.executable, "-m", "agentd.sim", "--model", "gemma", "--host", "127.0.0.1",
-        "--port", "8001", "--max-concurrency", "3", "--max-model-len", "2048", "--ttft-ms", "5",
+        sys.executable,
+        "-m",
+        "agentd.sim",
+        "--model",
+        "gemma",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "8001",
+        "--max-concurrency",
+        "3",
+        "--max-model-len",
+        "2048",
+        "--ttft-ms",
+        "5",
     ]
     assert cmd.env == {**GPU_ENV_CPU, "LLMGW_ENGINE_KEY": KEY}
     assert SimAdapter(["llmgw", "sim-engine"]).command(_spec()).argv[:2] == ["llmgw", "sim-engine"]
 
 
-@pytest.mark.parametrize("adapter", [
-    LlamaCppAdapter("/x"), VllmAdapter("/py"), SglangAdapter("/py"), SimAdapter(),
-])
+@pytest.mark.parametrize(
+    "adapter",
+    [
+        LlamaCppAdapter("/x"),
+        VllmAdapter("/py"),
+        SglangAdapter("/py"),
+        SimAdapter(),
+    ],
+)
 def test_the_engine_key_is_never_on_the_command_line(adapter):
     # Every user of the node can read a process's command line.
     cmd = adapter.command(_spec(gpu_indexes=(0,), engine_key=KEY))
@@ -123,12 +214,15 @@ def test_a_refused_flag_or_variable_stops_the_command_from_being_built():
         LlamaCppAdapter("/x").command(_spec(extra_env={"CUDA_VISIBLE_DEVICES": "0,1,2,3"}))
 
 
-@pytest.mark.parametrize(("host", "url"), [
-    ("0.0.0.0", "http://127.0.0.1:8001/health"),
-    ("::", "http://[::1]:8001/health"),
-    ("fd00::5", "http://[fd00::5]:8001/health"),
-    ("node-3.lan", "http://node-3.lan:8001/health"),
-])
+@pytest.mark.parametrize(
+    ("host", "url"),
+    [
+        ("0.0.0.0", "http://127.0.0.1:8001/health"),
+        ("::", "http://[::1]:8001/health"),
+        ("fd00::5", "http://[fd00::5]:8001/health"),
+        ("node-3.lan", "http://node-3.lan:8001/health"),
+    ],
+)
 def test_the_health_url_reaches_a_wildcard_bound_engine_over_loopback(host, url):
     assert SimAdapter().command(_spec(host=host)).health_url == url
 
@@ -142,10 +236,17 @@ def test_vllm_and_sglang_need_gpus_and_a_matching_tensor_parallel_width():
             adapter.command(_spec(gpu_indexes=(0, 1), tensor_parallel=4))
 
 
-@pytest.mark.parametrize("changes", [
-    {"port": 0}, {"port": 70000}, {"slots": 0}, {"model_path": ""}, {"model_name": ""},
-    {"context_length": -1},
-])
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"port": 0},
+        {"port": 70000},
+        {"slots": 0},
+        {"model_path": ""},
+        {"model_name": ""},
+        {"context_length": -1},
+    ],
+)
 def test_settings_no_engine_can_start_with_are_refused(changes):
     with pytest.raises(EngineSpecError):
         LlamaCppAdapter("/x").command(_spec(**changes))
@@ -163,17 +264,26 @@ def test_a_model_vllm_downloads_itself_is_read_as_safetensors_only():
     cmd = SglangAdapter("/py").command(_spec(model_path="Qwen/Qwen2.5-7B", gpu_indexes=(0,)))
     assert cmd.argv[-2:] == ["--load-format", "safetensors"]
     allowed = VllmAdapter("/py").command(
-        _spec(model_path="Qwen/Qwen2.5-7B", gpu_indexes=(0,), allow_pickle=True))
+        _spec(model_path="Qwen/Qwen2.5-7B", gpu_indexes=(0,), allow_pickle=True)
+    )
     assert "--load-format" not in allowed.argv
     fetched = VllmAdapter("/py").command(_spec(model_path="/w/qwen", gpu_indexes=(0,)))
     assert "--load-format" not in fetched.argv
 
 
-@pytest.mark.parametrize(("path", "hub"), [
-    ("Qwen/Qwen2.5-7B-Instruct", True), ("/var/lib/llmgw-agent/weights/q", False),
-    ("./local/dir", False), ("https://h/q/v", False), ("q.gguf", False),
-    ("org/name:Q4_K_M", False), ("a/b/c", False), ("~/m/x", False),
-])
+@pytest.mark.parametrize(
+    ("path", "hub"),
+    [
+        ("Qwen/Qwen2.5-7B-Instruct", True),
+        ("/var/lib/llmgw-agent/weights/q", False),
+        ("./local/dir", False),
+        ("https://h/q/v", False),
+        ("q.gguf", False),
+        ("org/name:Q4_K_M", False),
+        ("a/b/c", False),
+        ("~/m/x", False),
+    ],
+)
 def test_hugging_face_ids_are_known_from_paths(path, hub):
     assert is_hub_id(path) is hub
 

@@ -29,7 +29,9 @@ def start_sim(*args: str, env: dict[str, str] | None = None) -> RunningSim:
     """``python -m agentd.sim --port 0 ...``, once it says where it listens."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "agentd.sim", "--port", "0", *args],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
         env={**os.environ, **(env or {})},
     )
     deadline = time.monotonic() + START_TIMEOUT_S
