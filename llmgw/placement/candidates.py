@@ -63,6 +63,7 @@ class NodeStatic:
     __slots__ = (
         "_eligible",
         "cards",
+        "cards_text",
         "gpu_total_bytes",
         "host_total_bytes",
         "largest_linked",
@@ -83,6 +84,8 @@ class NodeStatic:
             for g in inventory.gpus
         )
         self.gpu_total_bytes = sum(c[1] for c in self.cards)
+        # Filled by filters._cards the first time a reason needs it.
+        self.cards_text: str | None = None
         self.host_total_bytes = inventory.host.memory_total_bytes
         indexes = {c[0] for c in self.cards}
         # NVLink is symmetric; a recording that names the link on one side

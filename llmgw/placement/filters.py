@@ -100,11 +100,13 @@ def gpu_suitable(request: PlacementRequest, node: NodeCandidate) -> str | None:
 
 
 def _cards(static: NodeStatic) -> str:
-    """'2 × NVIDIA A100-SXM4-40GB (cc 8.0, 40.0 GiB)', kind by kind."""
-    groups = Counter((c[3], c[4] or "unknown", c[1]) for c in static.cards)
-    return ", ".join(
-        f"{n} × {name} (cc {cc}, {gib(total)})" for (name, cc, total), n in groups.items()
-    )
+    """'2 × NVIDIA A100-SXM4-40GB (cc 8.0, 40.0 GiB)', kind by kind (worked out once a node)."""
+    if static.cards_text is None:
+        groups = Counter((c[3], c[4] or "unknown", c[1]) for c in static.cards)
+        static.cards_text = ", ".join(
+            f"{n} × {name} (cc {cc}, {gib(total)})" for (name, cc, total), n in groups.items()
+        )
+    return static.cards_text
 
 
 def memory_fits(request: PlacementRequest, node: NodeCandidate) -> str | None:
