@@ -321,7 +321,12 @@ class Reconciler:
         return self._pass_nodes
 
     def decide(
-        self, model: Model, *, exclude: set[str] = frozenset(), nodes: list | None = None
+        self,
+        model: Model,
+        *,
+        exclude: set[str] = frozenset(),
+        nodes: list | None = None,
+        explain: bool = True,
     ) -> Decision:
         """Where a replica of ``model`` goes now, with every node's reason.
 
@@ -333,14 +338,14 @@ class Reconciler:
             nodes = node_candidates(self._registry.live_nodes(), self.replicas.values(), exclude)
         plan = self.sizing.plan(model, profile, [n.inventory for n in nodes])
         request = PlacementRequest.for_profile(model, profile, plan)
-        return place(request, nodes)
+        return place(request, nodes, explain=explain)
 
     def inventories(self) -> list[Inventory]:
         return [n.inventory for n in node_candidates(self._registry.live_nodes(), [])]
 
     async def _start(self, model: Model, r: Replica, *, restart: bool = False) -> None:
         profile = model.profiles[0]
-        decision = self.decide(model, nodes=self._pass_candidates())
+        decision = self.decide(model, nodes=self._pass_candidates(), explain=False)
         if decision.placement is None:
             r.retry_at = utcnow() + timedelta(seconds=PENDING_RETRY_S)
             if r.state != rs.FAILED:

@@ -42,6 +42,12 @@ def cc_tuple(text: str) -> tuple[int, int] | None:
     return int(major), int(minor)
 
 
+# Facts of a kind of node -> a number for it. A dict lookup of a big tuple
+# hashes it every time; the number hashes for free in placement's hot loop.
+_LIKENESS: dict[tuple, int] = {}
+_LIKENESS_MAX = 100_000
+
+
 class _Cache:
     """A slot for derived facts that never makes two models unequal."""
 
@@ -196,6 +202,36 @@ class NodeCandidate(BaseModel):
     models_cached: set[str] = Field(default_factory=set)
 
     _static: _Cache = PrivateAttr(default_factory=_Cache)
+    # The node's likeness: nodes with equal likeness answer every filter,
+    # fit and score alike (but for their ids), so placement weighs one of
+    # them for all. Changing a node after its first decision (other than
+    # through reserve) is not supported.
+    _likeness: _Cache = PrivateAttr(default_factory=_Cache)
+
+    def likeness(self) -> int:
+        """A small number equal for nodes that are alike (hashing the facts once)."""
+        cache = self.__pydantic_private__["_likeness"]
+        if cache.value is None:
+            static = self.static()
+            facts = (
+                static.cards,
+                static.host_total_bytes,
+                tuple(sorted(static.links.items())),
+                self.inventory.host.gpu_note,
+                self.state,
+                self.cordoned,
+                self.draining,
+                tuple(sorted(self.labels.items())),
+                tuple(self.installable_engines),
+                tuple(sorted(self.engines_installed.items())),
+                tuple(sorted(self.gpu_used_bytes.items())),
+                self.host_memory_used_bytes,
+                frozenset(self.models_cached),
+            )
+            if len(_LIKENESS) > _LIKENESS_MAX:
+                _LIKENESS.clear()  # stale kinds from earlier clusters; ids only compare in a call
+            cache.value = _LIKENESS.setdefault(facts, len(_LIKENESS))
+        return cache.value
 
     def static(self) -> NodeStatic:
         """The node's hardware facts, derived once per inventory object."""
@@ -225,6 +261,8 @@ class NodeCandidate(BaseModel):
         for index, n in per_gpu_bytes.items():
             self.gpu_used_bytes[index] = self.gpu_used_bytes.get(index, 0) + n
         self.host_memory_used_bytes += host_memory_bytes
+        # Its likeness changed: worked out again on the next decision.
+        self.__pydantic_private__["_likeness"].value = None
 
 
 class LayoutNeed:

@@ -80,8 +80,15 @@ class Decision(BaseModel):
         return "\n".join(lines)
 
 
-def place(request: PlacementRequest, nodes: Iterable[NodeCandidate]) -> Decision:
-    """Choose a node and cards for one replica of the request, or say why none can take it."""
+def place(
+    request: PlacementRequest, nodes: Iterable[NodeCandidate], *, explain: bool = True
+) -> Decision:
+    """Choose a node and cards for one replica of the request, or say why none can take it.
+
+    ``explain=False`` leaves out the reasons of nodes that fit but scored
+    lower (a reconcile pass placing hundreds of models needs only the choice,
+    or the refusal); every other reason is kept.
+    """
     nodes = list(nodes)
     prep = request.prepared()
     base = {"model": request.model, "profile": request.profile, "engine": request.engine}
@@ -101,29 +108,47 @@ def place(request: PlacementRequest, nodes: Iterable[NodeCandidate]) -> Decision
     fits: list[tuple] = []
     largest_card = largest_host = most_cards = 0
     reason = None
-    # Locals: this loop runs once per node per decision, 1,000s of times.
-    chain, fit_one, key_of = CHAIN, fit_prepared, score_key
+    # Nodes alike in every respect placement looks at are weighed once for
+    # all of them (a fleet is mostly a few kinds of machine, most of them
+    # empty): the work follows the kinds of node, not their number.
+    alike: dict[tuple, list[NodeCandidate]] = {}
+    cached_model = request.model
     for node in nodes:
+        key = (node.likeness(), cached_model in node.models_cached)
+        group = alike.get(key)
+        if group is None:
+            alike[key] = [node]
+        else:
+            group.append(node)
+    # Locals: this loop runs once per kind of node per decision.
+    chain, fit_one, key_of = CHAIN, fit_prepared, score_key
+    for group in alike.values():
+        node = group[0]
         for f in chain:
             reason = f(request, node)
             if reason is not None:
                 break
         if reason is not None:
-            reasons[node.node_id] = reason
-            _count(tally, category(f, request, node), _RANK[f])
-        else:
-            fit = fit_one(prep, node)
-            if type(fit) is Misfit:
-                reasons[node.node_id] = fit.reason
-                _count(tally, fit.category, len(CHAIN) + _MEMORY_RANK[fit.category])
-                if fit.category == SHORT_GPU:
-                    largest_card = max(largest_card, fit.largest_free_bytes)
-                elif fit.category == SHORT_HOST:
-                    largest_host = max(largest_host, fit.largest_free_bytes)
-                else:
-                    most_cards = max(most_cards, fit.suitable_cards)
+            for member in group:
+                reasons[member.node_id] = reason
+            _count(tally, category(f, request, node), _RANK[f], len(group))
+            continue
+        fit = fit_one(prep, node)
+        if type(fit) is Misfit:
+            for member in group:
+                reasons[member.node_id] = fit.reason
+            _count(tally, fit.category, len(CHAIN) + _MEMORY_RANK[fit.category], len(group))
+            if fit.category == SHORT_GPU:
+                largest_card = max(largest_card, fit.largest_free_bytes)
+            elif fit.category == SHORT_HOST:
+                largest_host = max(largest_host, fit.largest_free_bytes)
             else:
-                fits.append((key_of(request, node, fit), fit))
+                most_cards = max(most_cards, fit.suitable_cards)
+            continue
+        key = key_of(request, node, fit)
+        head = key[:-1]
+        for member in group:
+            fits.append((key if member is node else (*head, member.node_id), fit))
 
     counts = {c: n for c, (_, n) in sorted(tally.items(), key=lambda kv: (kv[1][0], kv[0]))}
     if not fits:
@@ -135,9 +160,10 @@ def place(request: PlacementRequest, nodes: Iterable[NodeCandidate]) -> Decision
         )
 
     best_key, best = min(fits, key=itemgetter(0))
-    for key, fit in fits:
-        if key is not best_key:
-            reasons[key[-1]] = why_lower(key, best_key, fit)
+    if explain:
+        for key, fit in fits:
+            if key is not best_key:
+                reasons[key[-1]] = why_lower(key, best_key, fit)
     need = best.need
     placement = Placement(
         node_id=best_key[-1],
@@ -151,7 +177,7 @@ def place(request: PlacementRequest, nodes: Iterable[NodeCandidate]) -> Decision
     return Decision(
         **base,
         placement=placement,
-        reasons=dict(sorted(reasons.items())),
+        reasons=dict(sorted(reasons.items())) if explain else reasons,
         counts=counts,
         fitting=len(fits),
     )
@@ -161,12 +187,12 @@ def _by_id(nodes: list[NodeCandidate]) -> list[NodeCandidate]:
     return sorted(nodes, key=lambda n: n.node_id)
 
 
-def _count(tally: dict[str, list], name: str, rank: int) -> None:
+def _count(tally: dict[str, list], name: str, rank: int, n: int = 1) -> None:
     entry = tally.get(name)
     if entry is None:
-        tally[name] = [rank, 1]
+        tally[name] = [rank, n]
     else:
-        entry[1] += 1
+        entry[1] += n
 
 
 def _refusal(prep, counts: dict[str, int], card: int, host: int, cards: int) -> str:

@@ -195,3 +195,47 @@ async def test_a_context_change_replaces_replicas_one_at_a_time_new_before_old(c
     for r in cluster.server.reconciler.replicas.values():
         if r.pid and r.state == "ready":
             os.kill(r.pid, signal.SIGTERM)
+
+
+async def test_a_replica_not_ready_by_its_deadline_fails_saying_so_and_is_retried(cluster):
+    await cluster.start_agent("cpu-node")
+    spec = sim_model("slow")
+    # The simulator takes 30 s to load; the profile gives it 2.
+    spec.profiles[0].args = ["--load-ms", "30000"]
+    spec.profiles[0].startup_timeout_s = 2
+    async with cluster.admin() as admin:
+        await admin.put_model(spec)
+
+    async def failed():
+        for r in await replicas_of(cluster, "slow"):
+            for e in r.history:
+                if e.state == "failed":
+                    return e
+        return None
+
+    event = await wait_for(failed, attempts=400)
+    assert "health" in event.reason or "deadline" in event.reason or "not ready" in event.reason
+    assert "restarting in" in event.reason
+
+
+async def test_replicas_of_a_node_lost_past_the_grace_are_placed_elsewhere(tmp_path):
+    async with running_cluster(tmp_path, lost_grace_s=1.0) as cluster:
+        await cluster.start_agent("node-a")
+        async with cluster.admin() as admin:
+            await admin.put_model(sim_model())
+        first = await wait_for(lambda: ready_replica(cluster, "sim-chat"), attempts=400)
+        assert first.node_id == "node-a"
+        await cluster.start_agent("node-b")
+        # node-a goes away (its agent stops; its engine is gone with the machine).
+        _, stop, task = cluster.agents[0]
+        stop.set()
+        await task
+        os.killpg(first.pid, signal.SIGKILL)
+
+        async def moved():
+            r = await ready_replica(cluster, "sim-chat")
+            return r if r is not None and r.node_id == "node-b" else None
+
+        r = await wait_for(moved, attempts=600)
+        reasons = " ".join(e.reason for e in r.history)
+        assert "node node-a lost" in reasons
