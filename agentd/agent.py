@@ -21,7 +21,7 @@ from grpclib.const import Status
 from grpclib.exceptions import GRPCError, StreamTerminatedError
 
 from agentd.engine_provider import LocalEngines
-from agentd.heartbeat import build_heartbeat
+from agentd.heartbeat import build_heartbeat, foreign_gpu_bytes
 from agentd.provision.manager import installable_engines
 from agentd.shards import ShardRunner
 from llmgw import __version__
@@ -217,7 +217,10 @@ class Agent:
     async def _heartbeats(self, stream, outbox: asyncio.Queue[AgentMessage]) -> None:
         while self._stream is stream:  # a stopping agent has ended the stream
             self._seq += 1
-            hb = await asyncio.to_thread(build_heartbeat, self.probe, self.data_dir, self._seq)
+            foreign = await foreign_gpu_bytes(self.probe, self.shards.supervisor)
+            hb = await asyncio.to_thread(
+                build_heartbeat, self.probe, self.data_dir, self._seq, foreign
+            )
             outbox.put_nowait(AgentMessage(heartbeat=hb))
             await asyncio.sleep(self.heartbeat_interval_s)
 

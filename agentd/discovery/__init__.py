@@ -25,6 +25,9 @@ class Probe(Protocol):
 
     def sample(self) -> list[GpuSampleInfo]: ...
 
+    def processes(self) -> dict[int, list[tuple[int, int]]]:
+        """GPU index -> (pid, bytes used) of the processes on it."""
+
 
 class RealProbe:
     """This machine: /proc and /etc for the host, NVML for the GPUs."""
@@ -46,6 +49,9 @@ class RealProbe:
 
     def sample(self) -> list[GpuSampleInfo]:
         return nvml.sample()
+
+    def processes(self) -> dict[int, list[tuple[int, int]]]:
+        return nvml.processes()
 
 
 def probe_for(hardware: HardwareConfig, data_dir: Path | None = None) -> Probe:

@@ -75,6 +75,10 @@ class FakeGpuProbe:
     def inventory(self) -> Inventory:
         return self._inventory.model_copy(deep=True)
 
+    def processes(self) -> dict[int, list[tuple[int, int]]]:
+        """GPU index -> (pid, bytes): none unless a test sets ``self.gpu_processes``."""
+        return dict(getattr(self, "gpu_processes", {}))
+
     def sample(self) -> list[GpuSampleInfo]:
         return [
             GpuSampleInfo(index=g.index, temperature_c=IDLE_TEMPERATURE_C)

@@ -160,3 +160,25 @@ def sample(lib: Any = pynvml) -> list[GpuSampleInfo]:
     except (_NvmlUnavailable, pynvml.NVMLError) as e:
         log.debug("no GPU samples: %s", e)
     return samples
+
+
+def processes(lib: Any = pynvml) -> dict[int, list[tuple[int, int]]]:
+    """GPU index -> (pid, bytes used) of every compute process on it; {} with no driver.
+
+    The agent tells its own engines' processes from others' (by descent) and
+    reports the rest as foreign memory, which placement must not hand out.
+    """
+    out: dict[int, list[tuple[int, int]]] = {}
+    try:
+        with _session(lib):
+            for index in range(lib.nvmlDeviceGetCount()):
+                try:
+                    handle = lib.nvmlDeviceGetHandleByIndex(index)
+                    procs = lib.nvmlDeviceGetComputeRunningProcesses(handle)
+                except pynvml.NVMLError as e:
+                    log.debug("GPU %s processes not read: %s", index, e)
+                    continue
+                out[index] = [(p.pid, p.usedGpuMemory or 0) for p in procs]
+    except (_NvmlUnavailable, pynvml.NVMLError) as e:
+        log.debug("no GPU processes: %s", e)
+    return out

@@ -105,3 +105,28 @@ async def test_draining_a_node_moves_its_replicas_before_stopping_them(cluster):
     (moved_to,) = await wait_for(moved, attempts=600)
     other = {"h100-box": "l4-box", "l4-box": "h100-box"}[first.node_id]
     assert moved_to.node_id == other
+
+
+async def test_gpu_memory_of_processes_not_ours_is_reported_as_foreign(cluster):
+    async with cluster.admin() as admin:
+        await admin.put_model(spec("small", gpus=1, per_card_gib=10))
+    (r,) = await wait_for(lambda: ready(cluster, "small"), attempts=400)
+    agent = next(a for a, _, _ in cluster.agents if a.cfg.node_id == r.node_id)
+    gpu = r.gpu_indexes[0]
+    # NVML would list both: the replica's engine, and something else on the card.
+    agent.probe.gpu_processes = {gpu: [(r.pid, 9 * GIB), (os.getpid(), 3 * GIB)]}
+
+    async def foreign():
+        async with cluster.admin() as admin:
+            node = await admin.get_node(r.node_id)
+        sample = next((s for s in node.gpu_samples if s.index == gpu), None)
+        return sample if sample and sample.memory_foreign_bytes else None
+
+    sample = await wait_for(foreign, attempts=200)
+    assert sample.memory_foreign_bytes == 3 * GIB  # the engine's 9 GiB is ours, not foreign
+
+
+def test_with_no_driver_nvml_lists_no_gpu_processes():
+    from agentd.discovery import nvml
+
+    assert nvml.processes() == {}
