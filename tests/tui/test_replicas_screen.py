@@ -84,6 +84,9 @@ async def test_a_replica_goes_to_ready_live_and_enter_shows_its_history(cluster)
             facts = plain(app.screen.query_one("#replica-facts", Static))
             assert view.replica_id in facts and "deadline" in facts
             assert (view.deadline or "-") in facts
+            # The engine's log tail, fetched from its node as `llmgw ctl logs` does.
+            logs = app.screen.query_one("#replica-logs", Static)
+            await wait_until(pilot, lambda: "serving sim-chat" in plain(logs), tries=READY_TRIES)
 
             await pilot.press("escape")
             await wait_until(pilot, lambda: isinstance(app.screen, ReplicasScreen))

@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable
 from typing import ClassVar
 
 from rich.table import Table
+from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -132,19 +133,33 @@ def replica_body(r: ReplicaView) -> Table:
     return facts
 
 
-class ReplicaDetails(ModalScreen[None]):
-    """One replica's state, deadline and history over the Replicas screen; Escape closes it.
+class LogsFetched(Message):
+    """The last lines of a replica's engine output arrived (``replica_logs``)."""
 
-    It reads nothing itself: the Replicas screen hands it every change of its
-    replica as the watch reports it.
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__()
+        self.lines = lines
+
+
+class ReplicaDetails(ModalScreen[None]):
+    """One replica's state, deadline, history and log tail; Escape closes it.
+
+    The Replicas screen hands it every change of its replica as the watch
+    reports it; the log tail is fetched from the node (as ``ctl logs`` does),
+    again with ``l``.
     """
 
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "dismiss", "Close")]
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "dismiss", "Close"),
+        Binding("l", "logs", "Log tail"),
+    ]
+    LOG_LINES = 20
 
-    def __init__(self, view: ReplicaView) -> None:
+    def __init__(self, view: ReplicaView, client: AdminClient | None = None) -> None:
         super().__init__()
         self.replica_id = view.replica_id
         self._view = view
+        self._client = client
 
     def compose(self) -> ComposeResult:
         with Vertical(id="replica-box", classes="dialog"):
@@ -153,11 +168,33 @@ class ReplicaDetails(ModalScreen[None]):
             for heading in HISTORY_COLUMNS:
                 history.add_column(heading, key=heading.lower())
             yield history
-            yield Static("Esc closes · it follows the replica live", classes="dialog-status")
+            yield Static("", id="replica-logs")
+            yield Static(
+                "Esc closes · l reads the log tail again · it follows the replica live",
+                classes="dialog-status",
+            )
 
     def on_mount(self) -> None:
         self.query_one("#replica-box").border_title = f"Replica {self.replica_id}"
         self.show(self._view)
+        self.action_logs()
+
+    def action_logs(self) -> None:
+        if self._client is not None and self._view.node_id:
+            self.fetch_logs()
+
+    @work(exclusive=True, exit_on_error=False, group="replica-logs")
+    async def fetch_logs(self) -> None:
+        try:
+            reply = await self._client.replica_logs(self.replica_id, self.LOG_LINES)
+        except LlmgwError as e:
+            self.post_message(LogsFetched([f"(no log tail: {e.message})"]))
+            return
+        self.post_message(LogsFetched(list(reply.lines)))
+
+    def on_logs_fetched(self, message: LogsFetched) -> None:
+        text = "\n".join(message.lines) or "(the engine has written nothing yet)"
+        self.query_one("#replica-logs", Static).update(Text(text, style="dim"))
 
     def show(self, view: ReplicaView | None) -> None:
         """Draw ``view``; None: gatewayd forgot the replica (its last state stays shown)."""
@@ -293,7 +330,7 @@ class ReplicasScreen(Screen[None]):
     def _open_details(self, replica_id: str) -> None:
         view = self._views.get(replica_id)
         if view is not None:
-            self._details = ReplicaDetails(view)
+            self._details = ReplicaDetails(view, self._client)
             self.app.push_screen(self._details, lambda _: self._forget_details())
 
     def _forget_details(self) -> None:
