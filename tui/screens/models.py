@@ -48,8 +48,7 @@ from proto.llmgw.v1 import (
     RemoveModelReply,
     WatchEvent,
 )
-from tui.screens.nodes import AdminFailed, _show_worker_error, describe
-from tui.screens.replicas import failed, follow_watch
+from tui.screens.common import AdminFailed, describe, follow_watch, show_worker_error
 from tui.screens.serve import ServeDialog
 
 log = logging.getLogger(__name__)
@@ -205,7 +204,7 @@ class ExplainPlacement(ModalScreen[None]):
         try:
             reply = await self._client.explain_placement(self.model_name)
         except LlmgwError as e:
-            self.post_message(failed(e))
+            self.post_message(AdminFailed(e))
             return
         self.post_message(PlacementExplained(reply))
 
@@ -229,7 +228,7 @@ class ExplainPlacement(ModalScreen[None]):
         status.set_class(True, "-error")
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
-        _show_worker_error(self.query_one("#explain-status", Static), event)
+        show_worker_error(self.query_one("#explain-status", Static), event)
 
 
 # -- the screen ------------------------------------------------------------------
@@ -330,7 +329,7 @@ class ModelsScreen(Screen[None]):
         try:
             reply = await self._client.list_models()
         except LlmgwError as e:
-            self.post_message(failed(e))
+            self.post_message(AdminFailed(e))
             return
         self.post_message(ModelsLoaded(reply))
 
@@ -367,7 +366,7 @@ class ModelsScreen(Screen[None]):
         try:
             view = await self._client.scale_model(name, replicas)
         except LlmgwError as e:
-            self.post_message(failed(e))
+            self.post_message(AdminFailed(e))
             return
         self.post_message(ModelScaled(view))
 
@@ -376,7 +375,7 @@ class ModelsScreen(Screen[None]):
         try:
             reply = await self._client.remove_model(name)
         except LlmgwError as e:
-            self.post_message(failed(e))
+            self.post_message(AdminFailed(e))
             return
         self.post_message(ModelRemoved(reply))
 
@@ -415,7 +414,7 @@ class ModelsScreen(Screen[None]):
         status.set_class(True, "-error")
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
-        _show_worker_error(self.query_one("#status", Static), event)
+        show_worker_error(self.query_one("#status", Static), event)
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         self.refresh_bindings()

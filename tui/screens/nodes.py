@@ -11,7 +11,6 @@ Only workers talk to gatewayd; they post past-tense messages (``NodesLoaded``,
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import ClassVar
 
@@ -22,19 +21,15 @@ from textual.containers import Vertical
 from textual.message import Message
 from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Footer, Header, Static
-from textual.worker import Worker, WorkerState
+from textual.worker import Worker
 
 from llmgw.admin_client import AdminClient
-from llmgw.errors import AdminError, AdminUnauthenticated, AdminUnreachable, LlmgwError
+from llmgw.errors import LlmgwError
 from llmgw.nodefmt import NO_NODES, NODE_COLUMNS, node_cells, node_details
-from proto.llmgw.v1 import ListNodesReply, NodeView
+from proto.llmgw.v1 import ListNodesReply, NodeView, WatchEvent
+from tui.screens.common import AdminFailed, describe, follow_watch, show_worker_error
 
 log = logging.getLogger(__name__)
-
-# A cut watch is reopened after 0.5 s, then 1, 2, 4 … up to 10 s: quick enough to
-# ride over a gatewayd restart, slow enough not to hammer one that is down.
-WATCH_RETRY_FIRST_S = 0.5
-WATCH_RETRY_MAX_S = 10.0
 
 # DataTable column keys: the command's headings, lower case ("node", "state", …).
 COLUMN_KEYS = tuple(c.lower() for c in NODE_COLUMNS)
@@ -63,34 +58,6 @@ class NodeFetched(Message):
     def __init__(self, view: NodeView) -> None:
         super().__init__()
         self.view = view
-
-
-class AdminFailed(Message):
-    """An admin call failed; ``retry_in_s`` is set when a worker will try again by itself."""
-
-    def __init__(self, error: LlmgwError, *, retry_in_s: float | None = None) -> None:
-        super().__init__()
-        self.error = error
-        self.retry_in_s = retry_in_s
-
-
-def describe(error: AdminError, retry_in_s: float | None = None) -> str:
-    """An admin error as one status line: what happened, what to do, and what happens next."""
-    text = error.message
-    if error.hint:
-        text += f" — {error.hint}"
-    if retry_in_s is not None:
-        text += f" (trying again in {retry_in_s:g} s)"
-    return text
-
-
-def _show_worker_error(status: Static, event: Worker.StateChanged) -> None:
-    # Workers run with exit_on_error=False so a bug in one never takes the console
-    # down; without this it would also fail silently.
-    if event.state is WorkerState.ERROR:
-        log.error("worker %s failed", event.worker.name, exc_info=event.worker.error)
-        status.update(f"internal error in {event.worker.name}: {event.worker.error!r}")
-        status.set_class(True, "-error")
 
 
 class NodeDetails(ModalScreen[None]):
@@ -141,7 +108,7 @@ class NodeDetails(ModalScreen[None]):
         status.set_class(True, "-error")
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
-        _show_worker_error(self.query_one("#details-status", Static), event)
+        show_worker_error(self.query_one("#details-status", Static), event)
 
 
 class NodesScreen(Screen[None]):
@@ -188,34 +155,13 @@ class NodesScreen(Screen[None]):
     @work(exclusive=True, exit_on_error=False, group="nodes-watch")
     async def follow_nodes(self) -> None:
         # Not "watch_nodes": Textual calls watch_<name> methods when a reactive changes.
-        delay_s = WATCH_RETRY_FIRST_S
-        resync = False  # on the first open load_nodes has just read the list
-        while True:
-            try:
-                if resync:
-                    # Changes made while the watch was cut never arrive as events:
-                    # read the whole list again before reopening it (a change in
-                    # between shows with that node's next event, its next heartbeat).
-                    self.post_message(NodesLoaded(await self._client.list_nodes()))
-                async for event in self._client.watch(["nodes"]):
-                    delay_s = WATCH_RETRY_FIRST_S  # it works again: the next cut retries quickly
-                    if event.topic == "nodes":
-                        self.post_message(NodeChanged(event.key, event.node))
-                error: AdminError = AdminUnreachable(
-                    f"gatewayd at {self._client.address} ended the live updates",
-                    hint="it may be restarting",
-                )
-            except AdminUnauthenticated as e:
-                # The same token will be refused again; r tries once the token is sorted.
-                self.post_message(AdminFailed(e))
-                return
-            except AdminError as e:
-                error = e
-            log.info("node watch cut (%s); reopening in %s s", error, delay_s)
-            self.post_message(AdminFailed(error, retry_in_s=delay_s))
-            await asyncio.sleep(delay_s)
-            delay_s = min(delay_s * 2, WATCH_RETRY_MAX_S)
-            resync = True
+        async def resync() -> Message:
+            return NodesLoaded(await self._client.list_nodes())
+
+        async def on_event(event: WatchEvent) -> Message | None:
+            return NodeChanged(event.key, event.node) if event.topic == "nodes" else None
+
+        await follow_watch(self, self._client, ["nodes"], resync=resync, on_event=on_event)
 
     # -- message handlers: widgets only ----------------------------------------
 
@@ -257,7 +203,7 @@ class NodesScreen(Screen[None]):
         status.set_class(True, "-error")
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
-        _show_worker_error(self.query_one("#status", Static), event)
+        show_worker_error(self.query_one("#status", Static), event)
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         view = self._views.get(str(event.row_key.value))

@@ -14,9 +14,7 @@ after a cut) the Models screen runs too.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Awaitable, Callable
 from typing import ClassVar
 
 from rich.table import Table
@@ -26,13 +24,12 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.message import Message
-from textual.message_pump import MessagePump
 from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Footer, Header, Static
 from textual.worker import Worker
 
 from llmgw.admin_client import AdminClient
-from llmgw.errors import AdminUnauthenticated, AdminUnreachable, LlmgwError
+from llmgw.errors import LlmgwError
 from llmgw.modelfmt import (
     HISTORY_COLUMNS,
     NO_REPLICAS,
@@ -42,68 +39,13 @@ from llmgw.modelfmt import (
     replica_facts,
 )
 from proto.llmgw.v1 import ListReplicasReply, ReplicaView, WatchEvent
-from tui.screens.nodes import (
-    WATCH_RETRY_FIRST_S,
-    WATCH_RETRY_MAX_S,
-    AdminFailed,
-    _show_worker_error,
-    describe,
-)
+from tui.screens.common import AdminFailed, describe, follow_watch, show_worker_error
 
 log = logging.getLogger(__name__)
 
 
-def failed(error: LlmgwError, *, retry_in_s: float | None = None) -> AdminFailed:
-    """``AdminFailed`` for any error an admin call raises (the status line needs message and hint)."""
-    return AdminFailed(error, retry_in_s=retry_in_s)
-
-
 # DataTable column keys: the command's headings, lower case ("replica", "state", …).
 COLUMN_KEYS = tuple(c.lower() for c in REPLICA_COLUMNS)
-
-
-async def follow_watch(
-    target: MessagePump,
-    client: AdminClient,
-    topics: list[str],
-    *,
-    resync: Callable[[], Awaitable[Message]],
-    on_event: Callable[[WatchEvent], Awaitable[Message | None]],
-) -> None:
-    """Follow the admin ``Watch`` on ``topics`` for as long as the calling worker runs.
-
-    Each event becomes the message ``on_event`` makes, posted to ``target``. A
-    cut watch is reopened after 0.5, 1, 2 … 10 s (as the Nodes screen does);
-    before reopening, ``resync`` reads the whole list again, because what
-    changed while the watch was cut never arrives as an event. A refused token
-    ends it: the same token would be refused again, and r tries once it is sorted.
-    """
-    delay_s = WATCH_RETRY_FIRST_S
-    resynced = True  # on the first open the screen has just read the list
-    while True:
-        try:
-            if not resynced:
-                target.post_message(await resync())
-                resynced = True
-            async for event in client.watch(topics):
-                delay_s = WATCH_RETRY_FIRST_S  # it works again: the next cut retries quickly
-                message = await on_event(event)
-                if message is not None:
-                    target.post_message(message)
-            error: LlmgwError = AdminUnreachable(
-                f"gatewayd at {client.address} ended the live updates",
-                hint="it may be restarting",
-            )
-        except AdminUnauthenticated as e:
-            target.post_message(failed(e))
-            return
-        except LlmgwError as e:
-            error = e
-        log.info("%s watch cut (%s); reopening in %s s", ",".join(topics), error, delay_s)
-        target.post_message(failed(error, retry_in_s=delay_s))
-        await asyncio.sleep(delay_s)
-        delay_s = min(delay_s * 2, WATCH_RETRY_MAX_S)
-        resynced = False
 
 
 class ReplicasLoaded(Message):
@@ -255,7 +197,7 @@ class ReplicasScreen(Screen[None]):
         try:
             reply = await self._client.list_replicas()
         except LlmgwError as e:
-            self.post_message(failed(e))
+            self.post_message(AdminFailed(e))
             return
         self.post_message(ReplicasLoaded(reply))
 
@@ -312,7 +254,7 @@ class ReplicasScreen(Screen[None]):
         status.set_class(True, "-error")
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
-        _show_worker_error(self.query_one("#status", Static), event)
+        show_worker_error(self.query_one("#status", Static), event)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "history" and self._selected_replica_id() is None:

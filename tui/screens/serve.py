@@ -27,8 +27,7 @@ from llmgw.catalog.model import ENGINES
 from llmgw.errors import LlmgwError, UsageError
 from llmgw.modelfmt import PLAN_COLUMNS, layout_cells, name_from_source, plan_head, serve_spec
 from proto.llmgw.v1 import ModelSpec, ModelView, PlanModelRequest, PlanReply
-from tui.screens.nodes import _show_worker_error, describe
-from tui.screens.replicas import failed
+from tui.screens.common import describe, show_worker_error
 
 SOURCE_HINT = "/models/x.gguf · file:///… · https://…/x.gguf · hf:org/repo[@rev]:file"
 
@@ -174,7 +173,7 @@ class ServeDialog(ModalScreen[ModelView | None]):
                 source=source, engine=self._engine(), context_length=self._context_tokens()
             )
         except UsageError as e:
-            self._say(describe(failed(e).error), error=True)
+            self._say(describe(e), error=True)
             return
         self._say(f"Planning {source} …")
         self.plan(request)
@@ -183,7 +182,7 @@ class ServeDialog(ModalScreen[ModelView | None]):
         try:
             spec = self.build_spec()
         except UsageError as e:
-            self._say(describe(failed(e).error), error=True)
+            self._say(describe(e), error=True)
             return
         self._say(f"Serving {spec.name} …")
         self.serve(spec)
@@ -236,10 +235,10 @@ class ServeDialog(ModalScreen[ModelView | None]):
         self.dismiss(message.view)
 
     def on_serve_refused(self, message: ServeRefused) -> None:
-        self._say(describe(failed(message.error).error), error=True)
+        self._say(describe(message.error), error=True)
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
-        _show_worker_error(self.query_one("#serve-status", Static), event)
+        show_worker_error(self.query_one("#serve-status", Static), event)
 
     def _say(self, text: str, *, error: bool = False) -> None:
         status = self.query_one("#serve-status", Static)

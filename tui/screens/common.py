@@ -1,0 +1,100 @@
+"""What every console screen shares: errors on the status line, and following the Watch.
+
+Screens do no network work in their own methods: workers call the admin
+client and post past-tense messages; ``follow_watch`` is the one loop that
+keeps a screen live, reopening a cut watch and re-reading what it missed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from textual.message import Message
+from textual.message_pump import MessagePump
+from textual.widgets import Static
+from textual.worker import Worker, WorkerState
+
+from llmgw.admin_client import AdminClient
+from llmgw.errors import AdminUnauthenticated, AdminUnreachable, LlmgwError
+from proto.llmgw.v1 import WatchEvent
+
+log = logging.getLogger(__name__)
+
+# A cut watch is reopened after 0.5 s, then 1, 2, 4 … up to 10 s: quick enough to
+# ride over a gatewayd restart, slow enough not to hammer one that is down.
+WATCH_RETRY_FIRST_S = 0.5
+WATCH_RETRY_MAX_S = 10.0
+
+
+class AdminFailed(Message):
+    """An admin call failed; ``retry_in_s`` is set when a worker will try again by itself."""
+
+    def __init__(self, error: LlmgwError, *, retry_in_s: float | None = None) -> None:
+        super().__init__()
+        self.error = error
+        self.retry_in_s = retry_in_s
+
+
+def describe(error: LlmgwError, retry_in_s: float | None = None) -> str:
+    """An admin error as one status line: what happened, what to do, and what happens next."""
+    text = error.message
+    if error.hint:
+        text += f" — {error.hint}"
+    if retry_in_s is not None:
+        text += f" (trying again in {retry_in_s:g} s)"
+    return text
+
+
+def show_worker_error(status: Static, event: Worker.StateChanged) -> None:
+    # Workers run with exit_on_error=False so a bug in one never takes the console
+    # down; without this it would also fail silently.
+    if event.state is WorkerState.ERROR:
+        log.error("worker %s failed", event.worker.name, exc_info=event.worker.error)
+        status.update(f"internal error in {event.worker.name}: {event.worker.error!r}")
+        status.set_class(True, "-error")
+
+
+async def follow_watch(
+    target: MessagePump,
+    client: AdminClient,
+    topics: list[str],
+    *,
+    resync: Callable[[], Awaitable[Message]],
+    on_event: Callable[[WatchEvent], Awaitable[Message | None]],
+) -> None:
+    """Follow the admin ``Watch`` on ``topics`` for as long as the calling worker runs.
+
+    Each event becomes the message ``on_event`` makes, posted to ``target``. A
+    cut watch is reopened after 0.5, 1, 2 … 10 s; before reopening, ``resync``
+    reads the whole list again, because what changed while the watch was cut
+    never arrives as an event. A refused token ends it: the same token would be
+    refused again, and r tries once it is sorted.
+    """
+    delay_s = WATCH_RETRY_FIRST_S
+    resynced = True  # on the first open the screen has just read the list
+    while True:
+        try:
+            if not resynced:
+                target.post_message(await resync())
+                resynced = True
+            async for event in client.watch(topics):
+                delay_s = WATCH_RETRY_FIRST_S  # it works again: the next cut retries quickly
+                message = await on_event(event)
+                if message is not None:
+                    target.post_message(message)
+            error: LlmgwError = AdminUnreachable(
+                f"gatewayd at {client.address} ended the live updates",
+                hint="it may be restarting",
+            )
+        except AdminUnauthenticated as e:
+            target.post_message(AdminFailed(e))
+            return
+        except LlmgwError as e:
+            error = e
+        log.info("%s watch cut (%s); reopening in %s s", ",".join(topics), error, delay_s)
+        target.post_message(AdminFailed(error, retry_in_s=delay_s))
+        await asyncio.sleep(delay_s)
+        delay_s = min(delay_s * 2, WATCH_RETRY_MAX_S)
+        resynced = False
