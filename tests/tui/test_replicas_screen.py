@@ -85,8 +85,14 @@ async def test_a_replica_goes_to_ready_live_and_enter_shows_its_history(cluster)
             assert view.replica_id in facts and "deadline" in facts
             assert (view.deadline or "-") in facts
             # The engine's log tail, fetched from its node as `llmgw ctl logs` does.
+            # The node follows the engine's output a moment behind it: l reads it again.
             logs = app.screen.query_one("#replica-logs", Static)
-            await wait_until(pilot, lambda: "serving sim-chat" in plain(logs), tries=READY_TRIES)
+            for _ in range(READY_TRIES // 10):
+                if "serving sim-chat" in plain(logs):
+                    break
+                await pilot.press("l")
+                await pilot.pause(0.5)
+            assert "serving sim-chat" in plain(logs)
 
             await pilot.press("escape")
             await wait_until(pilot, lambda: isinstance(app.screen, ReplicasScreen))
