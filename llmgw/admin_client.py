@@ -212,10 +212,4 @@ class AdminClient:
             raise AdminUnreachable(f"the watch on {self.address} was cut") from e
 
 
-def admin_client_for(paths: Paths | None = None) -> AdminClient:
-    from llmgw.paths import resolve
-
-    return AdminClient.from_paths(paths or resolve())
-
-
-__all__ = ["AdminClient", "admin_client_for"]
+__all__ = ["AdminClient"]
