@@ -21,6 +21,9 @@ from gatewayd.admin.service import AdminService, token_guard
 from gatewayd.agents.service import AgentService
 from gatewayd.catalog.catalog import Catalog
 from gatewayd.controller.reconciler import Reconciler
+from gatewayd.gateway.keys import KeyCache
+from gatewayd.gateway.proxy import Gateway
+from gatewayd.gateway.router import Router, Target
 from gatewayd.http.app import make_app
 from gatewayd.nodes.registry import NodeRegistry
 from gatewayd.store import Store, open_store_from_config
@@ -85,6 +88,16 @@ class GatewayServer:
             engines=self.cfg.engines,
         )
         await self.reconciler.load()
+        self.keys = KeyCache(self.store)
+        await self.keys.refresh()
+        self.gateway = Gateway(
+            self.keys,
+            Router(self._ready_targets),
+            engine_key=self.reconciler.engine_key,
+            models=self._catalog_models,
+            known=lambda name: self.catalog.get(name) is not None,
+        )
+        await self.gateway.start()
 
         self._agent_service = AgentService(
             self.registry, heartbeat_interval_s=self.cfg.nodes.heartbeat_interval_s
@@ -96,7 +109,11 @@ class GatewayServer:
         self._grpc.append(agent)
 
         admin = Server(
-            [AdminService(self.registry, self.catalog, self.reconciler, info=self._info())]
+            [
+                AdminService(
+                    self.registry, self.catalog, self.reconciler, self.keys, info=self._info()
+                )
+            ]
         )
         listen(admin, RecvRequest, token_guard(token))
         host, port = split_host_port(self.cfg.listen.admin)
@@ -108,6 +125,7 @@ class GatewayServer:
         self._tasks.append(asyncio.create_task(self._liveness_loop(), name="liveness"))
         self._tasks.append(asyncio.create_task(self._flush_loop(), name="heartbeat-flush"))
         self._tasks.append(asyncio.create_task(self.reconciler.run(), name="reconciler"))
+        self._tasks.append(asyncio.create_task(self.keys.run(), name="keys"))
         log.info(
             "gatewayd up: agent :%s admin :%s http :%s (store %s)",
             self.ports["agent"],
@@ -134,6 +152,19 @@ class GatewayServer:
             "http_listen": self.cfg.listen.http,
         }
 
+    def _ready_targets(self, model: str) -> list[Target]:
+        out = []
+        for r in self.reconciler.replicas.values():
+            if r.model == model and r.state == "ready" and r.port:
+                live = self.registry.live(r.node_id)
+                host = (live.record.address if live else "") or "127.0.0.1"
+                out.append(Target(r.replica_id, f"http://{host}:{r.port}"))
+        return out
+
+    def _catalog_models(self) -> list[tuple[str, bool]]:
+        ready = {r.model for r in self.reconciler.replicas.values() if r.state == "ready"}
+        return [(name, name in ready) for name in self.catalog.names()]
+
     def _routable(self) -> tuple[bool, str]:
         ready = [r for r in self.reconciler.replicas.values() if r.state == "ready"]
         if ready:
@@ -142,7 +173,7 @@ class GatewayServer:
 
     async def _start_http(self) -> None:
         host, port = split_host_port(self.cfg.listen.http)
-        app = make_app(is_leader=lambda: True, routable=self._routable)
+        app = make_app(is_leader=lambda: True, routable=self._routable, gateway=self.gateway)
         config = uvicorn.Config(
             app, host=host, port=port, log_level="warning", lifespan="off", access_log=False
         )
@@ -188,6 +219,8 @@ class GatewayServer:
                 await asyncio.wait_for(server.wait_closed(), 5)
         with contextlib.suppress(Exception):
             await self.registry.flush()
+        if getattr(self, "gateway", None) is not None:
+            await self.gateway.close()
         await self.store.close()
 
 

@@ -29,10 +29,14 @@ from llmgw.paths import Paths
 from proto.llmgw.v1 import (
     AdminServiceStub,
     CordonNodeRequest,
+    CreateKeyRequest,
     GetModelRequest,
     GetNodeRequest,
+    KeyView,
     ListEnginesReply,
     ListEnginesRequest,
+    ListKeysReply,
+    ListKeysRequest,
     ListModelsReply,
     ListModelsRequest,
     ListNodesReply,
@@ -49,6 +53,7 @@ from proto.llmgw.v1 import (
     RemoveModelReply,
     ReplicaLogsReply,
     ReplicaLogsRequest,
+    RevokeKeyRequest,
     ScaleModelRequest,
     SetModelContextRequest,
     StatusReply,
@@ -199,6 +204,24 @@ class AdminClient:
     async def list_engines(self) -> ListEnginesReply:
         return await self._call(
             self._stub.list_engines(ListEnginesRequest(), timeout=self._timeout_s)
+        )
+
+    async def create_key(
+        self, project: str, *, name: str = "", models: list[str] = (), expires_in_s: int = 0
+    ) -> KeyView:
+        request = CreateKeyRequest(
+            project=project, name=name, models=list(models), expires_in_s=expires_in_s
+        )
+        return await self._call(self._stub.create_key(request, timeout=self._timeout_s))
+
+    async def list_keys(self, project: str = "") -> ListKeysReply:
+        return await self._call(
+            self._stub.list_keys(ListKeysRequest(project=project), timeout=self._timeout_s)
+        )
+
+    async def revoke_key(self, key_id: str) -> KeyView:
+        return await self._call(
+            self._stub.revoke_key(RevokeKeyRequest(key_id=key_id), timeout=self._timeout_s)
         )
 
     async def watch(self, topics: list[str]) -> AsyncIterator[WatchEvent]:

@@ -15,10 +15,12 @@ from grpclib.const import Status
 from grpclib.events import RecvRequest
 from grpclib.exceptions import GRPCError
 
+from gatewayd.admin.keys import KeyAdmin
 from gatewayd.admin.models import ModelAdmin
 from gatewayd.admin.views import replica_view
 from gatewayd.catalog.catalog import Catalog
 from gatewayd.controller.reconciler import Reconciler
+from gatewayd.gateway.keys import KeyCache
 from gatewayd.nodes.registry import NOT_READY, READY, NodeRegistry
 from llmgw import __version__
 from proto.llmgw.v1 import (
@@ -54,11 +56,18 @@ def token_guard(token: str):
     return check
 
 
-class AdminService(ModelAdmin, AdminServiceBase):
+class AdminService(ModelAdmin, KeyAdmin, AdminServiceBase):
     def __init__(
-        self, registry: NodeRegistry, catalog: Catalog, reconciler: Reconciler, *, info: dict
+        self,
+        registry: NodeRegistry,
+        catalog: Catalog,
+        reconciler: Reconciler,
+        keys: KeyCache,
+        *,
+        info: dict,
     ):
         self._registry = registry
+        self._keys = keys
         self._catalog = catalog
         self._reconciler = reconciler
         self._info = info  # cluster_name, store_backend, agent_listen, http_listen

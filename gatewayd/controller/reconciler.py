@@ -84,7 +84,7 @@ class Reconciler:
         self._store = store
         self._registry = registry
         self._catalog = catalog
-        self._engine_key = engine_key
+        self.engine_key = engine_key
         self._lost_grace_s = lost_grace_s
         self._engines = list(engines)
         self.sizing = sizing or Sizing()
@@ -388,7 +388,7 @@ class Reconciler:
                 slots=model.slots,
                 tensor_parallel=r.tensor_parallel,
                 env=dict(profile.env),
-                engine_key=self._engine_key,
+                engine_key=self.engine_key,
                 startup_timeout_s=profile.startup_timeout_s,
                 cpu=r.cpu,
             )

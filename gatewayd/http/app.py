@@ -12,7 +12,9 @@ import json
 from collections.abc import Callable
 
 
-def make_app(*, is_leader: Callable[[], bool], routable: Callable[[], tuple[bool, str]]):
+def make_app(
+    *, is_leader: Callable[[], bool], routable: Callable[[], tuple[bool, str]], gateway=None
+):
     async def app(scope, receive, send):
         if scope["type"] == "lifespan":
             while True:
@@ -25,6 +27,9 @@ def make_app(*, is_leader: Callable[[], bool], routable: Callable[[], tuple[bool
         if scope["type"] != "http":
             return
         path = scope["path"]
+        if gateway is not None and path.startswith("/v1/"):
+            await gateway(scope, receive, send)
+            return
         if path == "/health":
             status, body = 200, {"status": "ok"}
         elif path == "/leader":

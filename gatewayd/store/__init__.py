@@ -12,7 +12,13 @@ from pathlib import Path
 
 from gatewayd.store.base import Store
 from gatewayd.store.postgres import PostgresStore, mask_dsn
-from gatewayd.store.records import HeartbeatRow, ModelRecord, NodeRecord, ReplicaRecord
+from gatewayd.store.records import (
+    HeartbeatRow,
+    KeyRecord,
+    ModelRecord,
+    NodeRecord,
+    ReplicaRecord,
+)
 from gatewayd.store.sqlite import SqliteStore
 from llmgw.config import StoreConfig
 from llmgw.errors import ConfigError
@@ -20,6 +26,7 @@ from llmgw.paths import Paths
 
 __all__ = [
     "HeartbeatRow",
+    "KeyRecord",
     "ModelRecord",
     "NodeRecord",
     "PostgresStore",

@@ -8,7 +8,13 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Protocol
 
-from gatewayd.store.records import HeartbeatRow, ModelRecord, NodeRecord, ReplicaRecord
+from gatewayd.store.records import (
+    HeartbeatRow,
+    KeyRecord,
+    ModelRecord,
+    NodeRecord,
+    ReplicaRecord,
+)
 
 
 class Store(Protocol):
@@ -65,3 +71,12 @@ class Store(Protocol):
         """Replicas (of one model when given), ordered by replica id."""
 
     async def delete_replica(self, replica_id: str) -> bool: ...
+
+    async def put_key(self, rec: KeyRecord) -> None:
+        """Add a key, or update its name, models, expiry, revocation and last use."""
+
+    async def list_keys(self, project: str = "") -> list[KeyRecord]:
+        """Keys (of one project when given), oldest first."""
+
+    async def touch_keys(self, used: dict[str, datetime]) -> None:
+        """Record when keys were last used, in one batch."""

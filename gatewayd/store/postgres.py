@@ -18,6 +18,7 @@ import asyncpg
 
 from gatewayd.store.migrate import Migration, load_migrations, migrations_dir, run_migrations
 from gatewayd.store.postgres_catalog import PostgresCatalog, _aware
+from gatewayd.store.postgres_keys import PostgresKeys
 from gatewayd.store.records import HeartbeatRow, NodeRecord
 from llmgw.errors import StoreError
 
@@ -119,7 +120,7 @@ async def _init_connection(conn: asyncpg.Connection) -> None:
     )
 
 
-class PostgresStore(PostgresCatalog):
+class PostgresStore(PostgresCatalog, PostgresKeys):
     """The store in a PostgreSQL database."""
 
     backend = "postgres"

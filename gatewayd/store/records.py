@@ -56,3 +56,18 @@ class ReplicaRecord(BaseModel):
     model: str
     doc: dict[str, Any]
     updated_at: datetime
+
+
+class KeyRecord(BaseModel):
+    """An API key as stored: a hash of its secret, never the secret."""
+
+    key_id: str
+    project: str
+    name: str = ""
+    secret_sha256: str
+    prefix: str
+    models: list[str] = Field(default_factory=list)
+    created_at: datetime
+    expires_at: datetime | None = None
+    revoked_at: datetime | None = None
+    last_used_at: datetime | None = None

@@ -21,6 +21,7 @@ from gatewayd.store.migrate import Migration, load_migrations, migrations_dir, r
 from gatewayd.store.records import HeartbeatRow, NodeRecord
 from gatewayd.store.sqlite_catalog import SqliteCatalog
 from gatewayd.store.sqlite_codec import _from_text, _json, _to_text
+from gatewayd.store.sqlite_keys import SqliteKeys
 from llmgw.errors import StoreError
 
 # 5 s: a second process (llmgw ctl, a backup) may hold the write lock briefly;
@@ -76,7 +77,7 @@ def split_statements(sql: str) -> list[str]:
     return statements
 
 
-class SqliteStore(SqliteCatalog):
+class SqliteStore(SqliteCatalog, SqliteKeys):
     """The store in one SQLite file, in WAL mode."""
 
     backend = "sqlite"

@@ -56,3 +56,31 @@ async def test_draining_is_an_overlay_a_reregistration_keeps(store: Store):
     await store.upsert_node(node)
     assert (await store.get_node("n")).draining
     assert not await store.set_node_draining("ghost", True)
+
+
+async def test_keys_keep_only_a_hash_and_note_their_last_use(store: Store):
+    from gatewayd.store.records import KeyRecord
+
+    rec = KeyRecord(
+        key_id="k1",
+        project="acme/ml/search",
+        name="ci",
+        secret_sha256="ab" * 32,
+        prefix="llmgw-abcd",
+        models=["m"],
+        created_at=T0,
+    )
+    await store.put_key(rec)
+    await store.put_key(
+        rec.model_copy(
+            update={"key_id": "k2", "secret_sha256": "cd" * 32, "project": "acme/ml/other"}
+        )
+    )
+    assert [k.key_id for k in await store.list_keys()] == ["k1", "k2"]
+    (only,) = await store.list_keys("acme/ml/search")
+    assert only.models == ["m"] and only.revoked_at is None
+    await store.put_key(only.model_copy(update={"revoked_at": T0 + timedelta(hours=1)}))
+    await store.touch_keys({"k1": T0 + timedelta(hours=2)})
+    (again,) = await store.list_keys("acme/ml/search")
+    assert again.revoked_at == T0 + timedelta(hours=1)
+    assert again.last_used_at == T0 + timedelta(hours=2)

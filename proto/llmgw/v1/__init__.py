@@ -15,6 +15,7 @@ __all__ = (
     "ControlMessage",
     "ControlPlanes",
     "CordonNodeRequest",
+    "CreateKeyRequest",
     "EngineStatus",
     "EngineView",
     "FetchProgress",
@@ -28,9 +29,12 @@ __all__ = (
     "HostFacts",
     "InstallEngine",
     "InstalledEngine",
+    "KeyView",
     "Layout",
     "ListEnginesReply",
     "ListEnginesRequest",
+    "ListKeysReply",
+    "ListKeysRequest",
     "ListModelsReply",
     "ListModelsRequest",
     "ListNodesReply",
@@ -55,6 +59,7 @@ __all__ = (
     "ReplicaLogsReply",
     "ReplicaLogsRequest",
     "ReplicaView",
+    "RevokeKeyRequest",
     "ScaleModelRequest",
     "SetModelContextRequest",
     "ShardStatus",
@@ -215,6 +220,33 @@ class CordonNodeRequest(betterproto2.Message):
 
 
 default_message_pool.register_message("llmgw.v1", "CordonNodeRequest", CordonNodeRequest)
+
+
+@dataclass(eq=False, repr=False)
+class CreateKeyRequest(betterproto2.Message):
+    """
+    ---- API keys ----------------------------------------------------------------
+    """
+
+    project: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    org/team/project the key belongs to.
+    """
+
+    name: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+
+    models: "list[str]" = betterproto2.field(3, betterproto2.TYPE_STRING, repeated=True)
+    """
+    Models the key may use; empty: every model.
+    """
+
+    expires_in_s: "int" = betterproto2.field(4, betterproto2.TYPE_INT64)
+    """
+    0: never expires.
+    """
+
+
+default_message_pool.register_message("llmgw.v1", "CreateKeyRequest", CreateKeyRequest)
 
 
 @dataclass(eq=False, repr=False)
@@ -468,6 +500,38 @@ default_message_pool.register_message("llmgw.v1", "InstallEngine", InstallEngine
 
 
 @dataclass(eq=False, repr=False)
+class KeyView(betterproto2.Message):
+    key_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    project: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+
+    name: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+
+    prefix: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+    """
+    The first characters of the secret, to recognise it by.
+    """
+
+    models: "list[str]" = betterproto2.field(5, betterproto2.TYPE_STRING, repeated=True)
+
+    created_at: "str" = betterproto2.field(6, betterproto2.TYPE_STRING)
+
+    expires_at: "str" = betterproto2.field(7, betterproto2.TYPE_STRING)
+
+    revoked_at: "str" = betterproto2.field(8, betterproto2.TYPE_STRING)
+
+    last_used_at: "str" = betterproto2.field(9, betterproto2.TYPE_STRING)
+
+    secret: "str" = betterproto2.field(10, betterproto2.TYPE_STRING)
+    """
+    Only in the answer to CreateKey: shown once, never stored.
+    """
+
+
+default_message_pool.register_message("llmgw.v1", "KeyView", KeyView)
+
+
+@dataclass(eq=False, repr=False)
 class Layout(betterproto2.Message):
     kind: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
 
@@ -517,6 +581,22 @@ class ListEnginesRequest(betterproto2.Message):
 
 
 default_message_pool.register_message("llmgw.v1", "ListEnginesRequest", ListEnginesRequest)
+
+
+@dataclass(eq=False, repr=False)
+class ListKeysReply(betterproto2.Message):
+    keys: "list[KeyView]" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, repeated=True)
+
+
+default_message_pool.register_message("llmgw.v1", "ListKeysReply", ListKeysReply)
+
+
+@dataclass(eq=False, repr=False)
+class ListKeysRequest(betterproto2.Message):
+    project: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+
+default_message_pool.register_message("llmgw.v1", "ListKeysRequest", ListKeysRequest)
 
 
 @dataclass(eq=False, repr=False)
@@ -960,6 +1040,14 @@ class ReplicaView(betterproto2.Message):
 
 
 default_message_pool.register_message("llmgw.v1", "ReplicaView", ReplicaView)
+
+
+@dataclass(eq=False, repr=False)
+class RevokeKeyRequest(betterproto2.Message):
+    key_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+
+default_message_pool.register_message("llmgw.v1", "RevokeKeyRequest", RevokeKeyRequest)
 
 
 @dataclass(eq=False, repr=False)
@@ -1471,6 +1559,60 @@ class AdminServiceStub(betterproto2_grpclib.ServiceStub):
             metadata=metadata,
         )
 
+    async def create_key(
+        self,
+        message: "CreateKeyRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "KeyView":
+
+        return await self._unary_unary(
+            "/llmgw.v1.AdminService/CreateKey",
+            message,
+            KeyView,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def list_keys(
+        self,
+        message: "ListKeysRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "ListKeysReply":
+
+        return await self._unary_unary(
+            "/llmgw.v1.AdminService/ListKeys",
+            message,
+            ListKeysReply,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def revoke_key(
+        self,
+        message: "RevokeKeyRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "KeyView":
+
+        return await self._unary_unary(
+            "/llmgw.v1.AdminService/RevokeKey",
+            message,
+            KeyView,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
     async def watch(
         self,
         message: "WatchRequest",
@@ -1579,6 +1721,18 @@ class AdminServiceBase(betterproto2_grpclib.ServiceBase):
         raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
 
     async def list_engines(self, message: "ListEnginesRequest") -> "ListEnginesReply":
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def create_key(self, message: "CreateKeyRequest") -> "KeyView":
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def list_keys(self, message: "ListKeysRequest") -> "ListKeysReply":
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def revoke_key(self, message: "RevokeKeyRequest") -> "KeyView":
 
         raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
 
@@ -1723,6 +1877,30 @@ class AdminServiceBase(betterproto2_grpclib.ServiceBase):
         response = await self.list_engines(request)
         await stream.send_message(response)
 
+    async def __rpc_create_key(
+        self, stream: "grpclib.server.Stream[CreateKeyRequest, KeyView]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.create_key(request)
+        await stream.send_message(response)
+
+    async def __rpc_list_keys(
+        self, stream: "grpclib.server.Stream[ListKeysRequest, ListKeysReply]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.list_keys(request)
+        await stream.send_message(response)
+
+    async def __rpc_revoke_key(
+        self, stream: "grpclib.server.Stream[RevokeKeyRequest, KeyView]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.revoke_key(request)
+        await stream.send_message(response)
+
     async def __rpc_watch(self, stream: "grpclib.server.Stream[WatchRequest, WatchEvent]") -> None:
         request = await stream.recv_message()
         assert request is not None
@@ -1835,6 +2013,24 @@ class AdminServiceBase(betterproto2_grpclib.ServiceBase):
                 grpclib.const.Cardinality.UNARY_UNARY,
                 ListEnginesRequest,
                 ListEnginesReply,
+            ),
+            "/llmgw.v1.AdminService/CreateKey": grpclib.const.Handler(
+                self.__rpc_create_key,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                CreateKeyRequest,
+                KeyView,
+            ),
+            "/llmgw.v1.AdminService/ListKeys": grpclib.const.Handler(
+                self.__rpc_list_keys,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                ListKeysRequest,
+                ListKeysReply,
+            ),
+            "/llmgw.v1.AdminService/RevokeKey": grpclib.const.Handler(
+                self.__rpc_revoke_key,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                RevokeKeyRequest,
+                KeyView,
             ),
             "/llmgw.v1.AdminService/Watch": grpclib.const.Handler(
                 self.__rpc_watch,

@@ -1,0 +1,239 @@
+"""Admission bands: who is let in first when every replica of a model is busy.
+
+A key belongs to a band (gold, bronze, bulk). A band has a ceiling on the
+requests in flight — all bands together — above which its requests wait, so a
+low band with a low ceiling stops early and leaves the rest of the room to the
+bands above it; that is what keeps people's latency near idle while a bulk
+import sends hundreds at once. When a slot frees, the highest band's oldest
+waiter goes first, and a lower band's waiter never jumps a higher one's.
+
+A waiter is turned away in two ways, both saying when to come back, since a
+client like ``llmgw-kb`` retries only what carries ``Retry-After``:
+
+    Busy                  message + retry_after_s + status; the root
+    ├── QueueFull         503: the band's queue is full
+    └── WaitExpired       504: waited as long as the band may (its queue_ttl_s)
+
+One ``Admission`` guards one pool of capacity (a model's replicas); the
+caller sizes each band's ``max_in_flight`` from it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Sequence
+from types import TracebackType
+
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveFloat, PositiveInt
+
+# 10 s for both refusals: long enough for a few answers to finish, short
+# enough that a bulk import retrying on it keeps its place near the front.
+RETRY_AFTER_S = 10
+
+
+class Band(BaseModel):
+    """A priority band: how high it ranks, how full it lets the pool get, how long it waits."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(min_length=1)
+    priority: int
+    # The saturation ceiling: this band's requests wait while the requests in
+    # flight, of every band together, number this many or more.
+    max_in_flight: PositiveInt
+    # Bounded so a flood cannot hold unbounded memory; past a thousand a
+    # waiter would mostly wait out its queue_ttl_s anyway.
+    max_queue: NonNegativeInt = 1000
+    # 30 s was the wait of every band before bands had their own; a bulk band
+    # may be given minutes.
+    queue_ttl_s: PositiveFloat = 30.0
+
+
+class Busy(Exception):
+    """A request turned away because every replica stayed busy."""
+
+    status = 503
+
+    def __init__(self, message: str, *, retry_after_s: int = RETRY_AFTER_S) -> None:
+        super().__init__(message)
+        self.message = message
+        self.retry_after_s = retry_after_s
+
+
+class QueueFull(Busy):
+    """The band's queue is full (HTTP 503 with ``Retry-After``)."""
+
+    status = 503
+
+
+class WaitExpired(Busy):
+    """The request waited as long as its band may (HTTP 504 with ``Retry-After``)."""
+
+    status = 504
+
+
+class UnknownBand(LookupError):
+    """A key names a band the configuration does not have."""
+
+
+class _BandState:
+    __slots__ = ("band", "in_flight", "waiters")
+
+    def __init__(self, band: Band) -> None:
+        self.band = band
+        self.in_flight = 0
+        self.waiters: deque[asyncio.Future[None]] = deque()
+
+
+class _Entry:
+    """``async with admission.enter(band)``: holds one slot for the body of the block."""
+
+    __slots__ = ("_admission", "_state")
+
+    def __init__(self, admission: Admission, state: _BandState) -> None:
+        self._admission = admission
+        self._state = state
+
+    async def __aenter__(self) -> None:
+        await self._admission._acquire(self._state)
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._admission._release(self._state)
+
+
+class Admission:
+    """The slots of one pool of capacity, shared out by band."""
+
+    def __init__(self, bands: Sequence[Band]) -> None:
+        if not bands:
+            raise ValueError("admission needs at least one band")
+        self._states: dict[str, _BandState] = {}
+        for band in bands:
+            if band.name in self._states:
+                raise ValueError(f"two admission bands are named {band.name!r}; rename one")
+            self._states[band.name] = _BandState(band)
+        # Highest priority first; bands of equal priority in the order given.
+        self._order = sorted(self._states.values(), key=lambda s: -s.band.priority)
+        self._in_flight = 0
+        self._waiting = 0
+
+    def enter(self, band_name: str) -> _Entry:
+        """A slot in ``band_name``'s share, for ``async with``; waits while the band is saturated.
+
+        Raises ``QueueFull`` at once when the band's queue is full and
+        ``WaitExpired`` after its ``queue_ttl_s``; a cancelled waiter leaves
+        the queue.
+        """
+        state = self._states.get(band_name)
+        if state is None:
+            raise UnknownBand(
+                f"no admission band is named {band_name!r}; the bands are {', '.join(self._states)}"
+            )
+        return _Entry(self, state)
+
+    def depth(self, band_name: str) -> int:
+        """How many of the band's requests are waiting."""
+        return len(self._states[band_name].waiters)
+
+    def in_flight(self, band_name: str) -> int:
+        """How many of the band's requests hold a slot."""
+        return self._states[band_name].in_flight
+
+    @property
+    def in_flight_total(self) -> int:
+        """Requests holding a slot, every band together."""
+        return self._in_flight
+
+    def _higher_waits(self, priority: int) -> bool:
+        """Whether anyone of this priority or above is waiting (a newcomer must not jump them)."""
+        if not self._waiting:
+            return False
+        for state in self._order:
+            if state.band.priority < priority:
+                return False
+            if state.waiters:
+                return True
+        return False
+
+    async def _acquire(self, state: _BandState) -> None:
+        band = state.band
+        if self._in_flight < band.max_in_flight and not self._higher_waits(band.priority):
+            self._grant(state)
+            return
+        if len(state.waiters) >= band.max_queue:
+            raise QueueFull(
+                f"every replica is busy and band {band.name}'s queue is full "
+                f"({band.max_queue} waiting); try again in {RETRY_AFTER_S} s"
+            )
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+        state.waiters.append(waiter)
+        self._waiting += 1
+        timer = loop.call_later(band.queue_ttl_s, self._expire, state, waiter)
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
+                # Granted a slot, then cancelled before it could run: give the
+                # slot back, or it is lost for good.
+                self._release(state)
+            else:
+                self._leave(state, waiter)
+            raise
+        finally:
+            timer.cancel()
+
+    def _grant(self, state: _BandState) -> None:
+        self._in_flight += 1
+        state.in_flight += 1
+
+    def _release(self, state: _BandState) -> None:
+        self._in_flight -= 1
+        state.in_flight -= 1
+        if self._waiting:
+            self._dispatch()
+
+    def _leave(self, state: _BandState, waiter: asyncio.Future[None]) -> None:
+        """Take a waiter out of its queue; one that held back lower bands no longer does."""
+        try:
+            state.waiters.remove(waiter)
+        except ValueError:
+            return  # already gone: granted or expired
+        self._waiting -= 1
+        self._dispatch()
+
+    def _expire(self, state: _BandState, waiter: asyncio.Future[None]) -> None:
+        if waiter.done():
+            return
+        band = state.band
+        self._leave(state, waiter)
+        waiter.set_exception(
+            WaitExpired(
+                f"every replica stayed busy for the {band.queue_ttl_s:g} s band {band.name} "
+                f"may wait; try again in {RETRY_AFTER_S} s"
+            )
+        )
+
+    def _dispatch(self) -> None:
+        """Hand free slots to waiters, highest band first, oldest first within a band.
+
+        Stops at the first waiter that cannot be let in, so no lower band's
+        waiter is let in past it even where its own ceiling would allow.
+        """
+        for state in self._order:
+            waiters = state.waiters
+            while waiters:
+                if self._in_flight >= state.band.max_in_flight:
+                    return
+                waiter = waiters.popleft()
+                self._waiting -= 1
+                if waiter.done():
+                    continue
+                self._grant(state)
+                waiter.set_result(None)

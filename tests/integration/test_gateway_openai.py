@@ -1,0 +1,118 @@
+"""The client API with the official openai SDK, through gatewayd to sim replicas."""
+
+from __future__ import annotations
+
+import openai
+import pytest
+
+from proto.llmgw.v1 import ModelProfile, ModelSpec
+from tests.cluster_fixture import running_cluster, wait_for
+
+
+@pytest.fixture
+async def served(tmp_path):
+    """A cluster serving the sim model "chat", and a key for it."""
+    async with running_cluster(tmp_path) as cluster:
+        await cluster.start_agent("cpu-node")
+        spec = ModelSpec(
+            name="chat",
+            source="/models/none.gguf",
+            replicas_min=1,
+            replicas_max=1,
+            slots=4,
+            profiles=[ModelProfile(name="default", engine="sim", startup_timeout_s=60)],
+        )
+        async with cluster.admin() as admin:
+            await admin.put_model(spec)
+            key = await admin.create_key("acme/ml/search", name="tests")
+
+            async def ready():
+                rs = (await admin.list_replicas("chat")).replicas
+                return rs and rs[0].state == "ready"
+
+            await wait_for(ready, attempts=400)
+        base = f"http://127.0.0.1:{cluster.server.ports['http']}/v1"
+        client = openai.AsyncOpenAI(base_url=base, api_key=key.secret, max_retries=0)
+        yield cluster, client, key, base
+        await client.close()
+
+
+async def test_the_openai_sdk_lists_models_and_gets_answers_streamed_or_not(served):
+    _, client, key, _ = served
+    assert key.secret.startswith("llmgw-") and key.prefix in key.secret
+    models = await client.models.list()
+    assert [(m.id, m.model_extra["loaded"]) for m in models.data] == [("chat", True)]
+
+    raw = await client.chat.completions.with_raw_response.create(
+        model="chat", messages=[{"role": "user", "content": "hello there"}], max_tokens=5
+    )
+    assert float(raw.headers["x-llmgw-overhead-ms"]) >= 0
+    answer = raw.parse()
+    assert answer.choices[0].message.content and answer.usage.completion_tokens == 5
+
+    chunks = []
+    stream = await client.chat.completions.create(
+        model="chat",
+        messages=[{"role": "user", "content": "hi"}],
+        max_tokens=4,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    async for chunk in stream:
+        chunks.append(chunk)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text and chunks[-1].usage.completion_tokens == 4
+
+    emb = await client.embeddings.create(model="chat", input=["a", "b"])
+    assert len(emb.data) == 2 and emb.data[0].embedding
+
+
+async def test_bad_keys_and_unknown_models_raise_the_sdks_own_errors(served):
+    cluster, client, key, base = served
+    bad = openai.AsyncOpenAI(base_url=base, api_key="llmgw-nope", max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        await bad.models.list()
+    await bad.close()
+    with pytest.raises(openai.NotFoundError) as err:
+        await client.chat.completions.create(
+            model="nope", messages=[{"role": "user", "content": "x"}]
+        )
+    assert err.value.body["code"] == "model_not_found"
+
+    async with cluster.admin() as admin:
+        await admin.revoke_key(key.key_id)
+    with pytest.raises(openai.AuthenticationError, match="revoked"):
+        await client.models.list()
+
+
+async def test_a_key_limited_to_some_models_is_refused_others(served):
+    cluster, _, _, base = served
+    async with cluster.admin() as admin:
+        key = await admin.create_key("acme/ml/search", models=["other"])
+    limited = openai.AsyncOpenAI(base_url=base, api_key=key.secret, max_retries=0)
+    assert [m.id for m in (await limited.models.list()).data] == []
+    with pytest.raises(openai.PermissionDeniedError):
+        await limited.chat.completions.create(
+            model="chat", messages=[{"role": "user", "content": "x"}]
+        )
+    await limited.close()
+
+
+async def test_malformed_requests_are_refused_naming_the_field(served):
+    import httpx
+
+    _, _, key, base = served
+    auth = {"authorization": f"Bearer {key.secret}"}
+    async with httpx.AsyncClient(base_url=base) as http:
+        r = await http.post("/chat/completions", content=b"{not json", headers=auth)
+        assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_json"
+        r = await http.post("/chat/completions", json={"model": 7}, headers=auth)
+        assert r.status_code == 400 and r.json()["error"]["param"] == "model"
+        r = await http.post(
+            "/chat/completions", json={"model": "chat", "stream": "yes"}, headers=auth
+        )
+        assert r.status_code == 400 and r.json()["error"]["param"] == "stream"
+        r = await http.get("/chat/completions", headers=auth)
+        assert r.status_code == 405
+        r = await http.post("/chat/completions", json={"model": "chat"})
+        assert r.status_code == 401 and "x-llmgw-overhead-ms" in r.headers
