@@ -207,10 +207,22 @@ class AdminClient:
         )
 
     async def create_key(
-        self, project: str, *, name: str = "", models: list[str] = (), expires_in_s: int = 0
+        self,
+        project: str,
+        *,
+        name: str = "",
+        models: list[str] = (),
+        expires_in_s: int = 0,
+        rpm: int = 0,
+        tpm: int = 0,
     ) -> KeyView:
         request = CreateKeyRequest(
-            project=project, name=name, models=list(models), expires_in_s=expires_in_s
+            project=project,
+            name=name,
+            models=list(models),
+            expires_in_s=expires_in_s,
+            rpm=rpm,
+            tpm=tpm,
         )
         return await self._call(self._stub.create_key(request, timeout=self._timeout_s))
 

@@ -34,6 +34,8 @@ def key_view(rec: KeyRecord, secret: str = "") -> KeyView:
         revoked_at=_iso(rec.revoked_at),
         last_used_at=_iso(rec.last_used_at),
         secret=secret,
+        rpm=rec.limits.get("rpm") or 0,
+        tpm=rec.limits.get("tpm") or 0,
     )
 
 
@@ -50,7 +52,12 @@ class KeyAdmin:
     async def create_key(self, message: CreateKeyRequest) -> KeyView:
         try:
             rec, secret = await self._keys.create(
-                message.project, message.name, list(message.models), message.expires_in_s
+                message.project,
+                message.name,
+                list(message.models),
+                message.expires_in_s,
+                rpm=message.rpm,
+                tpm=message.tpm,
             )
         except KeyRefused as e:
             raise _refuse(e) from None

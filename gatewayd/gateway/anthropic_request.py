@@ -85,10 +85,11 @@ def messages_to_chat(body: dict) -> dict:
     if (thinking := _optional(body, "thinking", dict)) is not None:
         chat["chat_template_kwargs"] = _thinking(thinking)
 
-    last = chat_messages[-1]
-    if last["role"] == "assistant" and not last.get("tool_calls"):
+    last = chat_messages[-1] if chat_messages else {}
+    if last.get("role") == "assistant" and not last.get("tool_calls"):
         # An assistant turn last is a prefill the answer must continue; vLLM and
-        # SGLang would otherwise open a new turn after it (llama.cpp sees it alone).
+        # SGLang would otherwise open a new turn after it (llama.cpp continues it
+        # unasked).
         chat["continue_final_message"] = True
         chat["add_generation_prompt"] = False
     return chat
@@ -185,6 +186,10 @@ def _message(message: object, where: str) -> list[dict]:
     if isinstance(content, str):
         return [{"role": role, "content": content}]
     blocks = _check(content, (str, list), f"{where}.content")
+    if not blocks:
+        raise AnthropicRequestError(
+            f"{where}.content is empty: send a string or at least one block", f"{where}.content"
+        )
     if role == "assistant":
         return [_assistant(blocks, f"{where}.content")]
     return _user(blocks, f"{where}.content")

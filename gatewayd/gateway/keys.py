@@ -16,6 +16,7 @@ import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from gatewayd.gateway.limits import UNLIMITED, Limits
 from gatewayd.store import KeyRecord, Store
 
 log = logging.getLogger(__name__)
@@ -55,6 +56,7 @@ class KeyInfo:
     models: frozenset[str]
     expires_at: datetime | None
     revoked: bool
+    limits: Limits = UNLIMITED
 
     def refusal(self, now: datetime) -> str:
         """Why the key may not be used now ("" when it may)."""
@@ -70,7 +72,12 @@ class KeyInfo:
 
 def _info(rec: KeyRecord) -> KeyInfo:
     return KeyInfo(
-        rec.key_id, rec.project, frozenset(rec.models), rec.expires_at, rec.revoked_at is not None
+        rec.key_id,
+        rec.project,
+        frozenset(rec.models),
+        rec.expires_at,
+        rec.revoked_at is not None,
+        Limits.model_validate(rec.limits),
     )
 
 
@@ -108,11 +115,18 @@ class KeyCache:
         return [r for r in recs if not project or r.project == project]
 
     async def create(
-        self, project: str, name: str, models: list[str], expires_in_s: int
+        self,
+        project: str,
+        name: str,
+        models: list[str],
+        expires_in_s: int,
+        *,
+        rpm: int = 0,
+        tpm: int = 0,
     ) -> tuple[KeyRecord, str]:
         check_project(project)
-        if expires_in_s < 0:
-            raise KeyRefused("invalid", "expires_in_s must not be negative")
+        if expires_in_s < 0 or rpm < 0 or tpm < 0:
+            raise KeyRefused("invalid", "expiry and limits must not be negative")
         secret = SECRET_PREFIX + secrets.token_urlsafe(32)
         now = datetime.now(UTC)
         rec = KeyRecord(
@@ -122,6 +136,7 @@ class KeyCache:
             secret_sha256=secret_hash(secret),
             prefix=secret[: len(SECRET_PREFIX) + 4],
             models=sorted(set(models)),
+            limits={"rpm": rpm or None, "tpm": tpm or None},
             created_at=now,
             expires_at=now + timedelta(seconds=expires_in_s) if expires_in_s else None,
         )

@@ -20,6 +20,7 @@ import aiohttp
 
 from gatewayd.gateway.errors import ApiError
 from gatewayd.gateway.keys import KeyCache, KeyInfo
+from gatewayd.gateway.limits import LimitTable, Refusal, Ticket
 from gatewayd.gateway.router import Router
 
 log = logging.getLogger(__name__)
@@ -49,6 +50,7 @@ class Gateway:
         self._models = models
         self._known = known
         self._http: aiohttp.ClientSession | None = None
+        self._limits = LimitTable()
 
     async def start(self) -> None:
         self._http = aiohttp.ClientSession(
@@ -93,8 +95,9 @@ class Gateway:
                     code="model_not_allowed",
                     param="model",
                 )
+            ticket = self._admit(key, request, len(body))
             session = _session(scope, request)
-            await self._forward(path, body, model, session, send, clock)
+            await self._forward(path, body, model, session, send, clock, ticket)
         except ApiError as e:
             await _send_error(send, e, clock)
 
@@ -119,6 +122,19 @@ class Gateway:
             raise ApiError(401, refusal, code="invalid_api_key")
         return info
 
+    def _admit(self, key: KeyInfo, request: dict, body_bytes: int) -> Ticket:
+        """The key's requests and tokens per minute; 429 with Retry-After when spent."""
+        max_tokens = request.get("max_tokens") or request.get("max_completion_tokens") or 0
+        # ~4 bytes a token for the prompt, plus what the answer may use;
+        # corrected from the answer's usage.
+        est = body_bytes // 4 + (max_tokens if isinstance(max_tokens, int) else 0)
+        outcome = self._limits.admit([(f"key:{key.key_id}", key.limits)], est)
+        if isinstance(outcome, Refusal):
+            raise ApiError(
+                429, outcome.message, code="rate_limited", retry_after_s=outcome.retry_after_s
+            )
+        return outcome
+
     def _list_models(self, key: KeyInfo) -> dict:
         data = [
             {"id": name, "object": "model", "created": 0, "owned_by": "llmgw", "loaded": loaded}
@@ -127,7 +143,7 @@ class Gateway:
         ]
         return {"object": "list", "data": data}
 
-    async def _forward(self, path, body, model, session, send, clock) -> None:
+    async def _forward(self, path, body, model, session, send, clock, ticket) -> None:
         targets = self._router.candidates(model, session)
         if not targets:
             raise ApiError(
@@ -158,7 +174,7 @@ class Gateway:
                     continue  # nothing reached the client: another replica may answer
                 clock.upstream_end(started)
                 async with resp:
-                    await self._relay(resp, send, clock)
+                    await self._relay(resp, send, clock, ticket)
                 return
             finally:
                 self._router.end(target)
@@ -169,7 +185,7 @@ class Gateway:
             retry_after_s=RETRY_AFTER_NO_REPLICA_S,
         )
 
-    async def _relay(self, resp: aiohttp.ClientResponse, send, clock) -> None:
+    async def _relay(self, resp: aiohttp.ClientResponse, send, clock, ticket) -> None:
         ctype = resp.headers.get("content-type", "application/json")
         headers = [(b"content-type", ctype.encode())]
         if ctype.startswith("text/event-stream"):
@@ -183,6 +199,7 @@ class Gateway:
         started = clock.upstream_begin()
         data = await resp.read()
         clock.upstream_end(started)
+        ticket.settle(_total_tokens(data))
         headers += [(b"content-length", str(len(data)).encode()), clock.header()]
         await send({"type": "http.response.start", "status": resp.status, "headers": headers})
         await send({"type": "http.response.body", "body": data})
@@ -205,6 +222,14 @@ class _Clock:
     def header(self) -> tuple[bytes, bytes]:
         ms = (time.perf_counter() - self.t0 - self.upstream_s) * 1000
         return b"x-llmgw-overhead-ms", f"{max(ms, 0):.3f}".encode()
+
+
+def _total_tokens(data: bytes) -> int:
+    try:
+        usage = json.loads(data).get("usage") or {}
+        return int(usage.get("total_tokens") or 0)
+    except (ValueError, AttributeError, TypeError):
+        return 0
 
 
 def _session(scope, request: dict) -> str:

@@ -8,7 +8,7 @@ from gatewayd.store.postgres_catalog import _aware
 from gatewayd.store.records import KeyRecord
 
 _COLUMNS = (
-    "key_id, project, name, secret_sha256, prefix, models, created_at, expires_at,"
+    "key_id, project, name, secret_sha256, prefix, models, limits, created_at, expires_at,"
     " revoked_at, last_used_at"
 )
 
@@ -19,9 +19,9 @@ class PostgresKeys:
     async def put_key(self, rec: KeyRecord) -> None:
         with self._mapped(f"save key {rec.key_id}"):
             await self._conn.execute(
-                f"INSERT INTO api_keys ({_COLUMNS}) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10)"
+                f"INSERT INTO api_keys ({_COLUMNS}) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11)"
                 " ON CONFLICT (key_id) DO UPDATE SET name = EXCLUDED.name,"
-                " models = EXCLUDED.models, expires_at = EXCLUDED.expires_at,"
+                " models = EXCLUDED.models, limits = EXCLUDED.limits, expires_at = EXCLUDED.expires_at,"
                 " revoked_at = EXCLUDED.revoked_at, last_used_at = EXCLUDED.last_used_at",
                 rec.key_id,
                 rec.project,
@@ -29,6 +29,7 @@ class PostgresKeys:
                 rec.secret_sha256,
                 rec.prefix,
                 rec.models,
+                rec.limits,
                 _aware(rec.created_at),
                 _aware(rec.expires_at),
                 _aware(rec.revoked_at),

@@ -67,6 +67,8 @@ class KeyRecord(BaseModel):
     secret_sha256: str
     prefix: str
     models: list[str] = Field(default_factory=list)
+    # {"rpm": n, "tpm": n}; a missing or null field is unlimited.
+    limits: dict[str, Any] = Field(default_factory=dict)
     created_at: datetime
     expires_at: datetime | None = None
     revoked_at: datetime | None = None

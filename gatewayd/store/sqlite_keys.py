@@ -9,7 +9,7 @@ from gatewayd.store.records import KeyRecord
 from gatewayd.store.sqlite_codec import _from_text, _json, _to_text
 
 _COLUMNS = (
-    "key_id, project, name, secret_sha256, prefix, models, created_at, expires_at,"
+    "key_id, project, name, secret_sha256, prefix, models, limits, created_at, expires_at,"
     " revoked_at, last_used_at"
 )
 
@@ -25,9 +25,9 @@ class SqliteKeys:
         async with self._lock:
             with self._mapped(f"save key {rec.key_id}"):
                 await self._conn.execute(
-                    f"INSERT INTO api_keys ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                    f"INSERT INTO api_keys ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                     " ON CONFLICT (key_id) DO UPDATE SET name = excluded.name,"
-                    " models = excluded.models, expires_at = excluded.expires_at,"
+                    " models = excluded.models, limits = excluded.limits, expires_at = excluded.expires_at,"
                     " revoked_at = excluded.revoked_at, last_used_at = excluded.last_used_at",
                     (
                         rec.key_id,
@@ -36,6 +36,7 @@ class SqliteKeys:
                         rec.secret_sha256,
                         rec.prefix,
                         _json(rec.models),
+                        _json(rec.limits),
                         _to_text(rec.created_at),
                         _opt(rec.expires_at),
                         _opt(rec.revoked_at),
@@ -60,6 +61,7 @@ class SqliteKeys:
                 secret_sha256=r["secret_sha256"],
                 prefix=r["prefix"],
                 models=json.loads(r["models"]),
+                limits=json.loads(r["limits"]),
                 created_at=_from_text(r["created_at"]),
                 expires_at=_from_text(r["expires_at"]),
                 revoked_at=_from_text(r["revoked_at"]),

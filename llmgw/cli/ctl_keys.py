@@ -37,6 +37,8 @@ def create(
     name: str = typer.Option("", "--name", help="What the key is for."),
     expires_in: str = typer.Option("", "--expires-in", help="e.g. 90d, 12h (default: never)."),
     models: str = typer.Option("", "--models", help="Comma-separated models (default: all)."),
+    rpm: int = typer.Option(0, "--rpm", min=0, help="Requests per minute (default: no limit)."),
+    tpm: int = typer.Option(0, "--tpm", min=0, help="Tokens per minute (default: no limit)."),
     json: bool = JsonOpt,
 ) -> None:
     """Make a key; its secret is printed this once and never again."""
@@ -45,7 +47,12 @@ def create(
     except UsageError as e:
         raise typer.Exit(code=output.fail(e)) from None
     wanted = [m.strip() for m in models.split(",") if m.strip()]
-    call(lambda c: c.create_key(project, name=name, models=wanted, expires_in_s=seconds), json=json)
+    call(
+        lambda c: c.create_key(
+            project, name=name, models=wanted, expires_in_s=seconds, rpm=rpm, tpm=tpm
+        ),
+        json=json,
+    )
 
 
 @keys_app.command("list")

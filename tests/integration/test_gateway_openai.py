@@ -116,3 +116,22 @@ async def test_malformed_requests_are_refused_naming_the_field(served):
         assert r.status_code == 405
         r = await http.post("/chat/completions", json={"model": "chat"})
         assert r.status_code == 401 and "x-llmgw-overhead-ms" in r.headers
+
+
+async def test_a_key_limited_to_5_requests_a_minute_gets_the_6th_refused(served):
+    cluster, _, _, base = served
+    async with cluster.admin() as admin:
+        key = await admin.create_key("acme/ml/search", rpm=5)
+        assert key.rpm == 5
+    limited = openai.AsyncOpenAI(base_url=base, api_key=key.secret, max_retries=0)
+    for _ in range(5):
+        await limited.chat.completions.create(
+            model="chat", messages=[{"role": "user", "content": "x"}], max_tokens=1
+        )
+    with pytest.raises(openai.RateLimitError) as err:
+        await limited.chat.completions.create(
+            model="chat", messages=[{"role": "user", "content": "x"}], max_tokens=1
+        )
+    assert int(err.value.response.headers["retry-after"]) >= 1
+    assert "5 requests per minute" in err.value.message
+    await limited.close()

@@ -245,6 +245,13 @@ class CreateKeyRequest(betterproto2.Message):
     0: never expires.
     """
 
+    rpm: "int" = betterproto2.field(5, betterproto2.TYPE_INT32)
+    """
+    Requests and tokens per minute; 0: unlimited.
+    """
+
+    tpm: "int" = betterproto2.field(6, betterproto2.TYPE_INT32)
+
 
 default_message_pool.register_message("llmgw.v1", "CreateKeyRequest", CreateKeyRequest)
 
@@ -526,6 +533,10 @@ class KeyView(betterproto2.Message):
     """
     Only in the answer to CreateKey: shown once, never stored.
     """
+
+    rpm: "int" = betterproto2.field(11, betterproto2.TYPE_INT32)
+
+    tpm: "int" = betterproto2.field(12, betterproto2.TYPE_INT32)
 
 
 default_message_pool.register_message("llmgw.v1", "KeyView", KeyView)

@@ -452,6 +452,7 @@ def test_an_assistant_turn_last_is_continued_rather_than_answered():
         (request(temperature="hot"), "temperature", "must be a number, not a string"),
         (request(messages=[{"role": "robot", "content": "hi"}]), "messages[0].role", "'robot'"),
         (request(messages=[{"role": "user"}]), "messages[0].content", "not null"),
+        (request(messages=[{"role": "user", "content": []}]), "messages[0].content", "empty"),
         (
             request(messages=[{"role": "user", "content": [{"type": "video", "url": "x"}]}]),
             "messages[0].content[0].type",

@@ -6,6 +6,8 @@ CREATE TABLE api_keys (
     secret_sha256 text NOT NULL UNIQUE,
     prefix        text NOT NULL,
     models        jsonb NOT NULL DEFAULT '[]',
+    -- rpm, tpm (null: unlimited), as the gateway's Limits.
+    limits        jsonb NOT NULL DEFAULT '{}',
     created_at    timestamptz NOT NULL,
     expires_at    timestamptz,
     revoked_at    timestamptz,

@@ -6,6 +6,8 @@ CREATE TABLE api_keys (
     secret_sha256 TEXT NOT NULL UNIQUE,
     prefix        TEXT NOT NULL,
     models        TEXT NOT NULL DEFAULT '[]',
+    -- rpm, tpm (null: unlimited), as the gateway's Limits.
+    limits        TEXT NOT NULL DEFAULT '{}',
     created_at    TEXT NOT NULL,
     expires_at    TEXT,
     revoked_at    TEXT,
