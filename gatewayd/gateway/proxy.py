@@ -18,6 +18,8 @@ from datetime import UTC, datetime
 
 import aiohttp
 
+from gatewayd.gateway import messages
+from gatewayd.gateway.anthropic_request import AnthropicRequestError
 from gatewayd.gateway.errors import ApiError
 from gatewayd.gateway.keys import KeyCache, KeyInfo
 from gatewayd.gateway.limits import LimitTable, Refusal, Ticket
@@ -27,7 +29,7 @@ log = logging.getLogger(__name__)
 
 # Bodies larger than this are refused before they are read whole (413).
 MAX_BODY_BYTES = 32 * 2**20
-FORWARDED = {"/v1/chat/completions", "/v1/completions", "/v1/embeddings"}
+FORWARDED = {"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/messages"}
 # How long to wait for an engine to answer at all; a stream may then run long.
 CONNECT_TIMEOUT_S = 5.0
 RETRY_AFTER_NO_REPLICA_S = 10
@@ -79,6 +81,13 @@ class Gateway:
             if method != "POST":
                 raise ApiError(405, f"{path} takes POST", code="method_not_allowed")
             body = await _read_body(receive, scope)
+            anthropic_request = None
+            if path == "/v1/messages":
+                try:
+                    anthropic_request, chat = messages.to_chat(body)
+                except AnthropicRequestError as e:
+                    raise ApiError(400, str(e), code="invalid_request", param=e.field) from None
+                path, body = "/v1/chat/completions", json.dumps(chat).encode()
             request = _parse(body)
             model = request["model"]
             if not self._known(model):
@@ -97,9 +106,9 @@ class Gateway:
                 )
             ticket = self._admit(key, request, len(body))
             session = _session(scope, request)
-            await self._forward(path, body, model, session, send, clock, ticket)
+            await self._forward(path, body, model, session, send, clock, ticket, anthropic_request)
         except ApiError as e:
-            await _send_error(send, e, clock)
+            await _send_error(send, e, clock, anthropic=scope["path"] == "/v1/messages")
 
     def _authenticate(self, scope) -> KeyInfo:
         token = ""
@@ -143,7 +152,9 @@ class Gateway:
         ]
         return {"object": "list", "data": data}
 
-    async def _forward(self, path, body, model, session, send, clock, ticket) -> None:
+    async def _forward(
+        self, path, body, model, session, send, clock, ticket, anthropic_request=None
+    ) -> None:
         targets = self._router.candidates(model, session)
         if not targets:
             raise ApiError(
@@ -174,7 +185,10 @@ class Gateway:
                     continue  # nothing reached the client: another replica may answer
                 clock.upstream_end(started)
                 async with resp:
-                    await self._relay(resp, send, clock, ticket)
+                    if anthropic_request is not None:
+                        await messages.relay(resp, anthropic_request, send, clock.header)
+                    else:
+                        await self._relay(resp, send, clock, ticket)
                 return
             finally:
                 self._router.end(target)
@@ -293,8 +307,9 @@ async def _send_json(send, status: int, payload: dict, clock: _Clock) -> None:
     await send({"type": "http.response.body", "body": data})
 
 
-async def _send_error(send, e: ApiError, clock: _Clock) -> None:
-    data = e.body()
+async def _send_error(send, e: ApiError, clock: _Clock, *, anthropic: bool = False) -> None:
+    # Each API answers errors in its own shape: the SDKs read them.
+    data = messages.error_bytes(e.status, e.message) if anthropic else e.body()
     await send(
         {
             "type": "http.response.start",

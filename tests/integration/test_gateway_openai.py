@@ -135,3 +135,54 @@ async def test_a_key_limited_to_5_requests_a_minute_gets_the_6th_refused(served)
     assert int(err.value.response.headers["retry-after"]) >= 1
     assert "5 requests per minute" in err.value.message
     await limited.close()
+
+
+async def test_the_anthropic_sdk_creates_and_streams_a_message(served):
+    import anthropic
+
+    cluster, _, key, base = served
+    client = anthropic.AsyncAnthropic(
+        base_url=base.removesuffix("/v1"), api_key=key.secret, max_retries=0
+    )
+    message = await client.messages.create(
+        model="chat", max_tokens=6, messages=[{"role": "user", "content": "Hello"}]
+    )
+    assert message.role == "assistant" and message.content[0].type == "text"
+    assert message.content[0].text and message.usage.output_tokens == 6
+    assert message.stop_reason == "max_tokens"
+
+    text = []
+    async with client.messages.stream(
+        model="chat", max_tokens=4, messages=[{"role": "user", "content": "Hi"}]
+    ) as stream:
+        async for delta in stream.text_stream:
+            text.append(delta)
+        final = await stream.get_final_message()
+    assert "".join(text) == final.content[0].text and final.usage.output_tokens == 4
+
+    with pytest.raises(anthropic.AuthenticationError):
+        bad = anthropic.AsyncAnthropic(
+            base_url=base.removesuffix("/v1"), api_key="nope", max_retries=0
+        )
+        await bad.messages.create(
+            model="chat", max_tokens=1, messages=[{"role": "user", "content": "x"}]
+        )
+    with pytest.raises(anthropic.NotFoundError):
+        await client.messages.create(
+            model="nope", max_tokens=1, messages=[{"role": "user", "content": "x"}]
+        )
+    await client.close()
+    import httpx
+
+    async with httpx.AsyncClient(base_url=base) as http:
+        r = await http.post(
+            "/messages",
+            headers={"x-api-key": key.secret},
+            json={
+                "model": "chat",
+                "max_tokens": "many",
+                "messages": [{"role": "user", "content": "x"}],
+            },
+        )
+    assert r.status_code == 400
+    assert r.json()["type"] == "error" and "max_tokens" in r.json()["error"]["message"]
