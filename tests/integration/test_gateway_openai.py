@@ -140,7 +140,7 @@ async def test_a_key_limited_to_5_requests_a_minute_gets_the_6th_refused(served)
 async def test_the_anthropic_sdk_creates_and_streams_a_message(served):
     import anthropic
 
-    cluster, _, key, base = served
+    _, _, key, base = served
     client = anthropic.AsyncAnthropic(
         base_url=base.removesuffix("/v1"), api_key=key.secret, max_retries=0
     )
