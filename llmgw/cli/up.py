@@ -178,7 +178,9 @@ async def _up(paths: Paths, hosts: list[str]) -> None:
             f"  agents     {cfg.listen.agent} (mutual TLS)\n"
             f"  admin      {cfg.listen.admin} (token in {paths.admin_token_file})\n"
             f"  logs       {paths.log_dir}\n"
-            f"Check it: {home_note}llmgw ctl nodes   ·   Stop: Ctrl-C"
+            f"Check it: {home_note}llmgw ctl nodes   ·   Stop: Ctrl-C\n"
+            f"An API key for the endpoint: {home_note}llmgw ctl keys create --project "
+            f"local/default/default"
         )
         starter_task = asyncio.create_task(_serve_starter(paths, home_note))
         try:
