@@ -22,6 +22,7 @@ from gatewayd.agents.service import AgentService
 from gatewayd.catalog.catalog import Catalog
 from gatewayd.controller.reconciler import Reconciler
 from gatewayd.gateway.keys import KeyCache
+from gatewayd.gateway.metrics import GatewayMetrics
 from gatewayd.gateway.proxy import Gateway
 from gatewayd.gateway.router import Router, Target
 from gatewayd.http.app import make_app
@@ -57,7 +58,7 @@ class GatewayServer:
         self.reconciler: Reconciler | None = None
         self.ports: dict[str, int] = {}
         self._grpc: list[Server] = []
-        self._http: _QuietUvicorn | None = None
+        self._uvicorns: list[_QuietUvicorn] = []
         self._tasks: list[asyncio.Task] = []
 
     def _read_token(self) -> str:
@@ -90,12 +91,14 @@ class GatewayServer:
         await self.reconciler.load()
         self.keys = KeyCache(self.store)
         await self.keys.refresh()
+        self.metrics = GatewayMetrics(known=lambda name: self.catalog.get(name) is not None)
         self.gateway = Gateway(
             self.keys,
             Router(self._ready_targets),
             engine_key=self.reconciler.engine_key,
             models=self._catalog_models,
             known=lambda name: self.catalog.get(name) is not None,
+            metrics=self.metrics,
         )
         await self.gateway.start()
 
@@ -108,12 +111,9 @@ class GatewayServer:
         self.ports["agent"] = agent._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         self._grpc.append(agent)
 
+        self.info = self._info()
         admin = Server(
-            [
-                AdminService(
-                    self.registry, self.catalog, self.reconciler, self.keys, info=self._info()
-                )
-            ]
+            [AdminService(self.registry, self.catalog, self.reconciler, self.keys, info=self.info)]
         )
         listen(admin, RecvRequest, token_guard(token))
         host, port = split_host_port(self.cfg.listen.admin)
@@ -122,6 +122,9 @@ class GatewayServer:
         self._grpc.append(admin)
 
         await self._start_http()
+        host, _ = split_host_port(self.cfg.listen.http)
+        host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+        self.info["gateway_url"] = f"http://{host}:{self.ports['http']}/v1"
         self._tasks.append(asyncio.create_task(self._liveness_loop(), name="liveness"))
         self._tasks.append(asyncio.create_task(self._flush_loop(), name="heartbeat-flush"))
         self._tasks.append(asyncio.create_task(self.reconciler.run(), name="reconciler"))
@@ -172,20 +175,28 @@ class GatewayServer:
         return False, "no model is ready to serve yet"
 
     async def _start_http(self) -> None:
-        host, port = split_host_port(self.cfg.listen.http)
         app = make_app(is_leader=lambda: True, routable=self._routable, gateway=self.gateway)
+        self.ports["http"] = await self._serve_asgi("http", self.cfg.listen.http, app)
+        self.ports["metrics"] = await self._serve_asgi(
+            "metrics", self.cfg.listen.metrics, self.metrics.app()
+        )
+
+    async def _serve_asgi(self, name: str, listen: str, app) -> int:
+        """Serve an ASGI app under uvicorn in this loop; the port it got."""
+        host, port = split_host_port(listen)
         config = uvicorn.Config(
             app, host=host, port=port, log_level="warning", lifespan="off", access_log=False
         )
-        self._http = _QuietUvicorn(config)
-        task = asyncio.create_task(self._http.serve(), name="http")
+        server = _QuietUvicorn(config)
+        self._uvicorns.append(server)
+        task = asyncio.create_task(server.serve(), name=name)
         self._tasks.append(task)
-        while not self._http.started:
+        while not server.started:
             if task.done():
                 task.result()  # raises what uvicorn hit (port in use)
-                raise ConfigError(f"the HTTP port {self.cfg.listen.http} could not be opened")
+                raise ConfigError(f"the {name} port {listen} could not be opened")
             await asyncio.sleep(0.02)
-        self.ports["http"] = self._http.servers[0].sockets[0].getsockname()[1]
+        return server.servers[0].sockets[0].getsockname()[1]
 
     async def _liveness_loop(self) -> None:
         while True:
@@ -208,10 +219,10 @@ class GatewayServer:
             self._agent_service.stopping = True
         for server in self._grpc:
             server.close()
-        if self._http is not None:
-            self._http.should_exit = True
+        for server in self._uvicorns:
+            server.should_exit = True
         for task in self._tasks:
-            if task.get_name() != "http":
+            if task.get_name() not in ("http", "metrics"):
                 task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         for server in self._grpc:

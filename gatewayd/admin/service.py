@@ -86,6 +86,7 @@ class AdminService(ModelAdmin, KeyAdmin, AdminServiceBase):
             nodes_total=sum(counts.values()),
             nodes_ready=counts.get(READY, 0),
             nodes_not_ready=counts.get(NOT_READY, 0),
+            gateway_url=self._info.get("gateway_url", ""),
         )
 
     async def list_nodes(self, message: ListNodesRequest) -> ListNodesReply:

@@ -23,6 +23,7 @@ from gatewayd.gateway.anthropic_request import AnthropicRequestError
 from gatewayd.gateway.errors import ApiError
 from gatewayd.gateway.keys import KeyCache, KeyInfo
 from gatewayd.gateway.limits import LimitTable, Refusal, Ticket
+from gatewayd.gateway.metrics import GatewayMetrics
 from gatewayd.gateway.router import Router
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,7 @@ class Gateway:
         engine_key: str,
         models: Callable[[], list[tuple[str, bool]]],
         known: Callable[[str], bool],
+        metrics: GatewayMetrics | None = None,
     ):
         self._keys = keys
         self._router = router
@@ -53,6 +55,7 @@ class Gateway:
         self._known = known
         self._http: aiohttp.ClientSession | None = None
         self._limits = LimitTable()
+        self.metrics = metrics
 
     async def start(self) -> None:
         self._http = aiohttp.ClientSession(
@@ -70,6 +73,26 @@ class Gateway:
     async def __call__(self, scope, receive, send) -> None:
         t0 = time.perf_counter()
         clock = _Clock(t0)
+        seen = {"status": 0, "model": ""}
+
+        async def send(message, _send=send):
+            if message["type"] == "http.response.start":
+                seen["status"] = message["status"]
+            await _send(message)
+
+        if self.metrics is not None:
+            self.metrics.in_flight.inc()
+        try:
+            await self._handle(scope, receive, send, clock, seen)
+        finally:
+            if self.metrics is not None:
+                self.metrics.in_flight.dec()
+                total = time.perf_counter() - t0
+                self.metrics.observe(
+                    seen["model"], seen["status"] or 499, total, max(total - clock.upstream_s, 0.0)
+                )
+
+    async def _handle(self, scope, receive, send, clock, seen) -> None:
         try:
             key = self._authenticate(scope)
             path, method = scope["path"], scope["method"]
@@ -89,7 +112,7 @@ class Gateway:
                     raise ApiError(400, str(e), code="invalid_request", param=e.field) from None
                 path, body = "/v1/chat/completions", json.dumps(chat).encode()
             request = _parse(body)
-            model = request["model"]
+            model = seen["model"] = request["model"]
             if not self._known(model):
                 raise ApiError(
                     404,

@@ -43,7 +43,7 @@ def _status(s: StatusReply):
         ("store", s.store_backend),
         ("up since", s.started_at),
         ("agent port", s.agent_listen),
-        ("http", s.http_listen),
+        ("API", s.gateway_url or s.http_listen),
         ("nodes", f"{s.nodes_total} ({s.nodes_ready} ready, {s.nodes_not_ready} not ready)"),
     ]:
         t.add_row(k, v)

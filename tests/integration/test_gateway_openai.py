@@ -186,3 +186,26 @@ async def test_the_anthropic_sdk_creates_and_streams_a_message(served):
         )
     assert r.status_code == 400
     assert r.json()["type"] == "error" and "max_tokens" in r.json()["error"]["message"]
+
+
+async def test_metrics_count_requests_by_catalog_model_and_status_only(served):
+    import httpx
+
+    cluster, client, _, _ = served
+    await client.chat.completions.create(
+        model="chat", max_tokens=1, messages=[{"role": "user", "content": "x"}]
+    )
+    with pytest.raises(openai.NotFoundError):
+        await client.chat.completions.create(
+            model="made-up-by-a-client", max_tokens=1, messages=[{"role": "user", "content": "x"}]
+        )
+    metrics_url = f"http://127.0.0.1:{cluster.server.ports['metrics']}/metrics"
+    async with httpx.AsyncClient() as http:
+        text = (await http.get(metrics_url)).text
+    assert 'llmgw_requests_total{model="chat",status="200"} 1.0' in text
+    assert 'llmgw_requests_total{model="unknown",status="404"} 1.0' in text
+    assert "made-up-by-a-client" not in text
+    assert "llmgw_overhead_seconds_bucket" in text
+    async with cluster.admin() as admin:
+        status = await admin.status()
+    assert status.gateway_url == f"http://127.0.0.1:{cluster.server.ports['http']}/v1"

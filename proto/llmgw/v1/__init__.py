@@ -1183,6 +1183,11 @@ class StatusReply(betterproto2.Message):
 
     nodes_not_ready: "int" = betterproto2.field(10, betterproto2.TYPE_INT32)
 
+    gateway_url: "str" = betterproto2.field(11, betterproto2.TYPE_STRING)
+    """
+    Where clients reach the OpenAI/Anthropic API.
+    """
+
 
 default_message_pool.register_message("llmgw.v1", "StatusReply", StatusReply)
 
