@@ -9,6 +9,7 @@ from llmgw.modelplan import bandwidth, memory
 from llmgw.modelplan.memory import GIB
 from llmgw.modelplan.plan import card_classes, plan_for_inventories, plan_model
 from llmgw.modelplan.types import ModelFacts, Plan
+from tests.llmgw.model_facts import LLAMA_8B_Q4, LLAMA_70B_F16
 from tests.llmgw.modelplan.conftest import load_inventory
 
 H100_X8 = load_inventory("h100_80g_x8")
@@ -16,35 +17,6 @@ L4_X4 = load_inventory("l4_24g_x4")
 RTX6000 = load_inventory("rtx6000_24g_x1")
 CPU_16C = load_inventory("cpu_only_16c")
 
-# Llama-3.3-70B in 16 bits: 80 layers, 8 KV heads of 128.
-LLAMA_70B_F16 = ModelFacts(
-    format="safetensors",
-    architecture="llama",
-    layers=80,
-    attention_heads=64,
-    kv_heads=8,
-    head_dim=128,
-    embedding_length=8192,
-    trained_context=131072,
-    quantisation="BF16",
-    weights_bytes=141_000_000_000,
-    parameters=70_500_000_000,
-    active_weights_bytes=141_000_000_000,
-)
-
-LLAMA_8B_Q4 = ModelFacts(
-    format="gguf",
-    architecture="llama",
-    layers=32,
-    attention_heads=32,
-    kv_heads=8,
-    head_dim=128,
-    embedding_length=4096,
-    trained_context=131072,
-    quantisation="Q4_K_M",
-    weights_bytes=4_920_000_000,
-    active_weights_bytes=4_920_000_000,
-)
 
 # Qwen3-235B-A22B in FP8: 94 layers, only 4 KV heads, 128 experts of which 8 run.
 QWEN3_235B_FP8 = ModelFacts(

@@ -8,8 +8,8 @@ take their plans from llmgw.modelplan itself, over the recorded inventories.
 from __future__ import annotations
 
 from llmgw.modelplan.plan import plan_for_inventories
-from llmgw.modelplan.types import ModelFacts
 from llmgw.placement import PlacementRequest, place
+from tests.llmgw.model_facts import LLAMA_8B_Q4, LLAMA_70B_F16
 from tests.llmgw.placement.cluster import (
     A100,
     CPU,
@@ -27,35 +27,6 @@ from tests.llmgw.placement.cluster import (
 
 H100_NAME = "NVIDIA H100 80GB HBM3"
 L4_NAME = "NVIDIA L4"
-
-# Llama-3.3-70B in 16 bits and Llama-3.1-8B in Q4_K_M, as their metadata reads.
-LLAMA_70B_F16 = ModelFacts(
-    format="safetensors",
-    architecture="llama",
-    layers=80,
-    attention_heads=64,
-    kv_heads=8,
-    head_dim=128,
-    embedding_length=8192,
-    trained_context=131072,
-    quantisation="BF16",
-    weights_bytes=141_000_000_000,
-    parameters=70_500_000_000,
-    active_weights_bytes=141_000_000_000,
-)
-LLAMA_8B_Q4 = ModelFacts(
-    format="gguf",
-    architecture="llama",
-    layers=32,
-    attention_heads=32,
-    kv_heads=8,
-    head_dim=128,
-    embedding_length=4096,
-    trained_context=131072,
-    quantisation="Q4_K_M",
-    weights_bytes=4_920_000_000,
-    active_weights_bytes=4_920_000_000,
-)
 
 
 def test_a_layout_planned_for_h100s_is_not_placed_on_other_cards_that_would_hold_it():
