@@ -21,10 +21,11 @@ from gatewayd.admin.service import AdminService, token_guard
 from gatewayd.agents.service import AgentService
 from gatewayd.catalog.catalog import Catalog
 from gatewayd.controller.reconciler import Reconciler
+from gatewayd.gateway.endpoints import Endpoints
 from gatewayd.gateway.keys import KeyCache
 from gatewayd.gateway.metrics import GatewayMetrics
 from gatewayd.gateway.proxy import Gateway
-from gatewayd.gateway.router import Router, Target
+from gatewayd.gateway.router import Router
 from gatewayd.http.app import make_app
 from gatewayd.nodes.registry import NodeRegistry
 from gatewayd.store import Store, open_store_from_config
@@ -91,13 +92,14 @@ class GatewayServer:
         await self.reconciler.load()
         self.keys = KeyCache(self.store)
         await self.keys.refresh()
-        self.metrics = GatewayMetrics(known=lambda name: self.catalog.get(name) is not None)
+        self.endpoints = Endpoints(self.reconciler, self.registry, self.catalog)
+        self.metrics = GatewayMetrics(known=self.endpoints.known)
         self.gateway = Gateway(
             self.keys,
-            Router(self._ready_targets),
+            Router(self.endpoints.ready),
             engine_key=self.reconciler.engine_key,
-            models=self._catalog_models,
-            known=lambda name: self.catalog.get(name) is not None,
+            models=self.endpoints.catalog_models,
+            known=self.endpoints.known,
             metrics=self.metrics,
         )
         await self.gateway.start()
@@ -155,27 +157,10 @@ class GatewayServer:
             "http_listen": self.cfg.listen.http,
         }
 
-    def _ready_targets(self, model: str) -> list[Target]:
-        out = []
-        for r in self.reconciler.replicas.values():
-            if r.model == model and r.state == "ready" and r.port:
-                live = self.registry.live(r.node_id)
-                host = (live.record.address if live else "") or "127.0.0.1"
-                out.append(Target(r.replica_id, f"http://{host}:{r.port}"))
-        return out
-
-    def _catalog_models(self) -> list[tuple[str, bool]]:
-        ready = {r.model for r in self.reconciler.replicas.values() if r.state == "ready"}
-        return [(name, name in ready) for name in self.catalog.names()]
-
-    def _routable(self) -> tuple[bool, str]:
-        ready = [r for r in self.reconciler.replicas.values() if r.state == "ready"]
-        if ready:
-            return True, f"{len(ready)} replicas ready"
-        return False, "no model is ready to serve yet"
-
     async def _start_http(self) -> None:
-        app = make_app(is_leader=lambda: True, routable=self._routable, gateway=self.gateway)
+        app = make_app(
+            is_leader=lambda: True, routable=self.endpoints.routable, gateway=self.gateway
+        )
         self.ports["http"] = await self._serve_asgi("http", self.cfg.listen.http, app)
         self.ports["metrics"] = await self._serve_asgi(
             "metrics", self.cfg.listen.metrics, self.metrics.app()

@@ -16,25 +16,12 @@ import time
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
-from pydantic import BaseModel, ConfigDict, NonNegativeInt
+from pydantic import BaseModel
 
 from gatewayd.gateway.limits import Clock, Limits, Refusal, retry_after_s, scope_label
+from llmgw.catalog.price import Price
 
-
-class Price(BaseModel):
-    """What a model charges, in micro-units per 1,000 tokens.
-
-    ``cached_per_1k`` is for the prompt tokens the answer counts as
-    ``cached_tokens`` (read from a prefix cache rather than computed). Left
-    out — or 0, as configurations written before there was a cached rate
-    say it — they cost what any prompt token does.
-    """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    prompt_per_1k: NonNegativeInt = 0
-    completion_per_1k: NonNegativeInt = 0
-    cached_per_1k: NonNegativeInt | None = None
+__all__ = ["BudgetTable", "Price", "cost_micros", "format_micros", "is_free"]
 
 
 def is_free(price: Price) -> bool:

@@ -1,4 +1,4 @@
-"""The HTTP port: /health, /ready, /leader now; the OpenAI/Anthropic API later.
+"""The HTTP port: /health, /ready, /leader, the client API under /v1 and its OpenAPI document.
 
 /health: the process is up. /leader: 200 on the leader, 503 on a standby
 (load balancers use it). /ready: 200 only when there is somewhere to route a
@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+
+from gatewayd.gateway import openapi
 
 
 def make_app(
@@ -27,6 +29,9 @@ def make_app(
         if scope["type"] != "http":
             return
         path = scope["path"]
+        if path == "/v1/openapi.json":
+            await _send(send, 200, openapi.document_bytes())
+            return
         if gateway is not None and path.startswith("/v1/"):
             await gateway(scope, receive, send)
             return
@@ -40,17 +45,20 @@ def make_app(
             status, body = (200 if ok else 503), {"ready": ok, "reason": why}
         else:
             status, body = 404, {"error": {"message": f"no route for {path}", "type": "not_found"}}
-        data = json.dumps(body).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": status,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(data)).encode()),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": data})
+        await _send(send, status, json.dumps(body).encode())
 
     return app
+
+
+async def _send(send, status: int, data: bytes) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(data)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": data})

@@ -12,6 +12,8 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from llmgw.catalog.price import Price
+
 Engine = Literal["llama.cpp", "vllm", "sglang", "sim"]
 ENGINES: tuple[str, ...] = ("llama.cpp", "vllm", "sglang", "sim")
 
@@ -155,6 +157,8 @@ class Model(_Strict):
     slots: Annotated[int, Field(ge=1, le=1024)] = 1
     allow_pickle: bool = False
     labels: dict[str, str] = Field(default_factory=dict)
+    # What a request to it costs; free when left out.
+    price: Price = Field(default_factory=Price)
 
     @field_validator("name")
     @classmethod

@@ -31,6 +31,7 @@ __all__ = (
     "InstalledEngine",
     "KeyView",
     "Layout",
+    "LimitsView",
     "ListEnginesReply",
     "ListEnginesRequest",
     "ListKeysReply",
@@ -41,6 +42,8 @@ __all__ = (
     "ListNodesRequest",
     "ListReplicasReply",
     "ListReplicasRequest",
+    "ListTenantsReply",
+    "ListTenantsRequest",
     "ModelFacts",
     "ModelProfile",
     "ModelSpec",
@@ -55,18 +58,28 @@ __all__ = (
     "Register",
     "Registered",
     "RemoveModelReply",
+    "RemoveTenantReply",
+    "RenameTenantRequest",
     "ReplicaEvent",
     "ReplicaLogsReply",
     "ReplicaLogsRequest",
     "ReplicaView",
     "RevokeKeyRequest",
+    "RotateKeyRequest",
     "ScaleModelRequest",
+    "SetLimitsRequest",
     "SetModelContextRequest",
     "ShardStatus",
     "StartShard",
     "StatusReply",
     "StatusRequest",
     "StopShard",
+    "TenantRequest",
+    "TenantView",
+    "UsageGroup",
+    "UsageReply",
+    "UsageRequest",
+    "UsageRowView",
     "WatchEvent",
     "WatchRequest",
     "WeightsSource",
@@ -251,6 +264,18 @@ class CreateKeyRequest(betterproto2.Message):
     """
 
     tpm: "int" = betterproto2.field(6, betterproto2.TYPE_INT32)
+
+    budget_month_micros: "int | None" = betterproto2.field(
+        7, betterproto2.TYPE_INT64, optional=True
+    )
+    """
+    Money per calendar month (UTC), in micro-units; unset: no budget.
+    """
+
+    band: "str" = betterproto2.field(8, betterproto2.TYPE_STRING)
+    """
+    The admission band the key's requests wait in; "": the default band.
+    """
 
 
 default_message_pool.register_message("llmgw.v1", "CreateKeyRequest", CreateKeyRequest)
@@ -538,6 +563,22 @@ class KeyView(betterproto2.Message):
 
     tpm: "int" = betterproto2.field(12, betterproto2.TYPE_INT32)
 
+    kind: "str" = betterproto2.field(13, betterproto2.TYPE_STRING)
+    """
+    "service" (made by ctl keys create) or "rotated" (replaced, working until expires_at).
+    """
+
+    limits: "LimitsView | None" = betterproto2.field(14, betterproto2.TYPE_MESSAGE, optional=True)
+
+    band: "str" = betterproto2.field(15, betterproto2.TYPE_STRING)
+
+    rotated_from: "str" = betterproto2.field(16, betterproto2.TYPE_STRING)
+    """
+    The key this one replaced (rotate), or that replaced it.
+    """
+
+    rotated_to: "str" = betterproto2.field(17, betterproto2.TYPE_STRING)
+
 
 default_message_pool.register_message("llmgw.v1", "KeyView", KeyView)
 
@@ -576,6 +617,29 @@ class Layout(betterproto2.Message):
 
 
 default_message_pool.register_message("llmgw.v1", "Layout", Layout)
+
+
+@dataclass(eq=False, repr=False)
+class LimitsView(betterproto2.Message):
+    """
+    Limits of one level: a key (key_…) or an org, team or project path.
+    An unset field is unlimited at that level.
+    """
+
+    scope: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    rpm: "int | None" = betterproto2.field(2, betterproto2.TYPE_INT64, optional=True)
+
+    tpm: "int | None" = betterproto2.field(3, betterproto2.TYPE_INT64, optional=True)
+
+    budget_day_micros: "int | None" = betterproto2.field(4, betterproto2.TYPE_INT64, optional=True)
+
+    budget_month_micros: "int | None" = betterproto2.field(
+        5, betterproto2.TYPE_INT64, optional=True
+    )
+
+
+default_message_pool.register_message("llmgw.v1", "LimitsView", LimitsView)
 
 
 @dataclass(eq=False, repr=False)
@@ -656,6 +720,30 @@ class ListReplicasRequest(betterproto2.Message):
 
 
 default_message_pool.register_message("llmgw.v1", "ListReplicasRequest", ListReplicasRequest)
+
+
+@dataclass(eq=False, repr=False)
+class ListTenantsReply(betterproto2.Message):
+    tenants: "list[TenantView]" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, repeated=True)
+
+
+default_message_pool.register_message("llmgw.v1", "ListTenantsReply", ListTenantsReply)
+
+
+@dataclass(eq=False, repr=False)
+class ListTenantsRequest(betterproto2.Message):
+    kind: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    "" for every kind.
+    """
+
+    under: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    Only those under this path.
+    """
+
+
+default_message_pool.register_message("llmgw.v1", "ListTenantsRequest", ListTenantsRequest)
 
 
 @dataclass(eq=False, repr=False)
@@ -979,6 +1067,31 @@ default_message_pool.register_message("llmgw.v1", "RemoveModelReply", RemoveMode
 
 
 @dataclass(eq=False, repr=False)
+class RemoveTenantReply(betterproto2.Message):
+    path: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    removed: "bool" = betterproto2.field(2, betterproto2.TYPE_BOOL)
+
+
+default_message_pool.register_message("llmgw.v1", "RemoveTenantReply", RemoveTenantReply)
+
+
+@dataclass(eq=False, repr=False)
+class RenameTenantRequest(betterproto2.Message):
+    kind: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    path: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+
+    new_name: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    The new last element of the path.
+    """
+
+
+default_message_pool.register_message("llmgw.v1", "RenameTenantRequest", RenameTenantRequest)
+
+
+@dataclass(eq=False, repr=False)
 class ReplicaEvent(betterproto2.Message):
     """
     ---- replicas and engines ----------------------------------------------------
@@ -1062,6 +1175,19 @@ default_message_pool.register_message("llmgw.v1", "RevokeKeyRequest", RevokeKeyR
 
 
 @dataclass(eq=False, repr=False)
+class RotateKeyRequest(betterproto2.Message):
+    key_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    overlap_s: "int" = betterproto2.field(2, betterproto2.TYPE_INT64)
+    """
+    How long the old secret keeps working beside the new one; 0: stops at once.
+    """
+
+
+default_message_pool.register_message("llmgw.v1", "RotateKeyRequest", RotateKeyRequest)
+
+
+@dataclass(eq=False, repr=False)
 class ScaleModelRequest(betterproto2.Message):
     name: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
 
@@ -1069,6 +1195,24 @@ class ScaleModelRequest(betterproto2.Message):
 
 
 default_message_pool.register_message("llmgw.v1", "ScaleModelRequest", ScaleModelRequest)
+
+
+@dataclass(eq=False, repr=False)
+class SetLimitsRequest(betterproto2.Message):
+    limits: "LimitsView | None" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, optional=True)
+
+    clear: "list[str]" = betterproto2.field(2, betterproto2.TYPE_STRING, repeated=True)
+    """
+    Fields to clear (back to unlimited): "rpm", "tpm", "budget_day_micros", "budget_month_micros".
+    """
+
+    replace: "bool" = betterproto2.field(3, betterproto2.TYPE_BOOL)
+    """
+    Write the whole row: every field not set becomes unlimited.
+    """
+
+
+default_message_pool.register_message("llmgw.v1", "SetLimitsRequest", SetLimitsRequest)
 
 
 @dataclass(eq=False, repr=False)
@@ -1210,6 +1354,152 @@ class StopShard(betterproto2.Message):
 
 
 default_message_pool.register_message("llmgw.v1", "StopShard", StopShard)
+
+
+@dataclass(eq=False, repr=False)
+class TenantRequest(betterproto2.Message):
+    """
+    ---- Tenancy: organization → team → project ----------------------------------
+    """
+
+    kind: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    "org", "team" or "project".
+    """
+
+    path: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    Acme, Acme/ml or Acme/ml/search.
+    """
+
+
+default_message_pool.register_message("llmgw.v1", "TenantRequest", TenantRequest)
+
+
+@dataclass(eq=False, repr=False)
+class TenantView(betterproto2.Message):
+    kind: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    path: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+
+    created_at: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+
+    limits: "LimitsView | None" = betterproto2.field(4, betterproto2.TYPE_MESSAGE, optional=True)
+
+    keys: "int" = betterproto2.field(5, betterproto2.TYPE_INT32)
+
+
+default_message_pool.register_message("llmgw.v1", "TenantView", TenantView)
+
+
+@dataclass(eq=False, repr=False)
+class UsageGroup(betterproto2.Message):
+    group: "dict[str, str]" = betterproto2.field(
+        1,
+        betterproto2.TYPE_MAP,
+        map_meta=betterproto2.map_meta(betterproto2.TYPE_STRING, betterproto2.TYPE_STRING),
+    )
+
+    requests: "int" = betterproto2.field(2, betterproto2.TYPE_INT64)
+
+    errors: "int" = betterproto2.field(3, betterproto2.TYPE_INT64)
+
+    prompt_tokens: "int" = betterproto2.field(4, betterproto2.TYPE_INT64)
+
+    cached_tokens: "int" = betterproto2.field(5, betterproto2.TYPE_INT64)
+
+    completion_tokens: "int" = betterproto2.field(6, betterproto2.TYPE_INT64)
+
+    cost_micros: "int" = betterproto2.field(7, betterproto2.TYPE_INT64)
+
+    latency_ms_avg: "float" = betterproto2.field(8, betterproto2.TYPE_DOUBLE)
+
+    ttft_ms_avg: "float" = betterproto2.field(9, betterproto2.TYPE_DOUBLE)
+
+
+default_message_pool.register_message("llmgw.v1", "UsageGroup", UsageGroup)
+
+
+@dataclass(eq=False, repr=False)
+class UsageReply(betterproto2.Message):
+    groups: "list[UsageGroup]" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, repeated=True)
+
+    from_: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+
+    to: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+
+    series: "list[int]" = betterproto2.field(4, betterproto2.TYPE_INT64, repeated=True)
+    """
+    Requests per bucket over the period, oldest first (for a sparkline).
+    """
+
+    series_step_s: "int" = betterproto2.field(5, betterproto2.TYPE_INT64)
+
+
+default_message_pool.register_message("llmgw.v1", "UsageReply", UsageReply)
+
+
+@dataclass(eq=False, repr=False)
+class UsageRequest(betterproto2.Message):
+    """
+    ---- Usage ---------------------------------------------------------------------
+    """
+
+    by: "list[str]" = betterproto2.field(1, betterproto2.TYPE_STRING, repeated=True)
+    """
+    Group by any of: project, team, org, key, model, served_model, replica, status.
+    """
+
+    from_: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    ISO dates or times, UTC; "" from the beginning / until now.
+    """
+
+    to: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+
+    project: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+    """
+    Only this project (path) or key.
+    """
+
+    key_id: "str" = betterproto2.field(5, betterproto2.TYPE_STRING)
+
+
+default_message_pool.register_message("llmgw.v1", "UsageRequest", UsageRequest)
+
+
+@dataclass(eq=False, repr=False)
+class UsageRowView(betterproto2.Message):
+    at: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    key_id: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+
+    project: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+
+    model: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+
+    served_model: "str" = betterproto2.field(5, betterproto2.TYPE_STRING)
+
+    replica: "str" = betterproto2.field(6, betterproto2.TYPE_STRING)
+
+    prompt_tokens: "int" = betterproto2.field(7, betterproto2.TYPE_INT64)
+
+    cached_tokens: "int" = betterproto2.field(8, betterproto2.TYPE_INT64)
+
+    completion_tokens: "int" = betterproto2.field(9, betterproto2.TYPE_INT64)
+
+    cost_micros: "int" = betterproto2.field(10, betterproto2.TYPE_INT64)
+
+    latency_ms: "float" = betterproto2.field(11, betterproto2.TYPE_DOUBLE)
+
+    ttft_ms: "float" = betterproto2.field(12, betterproto2.TYPE_DOUBLE)
+
+    status: "int" = betterproto2.field(13, betterproto2.TYPE_INT32)
+
+    profile: "str" = betterproto2.field(14, betterproto2.TYPE_STRING)
+
+
+default_message_pool.register_message("llmgw.v1", "UsageRowView", UsageRowView)
 
 
 @dataclass(eq=False, repr=False)
@@ -1629,6 +1919,151 @@ class AdminServiceStub(betterproto2_grpclib.ServiceStub):
             metadata=metadata,
         )
 
+    async def rotate_key(
+        self,
+        message: "RotateKeyRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "KeyView":
+
+        return await self._unary_unary(
+            "/llmgw.v1.AdminService/RotateKey",
+            message,
+            KeyView,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def set_limits(
+        self,
+        message: "SetLimitsRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "LimitsView":
+
+        return await self._unary_unary(
+            "/llmgw.v1.AdminService/SetLimits",
+            message,
+            LimitsView,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def create_tenant(
+        self,
+        message: "TenantRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "TenantView":
+
+        return await self._unary_unary(
+            "/llmgw.v1.AdminService/CreateTenant",
+            message,
+            TenantView,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def list_tenants(
+        self,
+        message: "ListTenantsRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "ListTenantsReply":
+
+        return await self._unary_unary(
+            "/llmgw.v1.AdminService/ListTenants",
+            message,
+            ListTenantsReply,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def rename_tenant(
+        self,
+        message: "RenameTenantRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "TenantView":
+
+        return await self._unary_unary(
+            "/llmgw.v1.AdminService/RenameTenant",
+            message,
+            TenantView,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def remove_tenant(
+        self,
+        message: "TenantRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "RemoveTenantReply":
+
+        return await self._unary_unary(
+            "/llmgw.v1.AdminService/RemoveTenant",
+            message,
+            RemoveTenantReply,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def usage(
+        self,
+        message: "UsageRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "UsageReply":
+
+        return await self._unary_unary(
+            "/llmgw.v1.AdminService/Usage",
+            message,
+            UsageReply,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def export_usage(
+        self,
+        message: "UsageRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "AsyncIterator[UsageRowView]":
+
+        async for response in self._unary_stream(
+            "/llmgw.v1.AdminService/ExportUsage",
+            message,
+            UsageRowView,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        ):
+            yield response
+
     async def watch(
         self,
         message: "WatchRequest",
@@ -1751,6 +2186,39 @@ class AdminServiceBase(betterproto2_grpclib.ServiceBase):
     async def revoke_key(self, message: "RevokeKeyRequest") -> "KeyView":
 
         raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def rotate_key(self, message: "RotateKeyRequest") -> "KeyView":
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def set_limits(self, message: "SetLimitsRequest") -> "LimitsView":
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def create_tenant(self, message: "TenantRequest") -> "TenantView":
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def list_tenants(self, message: "ListTenantsRequest") -> "ListTenantsReply":
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def rename_tenant(self, message: "RenameTenantRequest") -> "TenantView":
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def remove_tenant(self, message: "TenantRequest") -> "RemoveTenantReply":
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def usage(self, message: "UsageRequest") -> "UsageReply":
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def export_usage(self, message: "UsageRequest") -> "AsyncIterator[UsageRowView]":
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+        yield UsageRowView()
 
     async def watch(self, message: "WatchRequest") -> "AsyncIterator[WatchEvent]":
 
@@ -1917,6 +2385,71 @@ class AdminServiceBase(betterproto2_grpclib.ServiceBase):
         response = await self.revoke_key(request)
         await stream.send_message(response)
 
+    async def __rpc_rotate_key(
+        self, stream: "grpclib.server.Stream[RotateKeyRequest, KeyView]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.rotate_key(request)
+        await stream.send_message(response)
+
+    async def __rpc_set_limits(
+        self, stream: "grpclib.server.Stream[SetLimitsRequest, LimitsView]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.set_limits(request)
+        await stream.send_message(response)
+
+    async def __rpc_create_tenant(
+        self, stream: "grpclib.server.Stream[TenantRequest, TenantView]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.create_tenant(request)
+        await stream.send_message(response)
+
+    async def __rpc_list_tenants(
+        self, stream: "grpclib.server.Stream[ListTenantsRequest, ListTenantsReply]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.list_tenants(request)
+        await stream.send_message(response)
+
+    async def __rpc_rename_tenant(
+        self, stream: "grpclib.server.Stream[RenameTenantRequest, TenantView]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.rename_tenant(request)
+        await stream.send_message(response)
+
+    async def __rpc_remove_tenant(
+        self, stream: "grpclib.server.Stream[TenantRequest, RemoveTenantReply]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.remove_tenant(request)
+        await stream.send_message(response)
+
+    async def __rpc_usage(self, stream: "grpclib.server.Stream[UsageRequest, UsageReply]") -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.usage(request)
+        await stream.send_message(response)
+
+    async def __rpc_export_usage(
+        self, stream: "grpclib.server.Stream[UsageRequest, UsageRowView]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        await self._call_rpc_handler_server_stream(
+            self.export_usage,
+            stream,
+            request,
+        )
+
     async def __rpc_watch(self, stream: "grpclib.server.Stream[WatchRequest, WatchEvent]") -> None:
         request = await stream.recv_message()
         assert request is not None
@@ -2047,6 +2580,54 @@ class AdminServiceBase(betterproto2_grpclib.ServiceBase):
                 grpclib.const.Cardinality.UNARY_UNARY,
                 RevokeKeyRequest,
                 KeyView,
+            ),
+            "/llmgw.v1.AdminService/RotateKey": grpclib.const.Handler(
+                self.__rpc_rotate_key,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                RotateKeyRequest,
+                KeyView,
+            ),
+            "/llmgw.v1.AdminService/SetLimits": grpclib.const.Handler(
+                self.__rpc_set_limits,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                SetLimitsRequest,
+                LimitsView,
+            ),
+            "/llmgw.v1.AdminService/CreateTenant": grpclib.const.Handler(
+                self.__rpc_create_tenant,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                TenantRequest,
+                TenantView,
+            ),
+            "/llmgw.v1.AdminService/ListTenants": grpclib.const.Handler(
+                self.__rpc_list_tenants,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                ListTenantsRequest,
+                ListTenantsReply,
+            ),
+            "/llmgw.v1.AdminService/RenameTenant": grpclib.const.Handler(
+                self.__rpc_rename_tenant,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                RenameTenantRequest,
+                TenantView,
+            ),
+            "/llmgw.v1.AdminService/RemoveTenant": grpclib.const.Handler(
+                self.__rpc_remove_tenant,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                TenantRequest,
+                RemoveTenantReply,
+            ),
+            "/llmgw.v1.AdminService/Usage": grpclib.const.Handler(
+                self.__rpc_usage,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                UsageRequest,
+                UsageReply,
+            ),
+            "/llmgw.v1.AdminService/ExportUsage": grpclib.const.Handler(
+                self.__rpc_export_usage,
+                grpclib.const.Cardinality.UNARY_STREAM,
+                UsageRequest,
+                UsageRowView,
             ),
             "/llmgw.v1.AdminService/Watch": grpclib.const.Handler(
                 self.__rpc_watch,
