@@ -10,6 +10,7 @@ from gatewayd.catalog.catalog import Catalog, CatalogError
 from gatewayd.controller.reconciler import Reconciler
 from gatewayd.nodes.registry import NodeRegistry
 from llmgw.catalog import Model, Profile
+from llmgw.catalog.price import spec_from_wire
 from llmgw.errors import LlmgwError
 from llmgw.protojson import to_plain
 from proto.llmgw.v1 import (
@@ -72,7 +73,9 @@ class ModelAdmin:
         if message.spec is None:
             raise GRPCError(Status.INVALID_ARGUMENT, "a model spec is needed")
         try:
-            model = await self._catalog.put(to_plain(message.spec), create_only=message.create_only)
+            model = await self._catalog.put(
+                spec_from_wire(to_plain(message.spec)), create_only=message.create_only
+            )
         except CatalogError as e:
             raise _refuse(e) from None
         self._reconciler.kick()

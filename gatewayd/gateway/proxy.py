@@ -16,11 +16,10 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-import aiohttp
-
-from gatewayd.gateway import messages
+from gatewayd.gateway import messages, validate
 from gatewayd.gateway.anthropic_request import AnthropicRequestError
 from gatewayd.gateway.errors import ApiError
+from gatewayd.gateway.forward import Clock, Forwarder
 from gatewayd.gateway.keys import KeyCache, KeyInfo
 from gatewayd.gateway.limits import LimitTable, Refusal, Ticket
 from gatewayd.gateway.metrics import GatewayMetrics
@@ -31,9 +30,6 @@ log = logging.getLogger(__name__)
 # Bodies larger than this are refused before they are read whole (413).
 MAX_BODY_BYTES = 32 * 2**20
 FORWARDED = {"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/messages"}
-# How long to wait for an engine to answer at all; a stream may then run long.
-CONNECT_TIMEOUT_S = 5.0
-RETRY_AFTER_NO_REPLICA_S = 10
 
 
 class Gateway:
@@ -53,26 +49,21 @@ class Gateway:
         # (name, loaded) of every catalog model; whether a name is in the catalog.
         self._models = models
         self._known = known
-        self._http: aiohttp.ClientSession | None = None
+        self._forwarder = Forwarder(router, engine_key)
         self._limits = LimitTable()
         self.metrics = metrics
 
     async def start(self) -> None:
-        self._http = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=60),
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_S),
-            auto_decompress=False,
-        )
+        await self._forwarder.start()
 
     async def close(self) -> None:
-        if self._http is not None:
-            await self._http.close()
+        await self._forwarder.close()
 
     # ---- ASGI -------------------------------------------------------------
 
     async def __call__(self, scope, receive, send) -> None:
         t0 = time.perf_counter()
-        clock = _Clock(t0)
+        clock = Clock(t0)
         seen = {"status": 0, "model": ""}
 
         async def send(message, _send=send):
@@ -111,7 +102,8 @@ class Gateway:
                 except AnthropicRequestError as e:
                     raise ApiError(400, str(e), code="invalid_request", param=e.field) from None
                 path, body = "/v1/chat/completions", json.dumps(chat).encode()
-            request = _parse(body)
+            request = validate.parse(body)
+            validate.check(path, request)
             model = seen["model"] = request["model"]
             if not self._known(model):
                 raise ApiError(
@@ -129,7 +121,14 @@ class Gateway:
                 )
             ticket = self._admit(key, request, len(body))
             session = _session(scope, request)
-            await self._forward(path, body, model, session, send, clock, ticket, anthropic_request)
+            outcome = None
+            try:
+                outcome = await self._forwarder.forward(
+                    path, body, model, session, send, clock, anthropic_request
+                )
+            finally:
+                # A request that failed before an answer gives its estimate back.
+                ticket.settle(outcome.total_tokens if outcome else 0)
         except ApiError as e:
             await _send_error(send, e, clock, anthropic=scope["path"] == "/v1/messages")
 
@@ -175,99 +174,6 @@ class Gateway:
         ]
         return {"object": "list", "data": data}
 
-    async def _forward(
-        self, path, body, model, session, send, clock, ticket, anthropic_request=None
-    ) -> None:
-        targets = self._router.candidates(model, session)
-        if not targets:
-            raise ApiError(
-                503,
-                f"no replica of {model!r} is ready yet",
-                code="no_replica_ready",
-                retry_after_s=RETRY_AFTER_NO_REPLICA_S,
-            )
-        headers = {
-            "content-type": "application/json",
-            "authorization": f"Bearer {self._engine_key}",
-        }
-        last_error = ""
-        for target in targets:
-            self._router.begin(target)
-            try:
-                started = clock.upstream_begin()
-                try:
-                    resp = await self._http.post(target.base_url + path, data=body, headers=headers)
-                except (aiohttp.ClientError, OSError, TimeoutError) as e:
-                    clock.upstream_end(started)
-                    last_error = f"{target.replica_id}: {e.__class__.__name__}"
-                    log.warning(
-                        "replica %s failed before answering (%s); trying the next",
-                        target.replica_id,
-                        e,
-                    )
-                    continue  # nothing reached the client: another replica may answer
-                clock.upstream_end(started)
-                async with resp:
-                    if anthropic_request is not None:
-                        await messages.relay(resp, anthropic_request, send, clock.header)
-                    else:
-                        await self._relay(resp, send, clock, ticket)
-                return
-            finally:
-                self._router.end(target)
-        raise ApiError(
-            503,
-            f"no replica of {model!r} answered ({last_error})",
-            code="no_replica_answered",
-            retry_after_s=RETRY_AFTER_NO_REPLICA_S,
-        )
-
-    async def _relay(self, resp: aiohttp.ClientResponse, send, clock, ticket) -> None:
-        ctype = resp.headers.get("content-type", "application/json")
-        headers = [(b"content-type", ctype.encode())]
-        if ctype.startswith("text/event-stream"):
-            headers.append((b"cache-control", b"no-cache"))
-            headers.append(clock.header())
-            await send({"type": "http.response.start", "status": resp.status, "headers": headers})
-            async for chunk in resp.content.iter_any():
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            await send({"type": "http.response.body", "body": b""})
-            return
-        started = clock.upstream_begin()
-        data = await resp.read()
-        clock.upstream_end(started)
-        ticket.settle(_total_tokens(data))
-        headers += [(b"content-length", str(len(data)).encode()), clock.header()]
-        await send({"type": "http.response.start", "status": resp.status, "headers": headers})
-        await send({"type": "http.response.body", "body": data})
-
-
-class _Clock:
-    """Time spent in the gateway: everything since the request arrived but the engine's."""
-
-    __slots__ = ("t0", "upstream_s")
-
-    def __init__(self, t0: float):
-        self.t0, self.upstream_s = t0, 0.0
-
-    def upstream_begin(self) -> float:
-        return time.perf_counter()
-
-    def upstream_end(self, started: float) -> None:
-        self.upstream_s += time.perf_counter() - started
-
-    def header(self) -> tuple[bytes, bytes]:
-        ms = (time.perf_counter() - self.t0 - self.upstream_s) * 1000
-        return b"x-llmgw-overhead-ms", f"{max(ms, 0):.3f}".encode()
-
-
-def _total_tokens(data: bytes) -> int:
-    try:
-        usage = json.loads(data).get("usage") or {}
-        return int(usage.get("total_tokens") or 0)
-    except (ValueError, AttributeError, TypeError):
-        return 0
-
 
 def _session(scope, request: dict) -> str:
     for name, value in scope["headers"]:
@@ -297,24 +203,7 @@ async def _read_body(receive, scope) -> bytes:
             return b"".join(chunks)
 
 
-def _parse(body: bytes) -> dict:
-    try:
-        request = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        raise ApiError(400, "the body is not valid JSON", code="invalid_json") from None
-    if not isinstance(request, dict):
-        raise ApiError(400, "the body must be a JSON object", code="invalid_json")
-    model = request.get("model")
-    if not isinstance(model, str) or not model:
-        raise ApiError(
-            400, "'model' must be a non-empty string", code="invalid_type", param="model"
-        )
-    if "stream" in request and not isinstance(request["stream"], bool):
-        raise ApiError(400, "'stream' must be true or false", code="invalid_type", param="stream")
-    return request
-
-
-async def _send_json(send, status: int, payload: dict, clock: _Clock) -> None:
+async def _send_json(send, status: int, payload: dict, clock: Clock) -> None:
     data = json.dumps(payload).encode()
     await send(
         {
@@ -330,7 +219,7 @@ async def _send_json(send, status: int, payload: dict, clock: _Clock) -> None:
     await send({"type": "http.response.body", "body": data})
 
 
-async def _send_error(send, e: ApiError, clock: _Clock, *, anthropic: bool = False) -> None:
+async def _send_error(send, e: ApiError, clock: Clock, *, anthropic: bool = False) -> None:
     # Each API answers errors in its own shape: the SDKs read them.
     data = messages.error_bytes(e.status, e.message) if anthropic else e.body()
     await send(

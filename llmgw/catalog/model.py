@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from llmgw.catalog.external import External
 from llmgw.catalog.price import Price
 
 Engine = Literal["llama.cpp", "vllm", "sglang", "sim"]
@@ -159,6 +160,16 @@ class Model(_Strict):
     labels: dict[str, str] = Field(default_factory=dict)
     # What a request to it costs; free when left out.
     price: Price = Field(default_factory=Price)
+    # For source "external": the outside provider that answers for it.
+    external: External | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _unset_messages(cls, data):
+        # The admin API sends an unset price as null: it means free.
+        if isinstance(data, dict) and data.get("price") is None and "price" in data:
+            data = {k: v for k, v in data.items() if k != "price"}
+        return data
 
     @field_validator("name")
     @classmethod

@@ -19,3 +19,27 @@ class Price(BaseModel):
     prompt_per_1k: NonNegativeInt = 0
     completion_per_1k: NonNegativeInt = 0
     cached_per_1k: NonNegativeInt | None = None
+
+
+_WIRE = {
+    "prompt_per_1k": "prompt_per_thousand",
+    "completion_per_1k": "completion_per_thousand",
+    "cached_per_1k": "cached_per_thousand",
+}
+
+
+def spec_to_wire(spec: dict) -> dict:
+    """A model spec dict with its price named as the admin API names it."""
+    price = spec.get("price")
+    if not isinstance(price, dict):
+        return spec
+    return {**spec, "price": {_WIRE.get(k, k): v for k, v in price.items()}}
+
+
+def spec_from_wire(spec: dict) -> dict:
+    """The admin API's model spec dict with its price named as the catalog names it."""
+    price = spec.get("price")
+    if not isinstance(price, dict):
+        return spec
+    back = {v: k for k, v in _WIRE.items()}
+    return {**spec, "price": {back.get(k, k): v for k, v in price.items()}}

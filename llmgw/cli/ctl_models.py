@@ -11,6 +11,7 @@ from pydantic import ValidationError
 import llmgw.cli.render_models  # noqa: F401  (registers the renderers)
 from llmgw import output
 from llmgw.catalog import Model
+from llmgw.catalog.price import spec_to_wire
 from llmgw.cli.ctl import JsonOpt, app, call
 from llmgw.errors import UsageError
 from llmgw.modelfmt import serve_spec, validation_text
@@ -23,7 +24,7 @@ app.add_typer(model_app, name="model")
 
 
 def _spec(model: Model) -> ModelSpec:
-    return ModelSpec.from_dict(model.model_dump(mode="json"))
+    return ModelSpec.from_dict(spec_to_wire(model.model_dump(mode="json")))
 
 
 def _usage(e: Exception) -> None:

@@ -18,6 +18,8 @@ __all__ = (
     "CreateKeyRequest",
     "EngineStatus",
     "EngineView",
+    "ExternalKey",
+    "ExternalSource",
     "FetchProgress",
     "FetchShardLogs",
     "GetModelRequest",
@@ -45,6 +47,7 @@ __all__ = (
     "ListTenantsReply",
     "ListTenantsRequest",
     "ModelFacts",
+    "ModelPrice",
     "ModelProfile",
     "ModelSpec",
     "ModelView",
@@ -316,6 +319,39 @@ class EngineView(betterproto2.Message):
 
 
 default_message_pool.register_message("llmgw.v1", "EngineView", EngineView)
+
+
+@dataclass(eq=False, repr=False)
+class ExternalKey(betterproto2.Message):
+    file: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    weight: "int" = betterproto2.field(2, betterproto2.TYPE_INT32)
+
+
+default_message_pool.register_message("llmgw.v1", "ExternalKey", ExternalKey)
+
+
+@dataclass(eq=False, repr=False)
+class ExternalSource(betterproto2.Message):
+    url: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    The provider's base URL, e.g. https://api.example.com/v1.
+    """
+
+    model: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    The model's name at the provider.
+    """
+
+    api_key_files: "list[ExternalKey]" = betterproto2.field(
+        3, betterproto2.TYPE_MESSAGE, repeated=True
+    )
+    """
+    One endpoint per key file; a weight shares traffic between them (0: 1).
+    """
+
+
+default_message_pool.register_message("llmgw.v1", "ExternalSource", ExternalSource)
 
 
 @dataclass(eq=False, repr=False)
@@ -783,6 +819,28 @@ default_message_pool.register_message("llmgw.v1", "ModelFacts", ModelFacts)
 
 
 @dataclass(eq=False, repr=False)
+class ModelPrice(betterproto2.Message):
+    """
+    Named _per_thousand here (the catalog's _per_1k) because generated code
+    cannot spell a digit before a letter both ways.
+    """
+
+    prompt_per_thousand: "int" = betterproto2.field(1, betterproto2.TYPE_INT64)
+
+    completion_per_thousand: "int" = betterproto2.field(2, betterproto2.TYPE_INT64)
+
+    cached_per_thousand: "int | None" = betterproto2.field(
+        3, betterproto2.TYPE_INT64, optional=True
+    )
+    """
+    Unset: cached prompt tokens cost what other prompt tokens do.
+    """
+
+
+default_message_pool.register_message("llmgw.v1", "ModelPrice", ModelPrice)
+
+
+@dataclass(eq=False, repr=False)
 class ModelProfile(betterproto2.Message):
     name: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
 
@@ -833,6 +891,18 @@ class ModelSpec(betterproto2.Message):
         betterproto2.TYPE_MAP,
         map_meta=betterproto2.map_meta(betterproto2.TYPE_STRING, betterproto2.TYPE_STRING),
     )
+
+    price: "ModelPrice | None" = betterproto2.field(11, betterproto2.TYPE_MESSAGE, optional=True)
+    """
+    Micro-units per 1,000 tokens; unset: free.
+    """
+
+    external: "ExternalSource | None" = betterproto2.field(
+        12, betterproto2.TYPE_MESSAGE, optional=True
+    )
+    """
+    For source "external": an outside OpenAI-compatible provider.
+    """
 
 
 default_message_pool.register_message("llmgw.v1", "ModelSpec", ModelSpec)
