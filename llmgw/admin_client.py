@@ -33,6 +33,7 @@ from proto.llmgw.v1 import (
     GetModelRequest,
     GetNodeRequest,
     KeyView,
+    LimitsView,
     ListEnginesReply,
     ListEnginesRequest,
     ListKeysReply,
@@ -43,6 +44,8 @@ from proto.llmgw.v1 import (
     ListNodesRequest,
     ListReplicasReply,
     ListReplicasRequest,
+    ListTenantsReply,
+    ListTenantsRequest,
     ModelSpec,
     ModelView,
     NodeView,
@@ -51,13 +54,19 @@ from proto.llmgw.v1 import (
     PlanReply,
     PutModelRequest,
     RemoveModelReply,
+    RemoveTenantReply,
+    RenameTenantRequest,
     ReplicaLogsReply,
     ReplicaLogsRequest,
     RevokeKeyRequest,
+    RotateKeyRequest,
     ScaleModelRequest,
+    SetLimitsRequest,
     SetModelContextRequest,
     StatusReply,
     StatusRequest,
+    TenantRequest,
+    TenantView,
     WatchEvent,
     WatchRequest,
 )
@@ -235,6 +244,36 @@ class AdminClient:
         return await self._call(
             self._stub.revoke_key(RevokeKeyRequest(key_id=key_id), timeout=self._timeout_s)
         )
+
+    async def rotate_key(self, key_id: str, overlap_s: int = 0) -> KeyView:
+        """A new secret for the key; the old one works ``overlap_s`` more seconds."""
+        request = RotateKeyRequest(key_id=key_id, overlap_s=overlap_s)
+        return await self._call(self._stub.rotate_key(request, timeout=self._timeout_s))
+
+    async def set_limits(
+        self, limits: LimitsView, *, clear: list[str] = (), replace: bool = False
+    ) -> LimitsView:
+        """Change the limits of a key (``key_…``) or an org, team or project path."""
+        request = SetLimitsRequest(limits=limits, clear=list(clear), replace=replace)
+        return await self._call(self._stub.set_limits(request, timeout=self._timeout_s))
+
+    async def create_tenant(self, kind: str, path: str) -> TenantView:
+        request = TenantRequest(kind=kind, path=path)
+        return await self._call(self._stub.create_tenant(request, timeout=self._timeout_s))
+
+    async def list_tenants(self, kind: str = "", under: str = "") -> ListTenantsReply:
+        request = ListTenantsRequest(kind=kind, under=under)
+        return await self._call(self._stub.list_tenants(request, timeout=self._timeout_s))
+
+    async def rename_tenant(self, kind: str, path: str, new_name: str) -> TenantView:
+        request = RenameTenantRequest(kind=kind, path=path, new_name=new_name)
+        return await self._call(self._stub.rename_tenant(request, timeout=self._timeout_s))
+
+    async def remove_tenant(self, kind: str, path: str) -> RemoveTenantReply:
+        request = TenantRequest(kind=kind, path=path)
+        return await self._call(self._stub.remove_tenant(request, timeout=self._timeout_s))
+
+    # ---- usage ----------------------------------------------------------------
 
     async def watch(self, topics: list[str]) -> AsyncIterator[WatchEvent]:
         """Live changes of the given topics ("nodes"), until cancelled."""

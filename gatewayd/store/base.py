@@ -14,6 +14,7 @@ from gatewayd.store.records import (
     ModelRecord,
     NodeRecord,
     ReplicaRecord,
+    TenantRecord,
 )
 
 
@@ -80,3 +81,23 @@ class Store(Protocol):
 
     async def touch_keys(self, used: dict[str, datetime]) -> None:
         """Record when keys were last used, in one batch."""
+
+    # ---- tenancy: organizations, teams, projects -----------------------------
+
+    async def put_tenant(self, rec: TenantRecord) -> None:
+        """Add an org, team or project, or replace its limits; StoreConflict if it exists
+        and ``rec`` is new (``create_tenant``)."""
+
+    async def create_tenant(self, rec: TenantRecord) -> bool:
+        """Add an org, team or project; False when that path already exists."""
+
+    async def list_tenants(self) -> list[TenantRecord]:
+        """Every org, team and project, ordered by path."""
+
+    async def rename_tenant(self, path: str, new_path: str) -> int:
+        """Rename a level and everything beneath it (keys' projects too), in one transaction.
+
+        Returns how many tenants were renamed (0: no such path)."""
+
+    async def delete_tenant(self, path: str) -> bool:
+        """Remove one level; the caller has checked that nothing is beneath it."""

@@ -73,3 +73,13 @@ class KeyRecord(BaseModel):
     expires_at: datetime | None = None
     revoked_at: datetime | None = None
     last_used_at: datetime | None = None
+
+
+class TenantRecord(BaseModel):
+    """An organization, team or project: its path (``Acme/ml/search``) and its own limits."""
+
+    kind: str  # org, team or project
+    path: str
+    # Limits of this level: {"rpm", "tpm", "budget_day_micros", "budget_month_micros"}.
+    limits: dict[str, Any] = Field(default_factory=dict)
+    created_at: datetime
