@@ -21,11 +21,14 @@ from gatewayd.admin.service import AdminService, token_guard
 from gatewayd.agents.service import AgentService
 from gatewayd.catalog.catalog import Catalog
 from gatewayd.controller.reconciler import Reconciler
+from gatewayd.gateway.bands import BandPools
 from gatewayd.gateway.endpoints import Endpoints
 from gatewayd.gateway.keys import KeyCache
 from gatewayd.gateway.metrics import GatewayMetrics
 from gatewayd.gateway.proxy import Gateway
+from gatewayd.gateway.proxy import FREE
 from gatewayd.gateway.router import Router
+from llmgw.catalog.price import Price
 from gatewayd.http.app import make_app
 from gatewayd.nodes.registry import NodeRegistry
 from gatewayd.store import Store, open_store_from_config
@@ -94,13 +97,16 @@ class GatewayServer:
         await self.keys.refresh()
         self.endpoints = Endpoints(self.reconciler, self.registry, self.catalog)
         self.metrics = GatewayMetrics(known=self.endpoints.known)
+        self.router = Router(self.endpoints.ready)
         self.gateway = Gateway(
             self.keys,
-            Router(self.endpoints.ready),
+            self.router,
             engine_key=self.reconciler.engine_key,
             models=self.endpoints.catalog_models,
             known=self.endpoints.known,
             metrics=self.metrics,
+            prices=self._price,
+            bands=BandPools(self.cfg.router.admission, self._capacity),
         )
         await self.gateway.start()
 
@@ -157,13 +163,43 @@ class GatewayServer:
             "http_listen": self.cfg.listen.http,
         }
 
+    def _price(self, model: str) -> Price:
+        m = self.catalog.get(model)
+        return m.price if m is not None else FREE
+
+    def _capacity(self, model: str) -> int:
+        """A model's parallel slots: its ready replicas times its slots (0: not held back)."""
+        m = self.catalog.get(model)
+        if m is None or m.external is not None:
+            return 0
+        ready = sum(
+            1 for r in self.reconciler.replicas.values() if r.model == model and r.state == "ready"
+        )
+        return ready * m.slots
+
+    def _metrics_now(self) -> None:
+        """Point-in-time gauges, brought up to date as /metrics is read."""
+        bands = self.gateway.bands
+        for band in bands.band_names:
+            self.metrics.queue_depth.labels(band).set(bands.depth(band))
+            self.metrics.band_in_flight.labels(band).set(bands.in_flight(band))
+        ready: dict[str, int] = {}
+        self.metrics.replica_up.clear()
+        for r in self.reconciler.replicas.values():
+            up = r.state == "ready"
+            ready[r.model] = ready.get(r.model, 0) + up
+            self.metrics.replica_up.labels(r.model, r.replica_id).set(1 if up else 0)
+        self.metrics.replicas_ready.clear()
+        for name in self.catalog.names():
+            self.metrics.replicas_ready.labels(name).set(ready.get(name, 0))
+
     async def _start_http(self) -> None:
         app = make_app(
             is_leader=lambda: True, routable=self.endpoints.routable, gateway=self.gateway
         )
         self.ports["http"] = await self._serve_asgi("http", self.cfg.listen.http, app)
         self.ports["metrics"] = await self._serve_asgi(
-            "metrics", self.cfg.listen.metrics, self.metrics.app()
+            "metrics", self.cfg.listen.metrics, self.metrics.app(before=self._metrics_now)
         )
 
     async def _serve_asgi(self, name: str, listen: str, app) -> int:

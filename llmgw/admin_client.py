@@ -224,6 +224,8 @@ class AdminClient:
         expires_in_s: int = 0,
         rpm: int = 0,
         tpm: int = 0,
+        budget_month_micros: int | None = None,
+        band: str = "",
     ) -> KeyView:
         request = CreateKeyRequest(
             project=project,
@@ -232,6 +234,8 @@ class AdminClient:
             expires_in_s=expires_in_s,
             rpm=rpm,
             tpm=tpm,
+            budget_month_micros=budget_month_micros,
+            band=band,
         )
         return await self._call(self._stub.create_key(request, timeout=self._timeout_s))
 
@@ -257,8 +261,8 @@ class AdminClient:
         request = SetLimitsRequest(limits=limits, clear=list(clear), replace=replace)
         return await self._call(self._stub.set_limits(request, timeout=self._timeout_s))
 
-    async def create_tenant(self, kind: str, path: str) -> TenantView:
-        request = TenantRequest(kind=kind, path=path)
+    async def create_tenant(self, kind: str, path: str, *, parents: bool = False) -> TenantView:
+        request = TenantRequest(kind=kind, path=path, parents=parents)
         return await self._call(self._stub.create_tenant(request, timeout=self._timeout_s))
 
     async def list_tenants(self, kind: str = "", under: str = "") -> ListTenantsReply:

@@ -113,6 +113,64 @@ class ServerPki(_Strict):
     server_key: str = ""
 
 
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def duration_s(value: Any) -> float:
+    """Seconds from a number or a text like 30s, 5m, 2h or 1d."""
+    if isinstance(value, bool):
+        raise ValueError("a duration is a number of seconds or a text like 30s, 5m, 2h")  # noqa: TRY004 (pydantic reports ValueError)
+    if isinstance(value, int | float):
+        return float(value)
+    text = str(value).strip()
+    unit = _DURATION_UNITS.get(text[-1:].lower())
+    number = text[:-1] if unit else text
+    try:
+        return float(number) * (unit or 1)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a duration: write it like 30s, 5m, 2h or 1d") from None
+
+
+class BandConfig(_Strict):
+    """An admission band: its rank, how full it lets a model's replicas get, how long it waits."""
+
+    name: Annotated[str, Field(min_length=1, max_length=63)]
+    priority: int = 100
+    # Requests in flight, every band together, as a share of the model's
+    # slots (its ready replicas' parallel slots), above which this band waits.
+    saturation_ceiling: Annotated[float, Field(gt=0, le=100)] = 1.0
+    # How long a request of this band may wait for room (504 after).
+    queue_ttl: Annotated[float, Field(gt=0)] = 30.0
+    max_queue: Annotated[int, Field(ge=0)] = 1000
+
+    @field_validator("queue_ttl", mode="before")
+    @classmethod
+    def _ttl(cls, v: Any) -> float:
+        return duration_s(v)
+
+
+class AdmissionConfig(_Strict):
+    bands: list[BandConfig] = Field(
+        default_factory=lambda: [BandConfig(name="default", priority=100)]
+    )
+    # The band of keys that name none.
+    default_band: str = "default"
+
+    @field_validator("bands")
+    @classmethod
+    def _bands(cls, v: list[BandConfig]) -> list[BandConfig]:
+        if not v:
+            raise ValueError("at least one band is needed")
+        names = [b.name for b in v]
+        if len(set(names)) != len(names):
+            raise ValueError("two bands share a name")
+        return v
+
+
+class RouterConfig(_Strict):
+    admission: AdmissionConfig = AdmissionConfig()
+
+
 class ServerConfig(_Strict):
     """server.yaml: the control plane's settings."""
 
@@ -123,7 +181,19 @@ class ServerConfig(_Strict):
     pki: ServerPki = ServerPki()
     # Engines the nodes should converge to; shards also install what they need.
     engines: list[EngineRelease] = []
+    router: RouterConfig = RouterConfig()
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    @field_validator("router")
+    @classmethod
+    def _default_band(cls, v: RouterConfig) -> RouterConfig:
+        names = [b.name for b in v.admission.bands]
+        if v.admission.default_band not in names:
+            raise ValueError(
+                f"default_band {v.admission.default_band!r} is not one of the bands: "
+                + ", ".join(names)
+            )
+        return v
 
 
 class AgentPki(_Strict):

@@ -1,4 +1,4 @@
-"""Admin RPCs for API keys: create (the secret shown once), list, revoke."""
+"""Admin RPCs for API keys: create (the secret shown once), list, revoke, rotate, limits."""
 
 from __future__ import annotations
 
@@ -6,20 +6,31 @@ from datetime import datetime
 
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
+from pydantic import ValidationError
 
 from gatewayd.gateway.keys import KeyCache, KeyRefused
+from gatewayd.gateway.limits import Limits
+from gatewayd.gateway.tenancy import LIMIT_FIELDS, TenancyRefused, kind_of, limits_of
 from gatewayd.store import KeyRecord
 from proto.llmgw.v1 import (
     CreateKeyRequest,
     KeyView,
+    LimitsView,
     ListKeysReply,
     ListKeysRequest,
     RevokeKeyRequest,
+    RotateKeyRequest,
+    SetLimitsRequest,
 )
 
 
 def _iso(t: datetime | None) -> str:
     return t.isoformat(timespec="seconds") if t else ""
+
+
+def limits_view(scope: str, raw: dict) -> LimitsView:
+    limits = limits_of(raw)
+    return LimitsView(scope=scope, **limits.model_dump())
 
 
 def key_view(rec: KeyRecord, secret: str = "") -> KeyView:
@@ -36,12 +47,47 @@ def key_view(rec: KeyRecord, secret: str = "") -> KeyView:
         secret=secret,
         rpm=rec.limits.get("rpm") or 0,
         tpm=rec.limits.get("tpm") or 0,
+        kind=rec.kind,
+        limits=limits_view(rec.key_id, rec.limits),
+        band=rec.band,
+        rotated_from=rec.rotated_from,
+        rotated_to=rec.rotated_to,
     )
 
 
-def _refuse(e: KeyRefused) -> GRPCError:
-    status = Status.NOT_FOUND if e.kind == "not_found" else Status.INVALID_ARGUMENT
-    return GRPCError(status, e.message)
+_STATUS = {
+    "not_found": Status.NOT_FOUND,
+    "conflict": Status.ALREADY_EXISTS,
+    "invalid": Status.INVALID_ARGUMENT,
+}
+
+
+def refuse(e: KeyRefused | TenancyRefused) -> GRPCError:
+    return GRPCError(_STATUS.get(e.kind, Status.INVALID_ARGUMENT), e.message)
+
+
+def merged_limits(current: dict, message: SetLimitsRequest) -> Limits:
+    """The limits a SetLimits call leaves: only the fields given change, unless ``replace``."""
+    unknown = set(message.clear) - set(LIMIT_FIELDS)
+    if unknown:
+        raise GRPCError(
+            Status.INVALID_ARGUMENT,
+            f"cannot clear {', '.join(sorted(unknown))}: the limits are {', '.join(LIMIT_FIELDS)}",
+        )
+    given = message.limits or LimitsView()
+    values = {} if message.replace else dict(limits_of(current).model_dump(exclude_none=True))
+    for name in LIMIT_FIELDS:
+        value = getattr(given, name)
+        if value is not None:
+            values[name] = value
+    for name in message.clear:
+        values.pop(name, None)
+    try:
+        return Limits.model_validate(values)
+    except ValidationError as e:
+        first = e.errors()[0]
+        field = ".".join(str(p) for p in first["loc"])
+        raise GRPCError(Status.INVALID_ARGUMENT, f"{field}: {first['msg']}") from None
 
 
 class KeyAdmin:
@@ -58,9 +104,11 @@ class KeyAdmin:
                 message.expires_in_s,
                 rpm=message.rpm,
                 tpm=message.tpm,
+                budget_month_micros=message.budget_month_micros,
+                band=message.band,
             )
         except KeyRefused as e:
-            raise _refuse(e) from None
+            raise refuse(e) from None
         return key_view(rec, secret)
 
     async def list_keys(self, message: ListKeysRequest) -> ListKeysReply:
@@ -70,4 +118,28 @@ class KeyAdmin:
         try:
             return key_view(await self._keys.revoke(message.key_id))
         except KeyRefused as e:
-            raise _refuse(e) from None
+            raise refuse(e) from None
+
+    async def rotate_key(self, message: RotateKeyRequest) -> KeyView:
+        try:
+            rec, secret = await self._keys.rotate(message.key_id, message.overlap_s)
+        except KeyRefused as e:
+            raise refuse(e) from None
+        return key_view(rec, secret)
+
+    async def set_limits(self, message: SetLimitsRequest) -> LimitsView:
+        scope = (message.limits or LimitsView()).scope
+        if not scope:
+            raise GRPCError(Status.INVALID_ARGUMENT, "say whose limits: a key id or a path")
+        try:
+            if scope.startswith("key_"):
+                current = self._keys.get(scope).limits
+                rec = await self._keys.set_limits(scope, merged_limits(current, message))
+                return limits_view(scope, rec.limits)
+            tenancy = self._keys.tenancy
+            current = tenancy.require(kind_of(scope), scope).limits
+            rec = await tenancy.set_limits(scope, merged_limits(current, message))
+            self._keys.rechain()
+            return limits_view(scope, rec.limits)
+        except (KeyRefused, TenancyRefused) as e:
+            raise refuse(e) from None

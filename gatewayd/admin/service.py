@@ -17,6 +17,7 @@ from grpclib.exceptions import GRPCError
 
 from gatewayd.admin.keys import KeyAdmin
 from gatewayd.admin.models import ModelAdmin
+from gatewayd.admin.tenancy import TenancyAdmin
 from gatewayd.admin.views import replica_view
 from gatewayd.catalog.catalog import Catalog
 from gatewayd.controller.reconciler import Reconciler
@@ -56,7 +57,7 @@ def token_guard(token: str):
     return check
 
 
-class AdminService(ModelAdmin, KeyAdmin, AdminServiceBase):
+class AdminService(ModelAdmin, KeyAdmin, TenancyAdmin, AdminServiceBase):
     def __init__(
         self,
         registry: NodeRegistry,

@@ -137,6 +137,17 @@ class Admission:
             )
         return _Entry(self, state)
 
+    def resize(self, bands: Sequence[Band]) -> None:
+        """Take new ceilings (the pool grew or shrank) keeping who is in flight and who waits.
+
+        Bands are matched by name; the set of names must not change.
+        """
+        for band in bands:
+            self._states[band.name].band = band
+        self._order = sorted(self._states.values(), key=lambda s: -s.band.priority)
+        if self._waiting:
+            self._dispatch()
+
     def depth(self, band_name: str) -> int:
         """How many of the band's requests are waiting."""
         return len(self._states[band_name].waiters)

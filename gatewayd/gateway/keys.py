@@ -11,19 +11,18 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import re
 import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from gatewayd.gateway.limits import UNLIMITED, Limits
+from gatewayd.gateway.tenancy import Tenancy, TenancyRefused, check_path, limits_of
 from gatewayd.store import KeyRecord, Store
 
 log = logging.getLogger(__name__)
 
 SECRET_PREFIX = "llmgw-"
 REFRESH_S = 2.0
-_ELEMENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 
 
 class KeyRefused(Exception):
@@ -35,14 +34,10 @@ class KeyRefused(Exception):
 
 
 def check_project(path: str) -> str:
-    parts = path.split("/")
-    if len(parts) != 3 or not all(_ELEMENT.fullmatch(p) for p in parts):
-        raise KeyRefused(
-            "invalid",
-            f"project {path!r} must be ORG/TEAM/PROJECT, each 1-63 letters, digits, '.', '_'"
-            " or '-', not starting with a dot",
-        )
-    return path
+    try:
+        return check_path("project", path)
+    except TenancyRefused as e:
+        raise KeyRefused(e.kind, e.message) from None
 
 
 def secret_hash(secret: str) -> str:
@@ -57,6 +52,9 @@ class KeyInfo:
     expires_at: datetime | None
     revoked: bool
     limits: Limits = UNLIMITED
+    # (scope, limits) of the key, its project, team and organization, the key first.
+    scopes: tuple[tuple[str, Limits], ...] = ()
+    band: str = ""
 
     def refusal(self, now: datetime) -> str:
         """Why the key may not be used now ("" when it may)."""
@@ -70,28 +68,50 @@ class KeyInfo:
         return not self.models or model in self.models
 
 
-def _info(rec: KeyRecord) -> KeyInfo:
+def _info(rec: KeyRecord, tenancy: Tenancy | None = None) -> KeyInfo:
+    limits = limits_of(rec.limits)
+    own = (f"key:{rec.key_id}", limits)
+    chain = tenancy.chain(rec.project) if tenancy is not None else ()
     return KeyInfo(
         rec.key_id,
         rec.project,
         frozenset(rec.models),
         rec.expires_at,
         rec.revoked_at is not None,
-        Limits.model_validate(rec.limits),
+        limits,
+        (own, *chain),
+        rec.band,
     )
 
 
 class KeyCache:
-    def __init__(self, store: Store):
+    def __init__(self, store: Store, tenancy: Tenancy | None = None):
         self._store = store
+        self.tenancy = tenancy if tenancy is not None else Tenancy(store)
         self._by_hash: dict[str, KeyInfo] = {}
         self._records: dict[str, KeyRecord] = {}
         self._used: dict[str, datetime] = {}
 
     async def refresh(self) -> None:
+        await self.tenancy.refresh()
         records = await self._store.list_keys()
         self._records = {r.key_id: r for r in records}
-        self._by_hash = {r.secret_sha256: _info(r) for r in records}
+        self._by_hash = {r.secret_sha256: _info(r, self.tenancy) for r in records}
+
+    def _keep(self, rec: KeyRecord) -> None:
+        self._records[rec.key_id] = rec
+        self._by_hash[rec.secret_sha256] = _info(rec, self.tenancy)
+
+    def live_keys(self, path: str) -> int:
+        """How many keys at or beneath ``path`` still work (not revoked, not expired)."""
+        now = datetime.now(UTC)
+        return sum(
+            1
+            for r in self._records.values()
+            if (r.project == path or r.project.startswith(path + "/"))
+            and r.revoked_at is None
+            and (r.expires_at is None or r.expires_at > now)
+        )
 
     async def run(self) -> None:
         """Refresh from the store and write last use back, until cancelled."""
@@ -123,12 +143,21 @@ class KeyCache:
         *,
         rpm: int = 0,
         tpm: int = 0,
+        budget_month_micros: int | None = None,
+        band: str = "",
     ) -> tuple[KeyRecord, str]:
         check_project(project)
-        if expires_in_s < 0 or rpm < 0 or tpm < 0:
-            raise KeyRefused("invalid", "expiry and limits must not be negative")
+        try:
+            self.tenancy.require_project(project)
+        except TenancyRefused as e:
+            raise KeyRefused(e.kind, e.message) from None
+        if expires_in_s < 0 or rpm < 0 or tpm < 0 or (budget_month_micros or 0) < 0:
+            raise KeyRefused("invalid", "expiry, limits and budget must not be negative")
         secret = SECRET_PREFIX + secrets.token_urlsafe(32)
         now = datetime.now(UTC)
+        limits = {"rpm": rpm or None, "tpm": tpm or None}
+        if budget_month_micros is not None:
+            limits["budget_month_micros"] = budget_month_micros
         rec = KeyRecord(
             key_id="key_" + secrets.token_hex(6),
             project=project,
@@ -136,14 +165,71 @@ class KeyCache:
             secret_sha256=secret_hash(secret),
             prefix=secret[: len(SECRET_PREFIX) + 4],
             models=sorted(set(models)),
-            limits={"rpm": rpm or None, "tpm": tpm or None},
+            limits={k: v for k, v in limits.items() if v is not None},
             created_at=now,
             expires_at=now + timedelta(seconds=expires_in_s) if expires_in_s else None,
+            band=band,
         )
         await self._store.put_key(rec)
-        self._records[rec.key_id] = rec
-        self._by_hash[rec.secret_sha256] = _info(rec)
+        self._keep(rec)
         return rec, secret
+
+    def get(self, key_id: str) -> KeyRecord:
+        rec = self._records.get(key_id)
+        if rec is None:
+            raise KeyRefused("not_found", f"no key {key_id!r}; see: llmgw ctl keys list")
+        return rec
+
+    async def rotate(self, key_id: str, overlap_s: int) -> tuple[KeyRecord, str]:
+        """A new key with the old one's project, models, limits and band; a new secret.
+
+        The old secret keeps working for ``overlap_s`` seconds (0: it stops
+        now), so clients can move to the new one without an outage.
+        """
+        old = self.get(key_id)
+        if old.revoked_at is not None:
+            raise KeyRefused("invalid", f"key {key_id} was revoked; make a new one instead")
+        if old.rotated_to:
+            raise KeyRefused(
+                "invalid", f"key {key_id} was already rotated; rotate {old.rotated_to} instead"
+            )
+        if overlap_s < 0:
+            raise KeyRefused("invalid", "the overlap must not be negative")
+        now = datetime.now(UTC)
+        secret = SECRET_PREFIX + secrets.token_urlsafe(32)
+        new = old.model_copy(
+            update={
+                "key_id": "key_" + secrets.token_hex(6),
+                "secret_sha256": secret_hash(secret),
+                "prefix": secret[: len(SECRET_PREFIX) + 4],
+                "created_at": now,
+                "last_used_at": None,
+                "kind": "service",
+                "rotated_from": old.key_id,
+                "rotated_to": "",
+            }
+        )
+        ends = now + timedelta(seconds=overlap_s)
+        if old.expires_at is not None and old.expires_at < ends:
+            ends = old.expires_at
+        old = old.model_copy(
+            update={"kind": "rotated", "rotated_to": new.key_id, "expires_at": ends}
+        )
+        await self._store.put_key(new)
+        await self._store.put_key(old)
+        self._keep(new)
+        self._keep(old)
+        return new, secret
+
+    async def set_limits(self, key_id: str, limits: Limits) -> KeyRecord:
+        rec = self.get(key_id).model_copy(update={"limits": limits.model_dump(exclude_none=True)})
+        await self._store.put_key(rec)
+        self._keep(rec)
+        return rec
+
+    def rechain(self) -> None:
+        """Rebuild every key's chain of limits after the tree's limits changed."""
+        self._by_hash = {r.secret_sha256: _info(r, self.tenancy) for r in self._records.values()}
 
     async def revoke(self, key_id: str) -> KeyRecord:
         rec = self._records.get(key_id)
@@ -152,6 +238,5 @@ class KeyCache:
         if rec.revoked_at is None:
             rec = rec.model_copy(update={"revoked_at": datetime.now(UTC)})
             await self._store.put_key(rec)
-            self._records[key_id] = rec
-            self._by_hash[rec.secret_sha256] = _info(rec)
+            self._keep(rec)
         return rec

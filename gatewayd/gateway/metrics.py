@@ -44,6 +44,49 @@ class GatewayMetrics:
         self.replicas_ready = Gauge(
             "llmgw_replicas_ready", "Ready replicas per model", ["model"], registry=self.registry
         )
+        self.ttft = Histogram(
+            "llmgw_time_to_first_token_seconds",
+            "Time from sending a request to an engine to the first byte of its answer",
+            ["model"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.tokens = Counter(
+            "llmgw_tokens",
+            "Tokens in answered requests",
+            ["model", "kind"],
+            registry=self.registry,
+        )
+        self.errors = Counter(
+            "llmgw_errors",
+            "Client API requests answered with an error status",
+            ["model", "status"],
+            registry=self.registry,
+        )
+        self.queue_depth = Gauge(
+            "llmgw_admission_queue_depth",
+            "Requests waiting for room, per admission band",
+            ["band"],
+            registry=self.registry,
+        )
+        self.band_in_flight = Gauge(
+            "llmgw_admission_in_flight",
+            "Requests holding a slot, per admission band",
+            ["band"],
+            registry=self.registry,
+        )
+        self.replica_up = Gauge(
+            "llmgw_replica_up",
+            "1 while a replica (or an outside provider's key) takes requests, 0 while it is out",
+            ["model", "replica"],
+            registry=self.registry,
+        )
+        self.key_refusals = Counter(
+            "llmgw_external_key_refused",
+            "Outside providers' keys that answered 401 and were passed over",
+            ["model", "endpoint"],
+            registry=self.registry,
+        )
 
     def label(self, model: str) -> str:
         return model if model and self._known(model) else "unknown"
@@ -51,8 +94,32 @@ class GatewayMetrics:
     def observe(self, model: str, status: int, total_s: float, overhead_s: float) -> None:
         name = self.label(model)
         self.requests.labels(name, str(status)).inc()
+        if status >= 400:
+            self.errors.labels(name, str(status)).inc()
         self.latency.labels(name).observe(total_s)
         self.overhead.observe(overhead_s)
 
-    def app(self):
-        return make_asgi_app(registry=self.registry)
+    def observe_answer(self, model: str, outcome) -> None:
+        """Tokens and time to first token of an answered request (a forward ``Outcome``)."""
+        name = self.label(model)
+        if outcome.ttft_s is not None:
+            self.ttft.labels(name).observe(outcome.ttft_s)
+        if outcome.prompt_tokens:
+            self.tokens.labels(name, "prompt").inc(outcome.prompt_tokens)
+        if outcome.cached_tokens:
+            self.tokens.labels(name, "cached").inc(outcome.cached_tokens)
+        if outcome.completion_tokens:
+            self.tokens.labels(name, "completion").inc(outcome.completion_tokens)
+
+    def app(self, before: Callable[[], None] | None = None):
+        """The /metrics ASGI app; ``before`` brings point-in-time gauges up to date first."""
+        inner = make_asgi_app(registry=self.registry)
+        if before is None:
+            return inner
+
+        async def app(scope, receive, send):
+            if scope["type"] == "http":
+                before()
+            await inner(scope, receive, send)
+
+        return app

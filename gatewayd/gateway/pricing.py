@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 from pydantic import BaseModel
 
 from gatewayd.gateway.limits import Clock, Limits, Refusal, retry_after_s, scope_label
-from llmgw.catalog.price import Price
+from llmgw.catalog.price import Price, format_micros
 
 __all__ = ["BudgetTable", "Price", "cost_micros", "format_micros", "is_free"]
 
@@ -53,13 +53,6 @@ def cost_micros(
     prompt_cost = _div_up((prompt - cached) * price.prompt_per_1k + cached * cached_rate, 1000)
     completion_cost = _div_up(max(0, completion_tokens) * price.completion_per_1k, 1000)
     return prompt_cost + completion_cost
-
-
-def format_micros(micros: int) -> str:
-    """Micro-units as an amount for people: 5000000 → "5.00", 1234567 → "1.234567"."""
-    whole, frac = divmod(micros, 1_000_000)
-    digits = f"{frac:06d}".rstrip("0").ljust(2, "0")
-    return f"{whole:,}.{digits}"
 
 
 class BudgetSnapshot(BaseModel):

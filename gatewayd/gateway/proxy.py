@@ -17,19 +17,45 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from gatewayd.gateway import messages, validate
+from gatewayd.gateway.admission import Busy
 from gatewayd.gateway.anthropic_request import AnthropicRequestError
+from gatewayd.gateway.bands import BandPools
 from gatewayd.gateway.errors import ApiError
-from gatewayd.gateway.forward import Clock, Forwarder
+from gatewayd.gateway.forward import Clock, Forwarder, Outcome
 from gatewayd.gateway.keys import KeyCache, KeyInfo
 from gatewayd.gateway.limits import LimitTable, Refusal, Ticket
 from gatewayd.gateway.metrics import GatewayMetrics
+from gatewayd.gateway.pricing import BudgetTable, Price, cost_micros
 from gatewayd.gateway.router import Router
+try:  # TEMP until the usage writer lands
+    from gatewayd.gateway.usage import UsageRow
+except ImportError:  # pragma: no cover
+    UsageRow = None
+from llmgw.config import AdmissionConfig
 
 log = logging.getLogger(__name__)
 
 # Bodies larger than this are refused before they are read whole (413).
 MAX_BODY_BYTES = 32 * 2**20
+FREE = Price()
 FORWARDED = {"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/messages"}
+
+
+PROFILES = ("chat", "batch", "long-context")
+
+
+class _Request:
+    """What one request came to, for metrics and the usage row."""
+
+    __slots__ = ("cost", "key", "model", "outcome", "profile", "status")
+
+    def __init__(self) -> None:
+        self.status = 0
+        self.model = ""
+        self.key: KeyInfo | None = None
+        self.outcome: Outcome | None = None
+        self.profile = ""
+        self.cost = 0
 
 
 class Gateway:
@@ -42,6 +68,10 @@ class Gateway:
         models: Callable[[], list[tuple[str, bool]]],
         known: Callable[[str], bool],
         metrics: GatewayMetrics | None = None,
+        prices: Callable[[str], Price] | None = None,
+        budgets: BudgetTable | None = None,
+        bands: BandPools | None = None,
+        usage=None,
     ):
         self._keys = keys
         self._router = router
@@ -52,6 +82,11 @@ class Gateway:
         self._forwarder = Forwarder(router, engine_key)
         self._limits = LimitTable()
         self.metrics = metrics
+        self._prices = prices or (lambda _model: FREE)
+        self.budgets = budgets if budgets is not None else BudgetTable()
+        self.bands = bands if bands is not None else BandPools(AdmissionConfig(), lambda _m: 0)
+        # Anything with add(UsageRow): the usage writer (rows written in batches).
+        self._usage = usage
 
     async def start(self) -> None:
         await self._forwarder.start()
@@ -64,28 +99,32 @@ class Gateway:
     async def __call__(self, scope, receive, send) -> None:
         t0 = time.perf_counter()
         clock = Clock(t0)
-        seen = {"status": 0, "model": ""}
+        req = _Request()
 
         async def send(message, _send=send):
             if message["type"] == "http.response.start":
-                seen["status"] = message["status"]
+                req.status = message["status"]
             await _send(message)
 
-        if self.metrics is not None:
-            self.metrics.in_flight.inc()
+        metrics = self.metrics
+        if metrics is not None:
+            metrics.in_flight.inc()
         try:
-            await self._handle(scope, receive, send, clock, seen)
+            await self._handle(scope, receive, send, clock, req)
         finally:
-            if self.metrics is not None:
-                self.metrics.in_flight.dec()
-                total = time.perf_counter() - t0
-                self.metrics.observe(
-                    seen["model"], seen["status"] or 499, total, max(total - clock.upstream_s, 0.0)
-                )
+            total = time.perf_counter() - t0
+            status = req.status or 499
+            if metrics is not None:
+                metrics.in_flight.dec()
+                metrics.observe(req.model, status, total, max(total - clock.upstream_s, 0.0))
+                if req.outcome is not None:
+                    metrics.observe_answer(req.model, req.outcome)
+            if req.key is not None and self._usage is not None:
+                self._usage.add(_usage_row(req, status, total))
 
-    async def _handle(self, scope, receive, send, clock, seen) -> None:
+    async def _handle(self, scope, receive, send, clock, req: _Request) -> None:
         try:
-            key = self._authenticate(scope)
+            key = req.key = self._authenticate(scope)
             path, method = scope["path"], scope["method"]
             if path == "/v1/models" and method == "GET":
                 await _send_json(send, 200, self._list_models(key), clock)
@@ -104,7 +143,7 @@ class Gateway:
                 path, body = "/v1/chat/completions", json.dumps(chat).encode()
             request = validate.parse(body)
             validate.check(path, request)
-            model = seen["model"] = request["model"]
+            model = req.model = request["model"]
             if not self._known(model):
                 raise ApiError(
                     404,
@@ -119,16 +158,42 @@ class Gateway:
                     code="model_not_allowed",
                     param="model",
                 )
+            profile = req.profile = _header(scope, b"x-llmgw-profile") or "chat"
+            if profile not in PROFILES:
+                raise ApiError(
+                    400,
+                    f"x-llmgw-profile {profile!r} is not one of: {', '.join(PROFILES)}",
+                    code="invalid_value",
+                    param="x-llmgw-profile",
+                )
+            price = self._prices(model)
+            spent = self.budgets.check(key.scopes, price=price)
+            if spent is not None:
+                raise ApiError(
+                    429, spent.message, code="budget_exceeded", retry_after_s=spent.retry_after_s
+                )
             ticket = self._admit(key, request, len(body))
             session = _session(scope, request)
             outcome = None
             try:
-                outcome = await self._forwarder.forward(
-                    path, body, model, session, send, clock, anthropic_request
-                )
+                async with self.bands.enter(model, self.bands.band_of(key.band)):
+                    outcome = req.outcome = await self._forwarder.forward(
+                        path, body, model, session, send, clock, anthropic_request, profile=profile
+                    )
+            except Busy as e:
+                raise ApiError(
+                    e.status,
+                    e.message,
+                    code="queue_full" if e.status == 503 else "queue_timeout",
+                    retry_after_s=e.retry_after_s,
+                ) from None
             finally:
                 # A request that failed before an answer gives its estimate back.
                 ticket.settle(outcome.total_tokens if outcome else 0)
+            req.cost = cost_micros(
+                price, outcome.prompt_tokens, outcome.completion_tokens, outcome.cached_tokens
+            )
+            self.budgets.record(key.scopes, req.cost)
         except ApiError as e:
             await _send_error(send, e, clock, anthropic=scope["path"] == "/v1/messages")
 
@@ -159,7 +224,7 @@ class Gateway:
         # ~4 bytes a token for the prompt, plus what the answer may use;
         # corrected from the answer's usage.
         est = body_bytes // 4 + (max_tokens if isinstance(max_tokens, int) else 0)
-        outcome = self._limits.admit([(f"key:{key.key_id}", key.limits)], est)
+        outcome = self._limits.admit(key.scopes or [(f"key:{key.key_id}", key.limits)], est)
         if isinstance(outcome, Refusal):
             raise ApiError(
                 429, outcome.message, code="rate_limited", retry_after_s=outcome.retry_after_s
@@ -175,12 +240,40 @@ class Gateway:
         return {"object": "list", "data": data}
 
 
-def _session(scope, request: dict) -> str:
+def _header(scope, wanted: bytes) -> str:
     for name, value in scope["headers"]:
-        if name == b"x-llmgw-session":
-            return value.decode("latin-1")
+        if name == wanted:
+            return value.decode("latin-1").strip()
+    return ""
+
+
+def _session(scope, request: dict) -> str:
+    session = _header(scope, b"x-llmgw-session")
+    if session:
+        return session
     user = request.get("user")
     return user if isinstance(user, str) else ""
+
+
+def _usage_row(req: _Request, status: int, total_s: float) -> UsageRow:
+    out = req.outcome
+    target = out.target if out is not None else None
+    return UsageRow(
+        at=time.time(),
+        key_id=req.key.key_id,
+        project=req.key.project,
+        model=req.model,
+        served_model=(target.upstream_model or req.model) if target is not None else "",
+        replica=target.replica_id if target is not None else "",
+        prompt_tokens=out.prompt_tokens if out is not None else 0,
+        cached_tokens=out.cached_tokens if out is not None else 0,
+        completion_tokens=out.completion_tokens if out is not None else 0,
+        cost_micros=req.cost,
+        latency_ms=total_s * 1000,
+        ttft_ms=out.ttft_s * 1000 if out is not None and out.ttft_s is not None else None,
+        status=status,
+        profile=req.profile,
+    )
 
 
 async def _read_body(receive, scope) -> bytes:

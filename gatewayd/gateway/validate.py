@@ -1,29 +1,248 @@
-"""What a client request must look like before it is sent on: 400s that name the field."""
+"""What a client request must look like before it is sent on: 400s that name the field.
+
+``parse`` reads the body, ``check`` looks at the fields an engine would trip
+over. Both run on every request, so they are plain ``isinstance`` checks over
+the parsed JSON, no schema library. Only the fields named here are looked at:
+anything else passes through to the engine untouched, since engines take
+fields of their own (``top_k``, ``chat_template_kwargs``, …).
+
+A field sent as ``null`` counts as not sent, as OpenAI's API has it. Nested
+fields are named as ``messages[2].content`` in ``param``.
+
+Why refuse here rather than leave it to the engine: an engine that is sent a
+wrong type may answer 500 (the sim does for ``stream_options: 1``, vLLM for
+some), which reads as our fault and is retried by clients; a 400 naming the
+field tells the client what to fix.
+"""
 
 from __future__ import annotations
 
 import json
+import re
 
 from gatewayd.gateway.errors import ApiError
+
+
+def _no_constant(name: str):
+    # Python's json reads NaN and Infinity; JSON has neither, and a strict
+    # engine (or our own re-encoding) would fail on them further on.
+    raise ApiError(
+        400,
+        f"the body holds {name}, which is not JSON: send numbers as numbers",
+        code="invalid_json",
+    )
+
+
+_DECODER = json.JSONDecoder(parse_constant=_no_constant)
+# A \uD800–\uDFFF escape: half of a UTF-16 pair. Paired halves decode to one
+# character; an unpaired one becomes a string that cannot be encoded as UTF-8,
+# on which engines fail (the sim's prompt hash raised UnicodeEncodeError: a 500).
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89abcdefABCDEF]")
 
 
 def parse(body: bytes) -> dict:
     """The request body as a JSON object with a model name; ApiError(400) otherwise."""
     try:
-        request = json.loads(body)
+        # UTF-8 only (RFC 8259 §8.1); a leading byte order mark is forgiven.
+        request = _DECODER.decode(body.decode("utf-8-sig"))
     except (ValueError, UnicodeDecodeError):
         raise ApiError(400, "the body is not valid JSON", code="invalid_json") from None
+    except RecursionError:
+        raise ApiError(
+            400, "the body nests too deep: send at most a few hundred levels", code="invalid_json"
+        ) from None
     if not isinstance(request, dict):
         raise ApiError(400, "the body must be a JSON object", code="invalid_json")
+    if _SURROGATE_ESCAPE.search(body) and _has_unpaired_surrogate(request):
+        raise ApiError(
+            400,
+            "the body holds an unpaired UTF-16 surrogate (\\ud800–\\udfff), which is not text:"
+            " encode characters outside the BMP as a pair, or send UTF-8",
+            code="invalid_json",
+        )
     model = request.get("model")
     if not isinstance(model, str) or not model:
         raise ApiError(
             400, "'model' must be a non-empty string", code="invalid_type", param="model"
         )
-    if "stream" in request and not isinstance(request["stream"], bool):
+    stream = request.get("stream")
+    if stream is not None and not isinstance(stream, bool):
         raise ApiError(400, "'stream' must be true or false", code="invalid_type", param="stream")
     return request
 
 
+def _has_unpaired_surrogate(request: dict) -> bool:
+    # Only bodies with a surrogate escape get here (emoji from clients that
+    # escape all non-ASCII, mostly); encoding the whole is the exact check.
+    try:
+        json.dumps(request, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
 def check(path: str, request: dict) -> None:
     """The checks of one endpoint (``/v1/chat/completions`` …) beyond ``parse``'s."""
+    if path == "/v1/chat/completions":
+        _messages(request.get("messages"))
+    elif path == "/v1/completions":
+        _prompt(request.get("prompt"), "prompt")
+    elif path == "/v1/embeddings":
+        _prompt(request.get("input"), "input")
+        _positive_int(request, "dimensions")
+        _string(request, "encoding_format")
+    _common(request)
+
+
+def _common(request: dict) -> None:
+    """Sampling and transport fields, wherever they are sent."""
+    _positive_int(request, "max_tokens")
+    _positive_int(request, "max_completion_tokens")
+    _positive_int(request, "n")
+    _number(request, "temperature", 0, 2)
+    _number(request, "top_p", 0, 1)
+    _number(request, "frequency_penalty", -2, 2)
+    _number(request, "presence_penalty", -2, 2)
+    if (seed := request.get("seed")) is not None and not _is_int(seed):
+        _fail("seed", "'seed' must be an integer", "invalid_type")
+    stop = request.get("stop")
+    if not (stop is None or isinstance(stop, str) or _strings(stop)):
+        _fail("stop", "'stop' must be a string or a list of strings", "invalid_type")
+    if (options := request.get("stream_options")) is not None:
+        if not isinstance(options, dict):
+            _fail("stream_options", "'stream_options' must be an object", "invalid_type")
+        usage = options.get("include_usage")
+        if usage is not None and not isinstance(usage, bool):
+            _fail(
+                "stream_options.include_usage",
+                "'stream_options.include_usage' must be true or false",
+                "invalid_type",
+            )
+    if (tools := request.get("tools")) is not None:
+        if not isinstance(tools, list):
+            _fail("tools", "'tools' must be a list of tools", "invalid_type")
+        for i, tool in enumerate(tools):
+            if not isinstance(tool, dict):
+                _fail(f"tools[{i}]", f"'tools[{i}]' must be an object", "invalid_type")
+    choice = request.get("tool_choice")
+    if choice is not None and not isinstance(choice, (str, dict)):
+        _fail(
+            "tool_choice",
+            "'tool_choice' must be none, auto, required or an object naming a function",
+            "invalid_type",
+        )
+    if (fmt := request.get("response_format")) is not None and not isinstance(fmt, dict):
+        _fail(
+            "response_format",
+            'response_format must be an object such as {"type": "json_object"}',
+            "invalid_type",
+        )
+    if (user := request.get("user")) is not None and not isinstance(user, str):
+        _fail("user", "'user' must be a string", "invalid_type")
+
+
+def _messages(messages: object) -> None:
+    if messages is None:
+        _fail("messages", "'messages' is missing: send at least one message", "missing_field")
+    if not isinstance(messages, list):
+        _fail("messages", "'messages' must be a list of messages", "invalid_type")
+    if not messages:
+        _fail("messages", "'messages' is empty: send at least one message", "invalid_value")
+    for i, message in enumerate(messages):
+        where = f"messages[{i}]"
+        if not isinstance(message, dict):
+            _fail(where, f"'{where}' must be an object with a role and content", "invalid_type")
+        role = message.get("role")
+        if not isinstance(role, str) or not role:
+            _fail(
+                f"{where}.role",
+                f"'{where}.role' must be a string such as user or assistant",
+                "invalid_type",
+            )
+        content = message.get("content")
+        if isinstance(content, str):
+            continue
+        if content is None:
+            # An assistant turn that only calls tools has no content.
+            if role == "assistant":
+                continue
+            _fail(f"{where}.content", f"'{where}.content' is missing", "missing_field")
+        if not isinstance(content, list):
+            _fail(
+                f"{where}.content",
+                f"'{where}.content' must be a string or a list of parts",
+                "invalid_type",
+            )
+        for j, part in enumerate(content):
+            _part(part, f"{where}.content[{j}]")
+
+
+def _part(part: object, where: str) -> None:
+    if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+        _fail(
+            where,
+            f'\'{where}\' must be an object with a type, such as {{"type": "text", "text": "…"}}',
+            "invalid_type",
+        )
+    if part["type"] == "text" and not isinstance(part.get("text"), str):
+        _fail(f"{where}.text", f"'{where}.text' must be a string", "invalid_type")
+
+
+def _prompt(value: object, name: str) -> None:
+    """A prompt or an embedding input: a string, or a list of strings or token ids."""
+    if value is None:
+        _fail(name, f"'{name}' is missing", "missing_field")
+    if isinstance(value, str):
+        return
+    if not isinstance(value, list):
+        _fail(name, f"'{name}' must be a string or a list", "invalid_type")
+    if not value:
+        _fail(name, f"'{name}' is empty", "invalid_value")
+    for i, item in enumerate(value):
+        # Strings, token ids, or lists of token ids.
+        if not (isinstance(item, (str, list)) or _is_int(item)):
+            _fail(
+                f"{name}[{i}]",
+                f"'{name}[{i}]' must be a string, a token id or a list of token ids",
+                "invalid_type",
+            )
+
+
+def _strings(value: object) -> bool:
+    return isinstance(value, list) and all(isinstance(s, str) for s in value)
+
+
+def _is_int(value: object) -> bool:
+    # JSON true is a Python int: it must not pass for a count.
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _positive_int(request: dict, name: str) -> None:
+    value = request.get(name)
+    if value is None:
+        return
+    if not _is_int(value):
+        _fail(name, f"'{name}' must be a positive integer", "invalid_type")
+    if value < 1:
+        _fail(name, f"'{name}' must be a positive integer, not {value}", "invalid_value")
+
+
+def _number(request: dict, name: str, low: float, high: float) -> None:
+    value = request.get(name)
+    if value is None:
+        return
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        _fail(name, f"'{name}' must be a number from {low} to {high}", "invalid_type")
+    # Written so that NaN, which compares false to everything, is refused too.
+    if not low <= value <= high:
+        _fail(name, f"'{name}' must be from {low} to {high}, not {value}", "invalid_value")
+
+
+def _string(request: dict, name: str) -> None:
+    value = request.get(name)
+    if value is not None and not isinstance(value, str):
+        _fail(name, f"'{name}' must be a string", "invalid_type")
+
+
+def _fail(param: str, message: str, code: str):
+    raise ApiError(400, message, code=code, param=param)

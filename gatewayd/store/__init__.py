@@ -18,8 +18,10 @@ from gatewayd.store.records import (
     ModelRecord,
     NodeRecord,
     ReplicaRecord,
+    TenantRecord,
 )
 from gatewayd.store.sqlite import SqliteStore
+from gatewayd.store.usage_records import USAGE_DIMENSIONS, UsageFields, UsageRecord, UsageSum
 from llmgw.config import StoreConfig
 from llmgw.errors import ConfigError
 from llmgw.paths import Paths
@@ -33,6 +35,11 @@ __all__ = [
     "ReplicaRecord",
     "SqliteStore",
     "Store",
+    "TenantRecord",
+    "USAGE_DIMENSIONS",
+    "UsageFields",
+    "UsageRecord",
+    "UsageSum",
     "connect_store",
     "mask_dsn",
     "open_store_from_config",

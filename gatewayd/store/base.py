@@ -5,6 +5,7 @@ Datetimes go in and come out timezone-aware (UTC).
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
 from typing import Protocol
 
@@ -16,6 +17,7 @@ from gatewayd.store.records import (
     ReplicaRecord,
     TenantRecord,
 )
+from gatewayd.store.usage_records import UsageFields, UsageRecord, UsageSum
 
 
 class Store(Protocol):
@@ -85,8 +87,7 @@ class Store(Protocol):
     # ---- tenancy: organizations, teams, projects -----------------------------
 
     async def put_tenant(self, rec: TenantRecord) -> None:
-        """Add an org, team or project, or replace its limits; StoreConflict if it exists
-        and ``rec`` is new (``create_tenant``)."""
+        """Add an org, team or project, or replace its limits (its kind and created_at stay)."""
 
     async def create_tenant(self, rec: TenantRecord) -> bool:
         """Add an org, team or project; False when that path already exists."""
@@ -101,3 +102,38 @@ class Store(Protocol):
 
     async def delete_tenant(self, path: str) -> bool:
         """Remove one level; the caller has checked that nothing is beneath it."""
+
+    # ---- usage: a row per request, and its 5-minute, hourly and daily sums ----
+
+    async def record_usage(self, rows: Sequence[UsageFields]) -> None:
+        """Write a batch of request rows and add them to the sums, in one transaction."""
+
+    async def usage_groups(
+        self,
+        by: Sequence[str],
+        start: datetime,
+        end: datetime,
+        project: str = "",
+        key_id: str = "",
+    ) -> list[UsageSum]:
+        """Totals over [start, end) per value of the dimensions ``by`` (USAGE_DIMENSIONS).
+
+        Read from the coarsest sums that fit and raw rows at the edges; equal
+        to summing the rows. ``project`` takes that path and all beneath it
+        (an org or team path works). Most requests first; ValueError for an
+        unknown dimension.
+        """
+
+    async def usage_series(
+        self, start: datetime, end: datetime, step_s: int, project: str = "", key_id: str = ""
+    ) -> list[int]:
+        """Requests per window, oldest first; windows are cut at multiples of ``step_s``
+        (a multiple of 300) since the epoch, so the first and last may be partial."""
+
+    def usage_rows(
+        self, start: datetime, end: datetime, project: str = "", key_id: str = ""
+    ) -> AsyncIterator[UsageRecord]:
+        """The rows of [start, end) in time order, read a page at a time."""
+
+    async def usage_first_at(self, project: str = "", key_id: str = "") -> datetime | None:
+        """When the first request (of the project or key) was recorded; None if never."""

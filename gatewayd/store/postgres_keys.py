@@ -9,7 +9,7 @@ from gatewayd.store.records import KeyRecord
 
 _COLUMNS = (
     "key_id, project, name, secret_sha256, prefix, models, limits, created_at, expires_at,"
-    " revoked_at, last_used_at"
+    " revoked_at, last_used_at, band, kind, rotated_from, rotated_to"
 )
 
 
@@ -19,10 +19,12 @@ class PostgresKeys:
     async def put_key(self, rec: KeyRecord) -> None:
         with self._mapped(f"save key {rec.key_id}"):
             await self._conn.execute(
-                f"INSERT INTO api_keys ({_COLUMNS}) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11)"
+                f"INSERT INTO api_keys ({_COLUMNS}) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15)"
                 " ON CONFLICT (key_id) DO UPDATE SET name = EXCLUDED.name,"
                 " models = EXCLUDED.models, limits = EXCLUDED.limits, expires_at = EXCLUDED.expires_at,"
-                " revoked_at = EXCLUDED.revoked_at, last_used_at = EXCLUDED.last_used_at",
+                " revoked_at = EXCLUDED.revoked_at, last_used_at = EXCLUDED.last_used_at,"
+                " band = EXCLUDED.band, kind = EXCLUDED.kind, rotated_from = EXCLUDED.rotated_from,"
+                " rotated_to = EXCLUDED.rotated_to",
                 rec.key_id,
                 rec.project,
                 rec.name,
@@ -34,6 +36,10 @@ class PostgresKeys:
                 _aware(rec.expires_at),
                 _aware(rec.revoked_at),
                 _aware(rec.last_used_at),
+                rec.band,
+                rec.kind,
+                rec.rotated_from,
+                rec.rotated_to,
             )
 
     async def list_keys(self, project: str = "") -> list[KeyRecord]:

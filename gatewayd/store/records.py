@@ -73,6 +73,13 @@ class KeyRecord(BaseModel):
     expires_at: datetime | None = None
     revoked_at: datetime | None = None
     last_used_at: datetime | None = None
+    # The admission band its requests wait in ("": the default band).
+    band: str = ""
+    # "service" (made by ctl keys create) or "rotated" (replaced; works until expires_at).
+    kind: str = "service"
+    # The key this one replaced, or that replaced it ("" when none).
+    rotated_from: str = ""
+    rotated_to: str = ""
 
 
 class TenantRecord(BaseModel):

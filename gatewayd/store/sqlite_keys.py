@@ -10,7 +10,7 @@ from gatewayd.store.sqlite_codec import _from_text, _json, _to_text
 
 _COLUMNS = (
     "key_id, project, name, secret_sha256, prefix, models, limits, created_at, expires_at,"
-    " revoked_at, last_used_at"
+    " revoked_at, last_used_at, band, kind, rotated_from, rotated_to"
 )
 
 
@@ -25,10 +25,12 @@ class SqliteKeys:
         async with self._lock:
             with self._mapped(f"save key {rec.key_id}"):
                 await self._conn.execute(
-                    f"INSERT INTO api_keys ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                    f"INSERT INTO api_keys ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                     " ON CONFLICT (key_id) DO UPDATE SET name = excluded.name,"
                     " models = excluded.models, limits = excluded.limits, expires_at = excluded.expires_at,"
-                    " revoked_at = excluded.revoked_at, last_used_at = excluded.last_used_at",
+                    " revoked_at = excluded.revoked_at, last_used_at = excluded.last_used_at,"
+                    " band = excluded.band, kind = excluded.kind, rotated_from = excluded.rotated_from,"
+                    " rotated_to = excluded.rotated_to",
                     (
                         rec.key_id,
                         rec.project,
@@ -41,6 +43,10 @@ class SqliteKeys:
                         _opt(rec.expires_at),
                         _opt(rec.revoked_at),
                         _opt(rec.last_used_at),
+                        rec.band,
+                        rec.kind,
+                        rec.rotated_from,
+                        rec.rotated_to,
                     ),
                 )
 
@@ -66,6 +72,10 @@ class SqliteKeys:
                 expires_at=_from_text(r["expires_at"]),
                 revoked_at=_from_text(r["revoked_at"]),
                 last_used_at=_from_text(r["last_used_at"]),
+                band=r["band"],
+                kind=r["kind"],
+                rotated_from=r["rotated_from"],
+                rotated_to=r["rotated_to"],
             )
             for r in rows
         ]

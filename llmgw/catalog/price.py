@@ -21,6 +21,13 @@ class Price(BaseModel):
     cached_per_1k: NonNegativeInt | None = None
 
 
+def format_micros(micros: int) -> str:
+    """Micro-units as an amount for people: 5000000 → "5.00", 1234567 → "1.234567"."""
+    whole, frac = divmod(micros, 1_000_000)
+    digits = f"{frac:06d}".rstrip("0").ljust(2, "0")
+    return f"{whole:,}.{digits}"
+
+
 _WIRE = {
     "prompt_per_1k": "prompt_per_thousand",
     "completion_per_1k": "completion_per_thousand",

@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
+from decimal import Decimal, InvalidOperation
 
 import typer
 from rich.table import Table
 from rich.text import Text
 
 from llmgw import output
+from llmgw.catalog.price import format_micros
 from llmgw.cli.ctl import JsonOpt, app, call
 from llmgw.errors import UsageError
 from llmgw.output import renders
-from proto.llmgw.v1 import KeyView, ListKeysReply
+from proto.llmgw.v1 import KeyView, LimitsView, ListKeysReply
 
-keys_app = typer.Typer(help="API keys: create (shown once), list, revoke.", no_args_is_help=True)
+keys_app = typer.Typer(
+    help="API keys: create (shown once), list, revoke, rotate, limits.", no_args_is_help=True
+)
 app.add_typer(keys_app, name="keys")
 
 _DURATION = re.compile(r"(\d+)([smhdw])")
@@ -39,20 +44,104 @@ def create(
     models: str = typer.Option("", "--models", help="Comma-separated models (default: all)."),
     rpm: int = typer.Option(0, "--rpm", min=0, help="Requests per minute (default: no limit)."),
     tpm: int = typer.Option(0, "--tpm", min=0, help="Tokens per minute (default: no limit)."),
+    budget: str = typer.Option(
+        "", "--budget", help="Money per calendar month (UTC), e.g. 25 or 0.50 (default: none)."
+    ),
+    band: str = typer.Option("", "--band", help="Admission band (default: the default band)."),
     json: bool = JsonOpt,
 ) -> None:
     """Make a key; its secret is printed this once and never again."""
     try:
         seconds = parse_duration(expires_in)
+        budget_micros = parse_money(budget) if budget else None
     except UsageError as e:
         raise typer.Exit(code=output.fail(e)) from None
     wanted = [m.strip() for m in models.split(",") if m.strip()]
     call(
         lambda c: c.create_key(
-            project, name=name, models=wanted, expires_in_s=seconds, rpm=rpm, tpm=tpm
+            project,
+            name=name,
+            models=wanted,
+            expires_in_s=seconds,
+            rpm=rpm,
+            tpm=tpm,
+            budget_month_micros=budget_micros,
+            band=band,
         ),
         json=json,
     )
+
+
+@keys_app.command("rotate")
+def rotate(
+    key_id: str = typer.Argument(..., help="The key to replace."),
+    overlap: str = typer.Option(
+        "1h", "--overlap", help="How long the old secret keeps working (e.g. 24h; 0 stops it now)."
+    ),
+    json: bool = JsonOpt,
+) -> None:
+    """A new secret for a key, the old one working for the overlap; the new secret is shown once."""
+    try:
+        seconds = 0 if overlap.strip() == "0" else parse_duration(overlap)
+    except UsageError as e:
+        raise typer.Exit(code=output.fail(e)) from None
+    call(lambda c: c.rotate_key(key_id, seconds), json=json)
+
+
+@keys_app.command("limits")
+def limits(
+    scope: str = typer.Argument(
+        ..., help="A key id (key_…) or an ORG, ORG/TEAM or ORG/TEAM/PROJECT path."
+    ),
+    rpm: int | None = typer.Option(None, "--rpm", min=1, help="Requests per minute."),
+    tpm: int | None = typer.Option(None, "--tpm", min=1, help="Tokens per minute."),
+    budget: str = typer.Option("", "--budget", help="Money per calendar month (UTC)."),
+    budget_day: str = typer.Option("", "--budget-day", help="Money per day (UTC)."),
+    clear: str = typer.Option(
+        "", "--clear", help="Limits to lift, comma-separated: rpm,tpm,budget,budget-day."
+    ),
+    replace: bool = typer.Option(
+        False, "--replace", help="Write the whole row: every limit not given is lifted."
+    ),
+    json: bool = JsonOpt,
+) -> None:
+    """Change the limits of a key or a level of the tree; only the limits given change.
+
+    Each level's limits hold for everything beneath it together; a request
+    must pass its key's, project's, team's and organization's.
+    """
+    names = {"rpm": "rpm", "tpm": "tpm", "budget": "budget_month_micros"}
+    names["budget-day"] = "budget_day_micros"
+    try:
+        wanted = LimitsView(
+            scope=scope,
+            rpm=rpm,
+            tpm=tpm,
+            budget_month_micros=parse_money(budget) if budget else None,
+            budget_day_micros=parse_money(budget_day) if budget_day else None,
+        )
+        lifted = []
+        for item in (c.strip() for c in clear.split(",") if c.strip()):
+            if item not in names:
+                raise UsageError(
+                    f"--clear {item!r}: say one or more of rpm, tpm, budget, budget-day"
+                )
+            lifted.append(names[item])
+    except UsageError as e:
+        raise typer.Exit(code=output.fail(e)) from None
+    call(lambda c: c.set_limits(wanted, clear=lifted, replace=replace), json=json)
+
+
+def parse_money(text: str) -> int:
+    """An amount of money ("25", "0.50", "0.000001") as whole micro-units."""
+    try:
+        amount = Decimal(text.strip())
+    except InvalidOperation:
+        raise UsageError(f"{text!r} is not an amount of money: write it like 25 or 0.50") from None
+    micros = amount * 1_000_000
+    if amount < 0 or micros != micros.to_integral_value():
+        raise UsageError(f"{text!r}: an amount is positive with at most 6 decimals (a micro-unit)")
+    return int(micros)
 
 
 @keys_app.command("list")
@@ -74,9 +163,35 @@ def _key(k: KeyView):
             (f"Key {k.key_id} for {k.project} made. Its secret, shown this once:\n", ""),
             (k.secret, "bold"),
             ("\nUse it as: Authorization: Bearer <secret>", "dim"),
+            (
+                f"\nIt replaces {k.rotated_from}, whose secret works until its expiry."
+                if k.rotated_from
+                else "",
+                "",
+            ),
         )
     state = f"revoked {k.revoked_at}" if k.revoked_at else "active"
     return Text(f"Key {k.key_id} ({k.prefix}…) for {k.project}: {state}")
+
+
+@renders(LimitsView)
+def _limits(v: LimitsView):
+    return Text(f"Limits of {v.scope}: {describe_limits(v)}")
+
+
+def describe_limits(v: LimitsView | None) -> str:
+    if v is None:
+        return "none"
+    parts = []
+    if v.rpm is not None:
+        parts.append(f"{v.rpm:,} requests/min")
+    if v.tpm is not None:
+        parts.append(f"{v.tpm:,} tokens/min")
+    if v.budget_day_micros is not None:
+        parts.append(f"{format_micros(v.budget_day_micros)} a day")
+    if v.budget_month_micros is not None:
+        parts.append(f"{format_micros(v.budget_month_micros)} a month")
+    return ", ".join(parts) or "none"
 
 
 @renders(ListKeysReply)
@@ -84,17 +199,27 @@ def _keys(reply: ListKeysReply):
     if not reply.keys:
         return Text("No keys yet. Make one: llmgw ctl keys create --project ORG/TEAM/PROJECT")
     t = Table(title=f"Keys ({len(reply.keys)})", title_justify="left")
-    for col in ("KEY", "PROJECT", "NAME", "PREFIX", "MODELS", "EXPIRES", "LAST USED", "STATE"):
+    cols = ("KEY", "KIND", "PROJECT", "NAME", "PREFIX", "MODELS", "LIMITS", "EXPIRES", "LAST USED")
+    for col in (*cols, "STATE"):
         t.add_column(col)
+    now = datetime.now(UTC).isoformat(timespec="seconds")
     for k in reply.keys:
+        if k.revoked_at:
+            state = Text("revoked", style="red")
+        elif k.expires_at and k.expires_at <= now:
+            state = Text("expired", style="red")
+        else:
+            state = Text("active", style="green")
         t.add_row(
             k.key_id,
+            k.kind or "service",
             k.project,
             k.name,
             k.prefix + "…",
             ",".join(k.models) or "all",
+            describe_limits(k.limits),
             k.expires_at or "never",
             k.last_used_at or "-",
-            Text("revoked", style="red") if k.revoked_at else Text("active", style="green"),
+            state,
         )
     return t

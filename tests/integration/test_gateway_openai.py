@@ -24,6 +24,7 @@ async def served(tmp_path):
         )
         async with cluster.admin() as admin:
             await admin.put_model(spec)
+            await admin.create_tenant("project", "acme/ml/search", parents=True)
             key = await admin.create_key("acme/ml/search", name="tests")
 
             async def ready():

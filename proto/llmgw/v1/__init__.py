@@ -1442,6 +1442,11 @@ class TenantRequest(betterproto2.Message):
     Acme, Acme/ml or Acme/ml/search.
     """
 
+    parents: "bool" = betterproto2.field(3, betterproto2.TYPE_BOOL)
+    """
+    CreateTenant: make the levels above too when missing.
+    """
+
 
 default_message_pool.register_message("llmgw.v1", "TenantRequest", TenantRequest)
 

@@ -1,0 +1,251 @@
+"""The gateway alone in front of one fixed engine: what ``llmgw ctl bench overhead`` measures.
+
+    python -m gatewayd.bench_server --upstream http://127.0.0.1:8001 \\
+        --listen 127.0.0.1:0 --mode full --ready-file /tmp/gw.json
+
+It serves the production ASGI app (``make_app`` around ``Gateway``) under
+uvicorn as ``llmgw server`` does — uvloop, httptools, one worker, no access
+log — but with no cluster behind it: the router's only replica of the model
+is ``--upstream``. Nothing else runs in the process, so its CPU time is the
+gateway's own.
+
+Modes:
+
+- ``bare``: the least the gateway can do. ``Gateway`` has no switch to turn
+  the key check off, so a key is still checked, from memory, but nothing
+  has limits, the model is free, no metrics are kept, no usage is written
+  and nothing refreshes the keys.
+- ``full``: what a deployment does on every request: the key checked
+  against a ``KeyCache`` over an SQLite store, refreshed and its last use
+  written back as in gatewayd; requests, tokens and a monthly budget set on
+  the key, its project, team and organization (high enough never to refuse);
+  a priced model, so each answer is costed and charged to the budgets; the
+  admission bands; the gateway's metrics; a usage row per request, written
+  in batches.
+
+The engine key comes from ``LLMGW_ENGINE_KEY`` (unset once read). When
+listening, it writes ``{"port": …, "key": …, "pid": …}`` to the ready file
+(0600, written then renamed), and runs until SIGTERM or SIGINT.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import uvicorn
+
+from gatewayd.gateway.bands import BandPools
+from gatewayd.gateway.keys import KeyCache
+from gatewayd.gateway.limits import Limits
+from gatewayd.gateway.metrics import GatewayMetrics
+from gatewayd.gateway.pricing import BudgetTable
+from gatewayd.gateway.proxy import Gateway
+from gatewayd.gateway.router import Router, Target
+from gatewayd.gateway.tenancy import ancestors
+from gatewayd.gateway.usage import UsageWriter
+from gatewayd.http.app import make_app
+from gatewayd.store import SqliteStore, Store
+from llmgw.aio import run_loop
+from llmgw.catalog.price import Price
+from llmgw.config import AdmissionConfig
+
+log = logging.getLogger(__name__)
+
+KEY_ENV = "LLMGW_ENGINE_KEY"
+MODES = ("bare", "full")
+PROJECT = "bench/overhead/gateway"
+# High enough that no benchmark rate is ever refused (2,000 req/s is 120,000 a
+# minute), set so that the limiter and the budgets do their arithmetic on each request.
+HIGH = Limits(rpm=10_000_000, tpm=1_000_000_000, budget_month_micros=10**15)
+# Not free: a free model skips the budget check and the cost.
+PRICE = Price(prompt_per_1k=150, completion_per_1k=600)
+# The engine's parallel slots, as a replica's would be counted: never the bottleneck.
+SLOTS = 4096
+
+
+@dataclass
+class BenchGateway:
+    """A gateway made for the benchmark, and what has to run and close beside it."""
+
+    gateway: Gateway
+    keys: KeyCache
+    store: Store
+    secret: str
+    background: list[asyncio.Task]
+    usage: UsageWriter | None
+
+    async def close(self) -> None:
+        for task in self.background:
+            task.cancel()
+        await asyncio.gather(*self.background, return_exceptions=True)
+        await self.gateway.close()
+        if self.usage is not None:
+            await self.usage.close()
+        await self.store.close()
+
+
+async def build_gateway(
+    mode: str, upstream: str, model: str, engine_key: str, store_path: Path
+) -> BenchGateway:
+    """The gateway for ``mode``, with one key made for it; the one place to follow Gateway's API.
+
+    ``full`` passes what gatewayd passes (``gatewayd/server.py``): when
+    ``Gateway`` takes something new that a deployment uses, it goes here.
+    """
+    store = SqliteStore(store_path)
+    await store.open()
+    keys = KeyCache(store)
+    await keys.refresh()
+    await keys.tenancy.create("project", PROJECT, parents=True)
+    target = Target(replica_id="bench-upstream", base_url=upstream.rstrip("/"))
+    ready = {model: [target]}
+    router = Router(lambda name: ready.get(name, []))
+    common = {
+        "engine_key": engine_key,
+        "models": lambda: [(model, True)],
+        "known": ready.__contains__,
+    }
+    if mode == "bare":
+        _, secret = await keys.create(PROJECT, "bench bare", [], 0)
+        gateway = Gateway(keys, router, **common)
+        await gateway.start()
+        return BenchGateway(gateway, keys, store, secret, [], None)
+
+    # Limits at every level of the tree, so that each is looked up and spent.
+    for path in ancestors(PROJECT):
+        await keys.tenancy.set_limits(path, HIGH)
+    _, secret = await keys.create(
+        PROJECT,
+        "bench full",
+        [],
+        0,
+        rpm=HIGH.rpm,
+        tpm=HIGH.tpm,
+        budget_month_micros=HIGH.budget_month_micros,
+    )
+    await keys.refresh()
+    usage = UsageWriter(store)
+    gateway = Gateway(
+        keys,
+        router,
+        **common,
+        metrics=GatewayMetrics(known=ready.__contains__),
+        prices=lambda _name: PRICE,
+        budgets=BudgetTable(),
+        bands=BandPools(AdmissionConfig(), lambda _name: SLOTS),
+        usage=usage,
+    )
+    await gateway.start()
+    # What gatewayd runs beside the gateway: key refresh and last-use writes, usage batches.
+    background = [
+        asyncio.create_task(keys.run(), name="keys"),
+        asyncio.create_task(usage.run(), name="usage"),
+    ]
+    return BenchGateway(gateway, keys, store, secret, background, usage)
+
+
+class _Uvicorn(uvicorn.Server):
+    """uvicorn without its own signal handling: ``main`` owns the signals."""
+
+    @contextlib.contextmanager
+    def capture_signals(self):
+        yield
+
+
+def _write_ready(path: Path, payload: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(payload, f)
+    os.replace(tmp, path)
+
+
+async def serve(args: argparse.Namespace, engine_key: str, stop: asyncio.Event) -> None:
+    host, _, port = args.listen.rpartition(":")
+    with tempfile.TemporaryDirectory(prefix="llmgw-bench-") as tmp:
+        bench = await build_gateway(
+            args.mode, args.upstream, args.model, engine_key, Path(tmp) / "store.db"
+        )
+        try:
+            app = make_app(
+                is_leader=lambda: True, routable=lambda: (True, ""), gateway=bench.gateway
+            )
+            config = uvicorn.Config(
+                app,
+                host=host or "127.0.0.1",
+                port=int(port),
+                loop="uvloop",
+                http="httptools",
+                workers=1,
+                lifespan="off",
+                access_log=False,
+                log_level="warning",
+            )
+            server = _Uvicorn(config)
+            task = asyncio.create_task(server.serve(), name="http")
+            while not server.started:
+                if task.done():
+                    task.result()
+                    raise OSError(f"could not listen on {args.listen}")
+                await asyncio.sleep(0.01)
+            bound = server.servers[0].sockets[0].getsockname()[1]
+            _write_ready(args.ready_file, {"port": bound, "key": bench.secret, "pid": os.getpid()})
+            log.info("bench gateway (%s) on %s:%s -> %s", args.mode, host, bound, args.upstream)
+            await stop.wait()
+            server.should_exit = True
+            await task
+        finally:
+            await bench.close()
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m gatewayd.bench_server",
+        allow_abbrev=False,
+        description="The gateway in front of one engine, for llmgw ctl bench overhead.",
+    )
+    p.add_argument("--upstream", required=True, help="the engine's base URL, without /v1")
+    p.add_argument("--model", default="bench", help="the model name the engine serves")
+    p.add_argument("--listen", default="127.0.0.1:0", help="HOST:PORT (port 0 picks one)")
+    p.add_argument("--mode", choices=MODES, default="full")
+    p.add_argument("--ready-file", type=Path, required=True, help="where to write port and key")
+    args = p.parse_args(argv)
+    if not args.listen.rpartition(":")[2].isdigit():
+        p.error(f"--listen {args.listen!r} is not HOST:PORT")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s bench-gateway: %(message)s")
+    # Read once and unset, so nothing started from here inherits it.
+    engine_key = os.environ.pop(KEY_ENV, "")
+
+    async def run() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await serve(args, engine_key, stop)
+
+    try:
+        run_loop(run())
+    except OSError as e:
+        print(f"bench gateway: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,74 @@
+"""SQLite: usage rows and their 5-minute, hourly and daily sums."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from gatewayd.store.sqlite_codec import _from_text, _to_text
+from gatewayd.store.usage_query import (
+    ROW_COLUMNS,
+    SUM_COLUMNS,
+    SUM_KEY_COLUMNS,
+    Params,
+    UsageQueries,
+    batch_sums,
+)
+from gatewayd.store.usage_records import UsageFields
+
+_INSERT_ROWS = (
+    f"INSERT INTO usage_rows ({', '.join(ROW_COLUMNS)})"
+    f" VALUES ({', '.join('?' * len(ROW_COLUMNS))})"
+)
+_SUM_ALL = ("bucket_s", "bucket_start", *SUM_KEY_COLUMNS, *SUM_COLUMNS)
+_UPSERT_SUMS = (
+    f"INSERT INTO usage_sums ({', '.join(_SUM_ALL)}) VALUES ({', '.join('?' * len(_SUM_ALL))})"
+    f" ON CONFLICT (bucket_s, bucket_start, {', '.join(SUM_KEY_COLUMNS)}) DO UPDATE SET "
+    + ", ".join(f"{c} = usage_sums.{c} + excluded.{c}" for c in SUM_COLUMNS)
+)
+
+
+class SqliteUsage(UsageQueries):
+    """Mixed into SqliteStore; uses its connection, lock and error mapping."""
+
+    def _usage_params(self) -> Params:
+        return Params(dollar=False, encode_time=_to_text)
+
+    async def _usage_fetch(self, sql: str, args: list[Any], what: str) -> list[Mapping[str, Any]]:
+        async with self._lock:
+            with self._mapped(what):
+                async with self._conn.execute(sql, args) as cur:
+                    return list(await cur.fetchall())
+
+    def _usage_time(self, value: Any) -> datetime:
+        return _from_text(value)
+
+    async def record_usage(self, rows: Sequence[UsageFields]) -> None:
+        if not rows:
+            return
+        row_params = [
+            (
+                _to_text(r.at),
+                r.key_id,
+                r.project,
+                r.model,
+                r.served_model,
+                r.replica,
+                r.prompt_tokens,
+                r.cached_tokens,
+                r.completion_tokens,
+                r.cost_micros,
+                r.latency_ms,
+                r.ttft_ms,
+                r.status,
+                r.profile,
+            )
+            for r in rows
+        ]
+        sum_params = [(width, _to_text(start), *rest) for width, start, *rest in batch_sums(rows)]
+        async with self._lock:
+            with self._mapped(f"write {len(rows)} usage rows"):
+                async with self._transaction() as db:
+                    await db.executemany(_INSERT_ROWS, row_params)
+                    await db.executemany(_UPSERT_SUMS, sum_params)

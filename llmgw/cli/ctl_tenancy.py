@@ -1,0 +1,106 @@
+"""``llmgw ctl org|team|project``: the tree API keys hang from.
+
+Paths are as the API takes them: ``Acme``, ``Acme/ml``, ``Acme/ml/search``.
+"""
+
+from __future__ import annotations
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from llmgw.cli.ctl import JsonOpt, app, call
+from llmgw.cli.ctl_keys import describe_limits
+from llmgw.output import renders
+from proto.llmgw.v1 import ListTenantsReply, RemoveTenantReply, TenantView
+
+NOUNS = {"org": "organization", "team": "team", "project": "project"}
+SHAPES = {"org": "ORG", "team": "ORG/TEAM", "project": "ORG/TEAM/PROJECT"}
+
+
+def _level_app(kind: str) -> typer.Typer:
+    noun, shape = NOUNS[kind], SHAPES[kind]
+    sub = typer.Typer(
+        help=f"{noun.capitalize()}s: create, list, rename, rm (named {shape}).",
+        no_args_is_help=True,
+    )
+
+    @sub.command("create")
+    def create(
+        path: str = typer.Argument(..., help=f"{shape}, e.g. {_example(kind)}."),
+        parents: bool = typer.Option(
+            False, "--parents", "-p", help="Create the levels above too when they are missing."
+        ),
+        json: bool = JsonOpt,
+    ) -> None:
+        call(lambda c: c.create_tenant(kind, path, parents=parents), json=json)
+
+    create.__doc__ = f"Add a {noun}."
+
+    @sub.command("list")
+    def list_(
+        under: str = typer.Option("", "--under", help="Only those beneath this path."),
+        json: bool = JsonOpt,
+    ) -> None:
+        call(lambda c: c.list_tenants(kind, under), json=json)
+
+    list_.__doc__ = f"Every {noun}, with its limits and working keys."
+
+    @sub.command("rename")
+    def rename(
+        path: str = typer.Argument(..., help=f"{shape} as it is now."),
+        new_name: str = typer.Argument(..., help="The new last part of the path."),
+        json: bool = JsonOpt,
+    ) -> None:
+        call(lambda c: c.rename_tenant(kind, path, new_name), json=json)
+
+    rename.__doc__ = f"Rename a {noun}; what is beneath it and its keys move with it."
+
+    @sub.command("rm")
+    def remove(path: str = typer.Argument(..., help=shape), json: bool = JsonOpt) -> None:
+        call(lambda c: c.remove_tenant(kind, path), json=json)
+
+    remove.__doc__ = f"Remove an empty {noun} (nothing beneath it, no working key)."
+    return sub
+
+
+def _example(kind: str) -> str:
+    return {"org": "Acme", "team": "Acme/ml", "project": "Acme/ml/search"}[kind]
+
+
+for _kind in ("org", "team", "project"):
+    app.add_typer(_level_app(_kind), name=_kind)
+
+
+@renders(TenantView)
+def _tenant(v: TenantView):
+    return Text(
+        f"{NOUNS.get(v.kind, v.kind).capitalize()} {v.path} — limits: {describe_limits(v.limits)};"
+        f" {v.keys} working {'key' if v.keys == 1 else 'keys'}"
+    )
+
+
+@renders(ListTenantsReply)
+def _tenants(reply: ListTenantsReply):
+    if not reply.tenants:
+        return Text("None yet. Start with: llmgw ctl project create --parents ORG/TEAM/PROJECT")
+    t = Table(
+        title=f"Organizations, teams and projects ({len(reply.tenants)})", title_justify="left"
+    )
+    for col in ("PATH", "KIND", "LIMITS", "KEYS", "CREATED"):
+        t.add_column(col)
+    for v in reply.tenants:
+        depth = v.path.count("/")
+        t.add_row(
+            "  " * depth + (v.path.rsplit("/", 1)[-1] if depth else v.path),
+            v.kind,
+            describe_limits(v.limits),
+            str(v.keys),
+            v.created_at,
+        )
+    return t
+
+
+@renders(RemoveTenantReply)
+def _removed(reply: RemoveTenantReply):
+    return Text(f"Removed {reply.path}.")
