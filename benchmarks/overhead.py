@@ -8,8 +8,9 @@ front of the engine, each measured against the engine straight.
 LiteLLM is installed into a virtualenv of its own (``--venv``, default
 /tmp/litellm-venv; made with ``python3 -m venv`` and ``pip install
 'litellm[proxy]'`` when it is not there) — it is no dependency of llmgw.
-Its proxy runs as shipped, with one worker, no database and no master key,
-configured with one ``openai/`` model pointing at the engine.
+Its proxy runs as shipped, with one worker, no database and a master key
+(which it checks from memory, as llmgw's bare mode checks its key), configured
+with one ``openai/`` model pointing at the engine.
 
 Printed, never judged. Run:
 ``python benchmarks/overhead.py [--rates 100,500,1000] [--litellm-rates 10,50,100,500]``.
@@ -21,6 +22,7 @@ import argparse
 import asyncio
 import json
 import os
+import secrets
 import socket
 import subprocess
 import sys
@@ -31,10 +33,12 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from llmgw.cli import bench_load as load
 from llmgw.cli import ctl_bench as bench
 from llmgw.errors import LlmgwError
 
 LITELLM_KEY_ENV = "LLMGW_BENCH_ENGINE_KEY"
+LITELLM_START_TIMEOUT_S = 120
 CONFIG = """\
 model_list:
   - model_name: {model}
@@ -52,16 +56,17 @@ def ensure_litellm(venv: Path) -> Path:
         return exe
     print(f"installing litellm[proxy] into {venv} (once; a minute or two)", file=sys.stderr)
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    subprocess.run(
-        [str(venv / "bin" / "pip"), "install", "--quiet", "litellm[proxy]"], check=True
-    )
+    subprocess.run([str(venv / "bin" / "pip"), "install", "--quiet", "litellm[proxy]"], check=True)
     return exe
 
 
 def litellm_version(venv: Path) -> str:
     res = subprocess.run(
-        [str(venv / "bin" / "python"), "-c", "import importlib.metadata as m; "
-         "print(m.version('litellm'))"],
+        [
+            str(venv / "bin" / "python"),
+            "-c",
+            "import importlib.metadata as m; print(m.version('litellm'))",
+        ],
         capture_output=True,
         text=True,
     )
@@ -75,93 +80,85 @@ def free_port() -> int:
 
 
 async def start_litellm(
-    procs: bench.Processes, exe: Path, upstream: str, engine_key: str
-) -> bench.Endpoint:
-    """LiteLLM's proxy in front of ``upstream``: one worker, no database, no master key."""
+    procs: load.Processes, exe: Path, upstream: str, engine_key: str
+) -> load.Endpoint:
+    """LiteLLM's proxy in front of ``upstream``: one worker, no database, a master key."""
     config = procs.workdir / "litellm.yaml"
     config.write_text(
-        CONFIG.format(model=bench.MODEL, api_base=upstream + "/v1", key_env=LITELLM_KEY_ENV)
+        CONFIG.format(model=load.MODEL, api_base=upstream + "/v1", key_env=LITELLM_KEY_ENV)
     )
     port = free_port()
     argv = [str(exe), "--config", str(config), "--host", "127.0.0.1", "--port", str(port)]
     argv += ["--num_workers", "1"]
+    master_key = "sk-" + secrets.token_hex(32)
     env = {
         LITELLM_KEY_ENV: engine_key,
+        # LiteLLM refuses to start without one; with no database it is checked from memory.
+        "LITELLM_MASTER_KEY": master_key,
         # The machine may have no way out: use the price map shipped in the package.
         "LITELLM_LOCAL_MODEL_COST_MAP": "True",
         "LITELLM_LOG": "ERROR",
     }
-    env = bench.child_env(**env)
+    env = load.child_env(**env)
     env.pop("DATABASE_URL", None)  # no database: LiteLLM keeps nothing
     proc = procs.start("gateway", "litellm", argv, env)
     base = f"http://127.0.0.1:{port}"
 
-    def ready() -> bool:
+    def answers() -> bool:
         try:
             with urllib.request.urlopen(base + "/health/liveliness", timeout=1) as r:
                 return r.status == 200
         except OSError:
             return False
 
-    async def poll() -> bool:
-        return await asyncio.to_thread(ready)
-
-    deadline = asyncio.get_running_loop().time() + 120  # LiteLLM imports for a while
-    while asyncio.get_running_loop().time() < deadline:
-        if await poll():
-            break
-        if proc.poll() is not None:
-            break
+    # LiteLLM takes a while to import; seconds, not the 30 our processes get.
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + LITELLM_START_TIMEOUT_S
+    while not await asyncio.to_thread(answers):
+        if proc.poll() is not None or loop.time() > deadline:
+            raise LlmgwError(
+                f"LiteLLM's proxy did not start (exit status {proc.poll()})",
+                hint=load.log_tail(procs.workdir / "litellm.log"),
+            )
         await asyncio.sleep(0.5)
-    else:
-        raise LlmgwError("LiteLLM's proxy did not answer in 120 s", hint=bench.log_tail(
-            procs.workdir / "litellm.log"))
-    if proc.poll() is not None:
-        raise LlmgwError(
-            f"LiteLLM's proxy stopped (exit status {proc.poll()})",
-            hint=bench.log_tail(procs.workdir / "litellm.log"),
-        )
-    return bench.Endpoint(
+    return load.Endpoint(
         "litellm",
         base + "/v1/chat/completions",
-        {"content-type": "application/json"},
+        {"authorization": f"Bearer {master_key}", "content-type": "application/json"},
         proc.pid,
     )
 
 
 async def run(args) -> bench.OverheadReport:
-    engine_key = os.urandom(18).hex()
+    engine_key = secrets.token_urlsafe(24)
     pin = bench.parse_pin(args.pin)
     if "load" in pin:
         os.sched_setaffinity(0, pin["load"])
     exe = ensure_litellm(args.venv)
-    plan: list[tuple[int, str]] = []
-    for rate in sorted(set(args.rates) | set(args.litellm_rates)):
-        if rate in args.rates:
-            plan += [(rate, m) for m in args.modes]
-        if rate in args.litellm_rates:
-            plan.append((rate, "litellm"))
+    # llmgw's steps first: a LiteLLM pushed past what it can answer is still
+    # working through what it was sent after its step has given up on it.
+    plan = [(rate, m) for rate in args.rates for m in args.modes]
+    plan += [(rate, "litellm") for rate in args.litellm_rates]
     progress = bench.Progress(len(plan))
     steps = []
     with tempfile.TemporaryDirectory(prefix="llmgw-bench-") as tmp:
-        procs = bench.Processes(Path(tmp), pin)
+        procs = load.Processes(Path(tmp), pin)
         try:
-            upstream, engine_pid = await bench.start_sim(procs, engine_key)
-            straight = bench.Endpoint(
+            upstream, engine_pid = await load.start_sim(procs, engine_key)
+            straight = load.Endpoint(
                 "straight",
                 upstream + "/v1/chat/completions",
                 {"authorization": f"Bearer {engine_key}", "content-type": "application/json"},
             )
             through = {
-                m: (await bench.start_gateway(procs, m, upstream, engine_key))[0]
-                for m in args.modes
+                m: (await load.start_gateway(procs, m, upstream, engine_key))[0] for m in args.modes
             }
             through["litellm"] = await start_litellm(procs, exe, upstream, engine_key)
-            sessions = bench.sessions_for(list(through))
+            sessions = load.sessions_for(list(through))
             try:
                 for rate, name in plan:
                     progress.begin(f"{name} at {rate} req/s for {args.each_s:g} s")
-                    step = await bench.measure_step(
+                    step = await load.measure_step(
                         sessions,
                         straight,
                         through[name],
@@ -170,6 +167,7 @@ async def run(args) -> bench.OverheadReport:
                         warmup_s=args.warmup_s,
                         stream=args.stream,
                         engine_pid=engine_pid,
+                        quiet_pct=args.wait_quiet,
                     )
                     progress.end(step)
                     steps.append(step)
@@ -185,11 +183,12 @@ async def run(args) -> bench.OverheadReport:
         "each_s": args.each_s,
         "warmup_s": args.warmup_s,
         "stream": args.stream,
-        "answer_tokens": bench.ANSWER_TOKENS,
+        "answer_tokens": load.ANSWER_TOKENS,
         "pin": args.pin,
+        "wait_quiet_pct": args.wait_quiet or 0,
         "litellm": litellm_version(args.venv),
     }
-    return bench.OverheadReport(machine=bench.machine(), settings=settings, steps=steps)
+    return bench.OverheadReport(machine=load.machine(), settings=settings, steps=steps)
 
 
 def comparison(report: bench.OverheadReport) -> Table:
@@ -198,8 +197,9 @@ def comparison(report: bench.OverheadReport) -> Table:
     for col in ("rate/s", "llmgw mode", "p50 ×", "p99 ×"):
         t.add_column(col, justify="right")
     by = {(s.mode, s.rate): s for s in report.steps}
-    for (mode, rate), lite in sorted(((k, v) for k, v in by.items() if k[0] == "litellm"),
-                                     key=lambda kv: kv[0][1]):
+    for (mode, rate), lite in sorted(
+        ((k, v) for k, v in by.items() if k[0] == "litellm"), key=lambda kv: kv[0][1]
+    ):
         for ours_mode in report.settings["modes"]:
             ours = by.get((ours_mode, rate))
             if ours is None:
@@ -230,6 +230,11 @@ def main() -> int:
     p.add_argument("--warmup", default="1s", help="load before each window, not counted")
     p.add_argument("--stream", action="store_true", help="streamed answers, with TTFT")
     p.add_argument("--pin", default="", help="e.g. gateway=0,engine=1,load=1")
+    p.add_argument(
+        "--wait-quiet",
+        type=float,
+        help="before each step, wait (up to 2 min) for the machine to use under this %% of a CPU",
+    )
     p.add_argument("--venv", type=Path, default=Path("/tmp/litellm-venv"))
     p.add_argument("--json", type=Path, help="also write the report here")
     args = p.parse_args()

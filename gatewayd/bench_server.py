@@ -22,6 +22,11 @@ Modes:
   a priced model, so each answer is costed and charged to the budgets; the
   admission bands; the gateway's metrics; a usage row per request, written
   in batches.
+- ``relay``: no gateway at all, a yardstick: each connection's bytes copied
+  to a connection of its own to the engine and back, unread. What it adds is
+  the cost of one more process and hop on this machine (the kernel, the
+  event loop), which no HTTP gateway in Python can go below; the gateway's
+  own cost is what it adds beyond that. The client sends the engine's key.
 
 The engine key comes from ``LLMGW_ENGINE_KEY`` (unset once read). When
 listening, it writes ``{"port": …, "key": …, "pid": …}`` to the ready file
@@ -33,12 +38,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import cProfile
 import json
 import logging
 import os
 import signal
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,7 +70,7 @@ from llmgw.config import AdmissionConfig
 log = logging.getLogger(__name__)
 
 KEY_ENV = "LLMGW_ENGINE_KEY"
-MODES = ("bare", "full")
+MODES = ("bare", "full", "relay")
 PROJECT = "bench/overhead/gateway"
 # High enough that no benchmark rate is ever refused (2,000 req/s is 120,000 a
 # minute), set so that the limiter and the budgets do their arithmetic on each request.
@@ -171,8 +178,68 @@ def _write_ready(path: Path, payload: dict) -> None:
     os.replace(tmp, path)
 
 
+class _Pipe(asyncio.Protocol):
+    """One side of a relayed connection: what arrives is written to the other side."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.peer: _Pipe | None = None
+        self._early: list[bytes] = []
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        peer = self.peer
+        if peer is not None and peer.transport is not None:
+            peer.transport.write(data)
+        else:
+            self._early.append(data)  # the engine's connection is still being made
+
+    def joined(self, peer: _Pipe) -> None:
+        self.peer = peer
+        for data in self._early:
+            peer.transport.write(data)
+        self._early.clear()
+
+    def connection_lost(self, exc) -> None:
+        if self.peer is not None and self.peer.transport is not None:
+            self.peer.transport.close()
+
+
+async def serve_relay(host: str, port: int, upstream: str) -> asyncio.Server:
+    """A byte relay to ``upstream``: one engine connection per client connection."""
+    target = upstream.removeprefix("http://").rstrip("/")
+    up_host, _, up_port = target.rpartition(":")
+    loop = asyncio.get_running_loop()
+
+    def client() -> _Pipe:
+        side = _Pipe()
+
+        async def join() -> None:
+            try:
+                _, engine = await loop.create_connection(_Pipe, up_host, int(up_port))
+            except OSError:
+                side.transport.close()
+                return
+            engine.peer = side
+            side.joined(engine)
+
+        loop.create_task(join())
+        return side
+
+    return await loop.create_server(client, host, port)
+
+
 async def serve(args: argparse.Namespace, engine_key: str, stop: asyncio.Event) -> None:
     host, _, port = args.listen.rpartition(":")
+    if args.mode == "relay":
+        server = await serve_relay(host or "127.0.0.1", int(port), args.upstream)
+        bound = server.sockets[0].getsockname()[1]
+        _write_ready(args.ready_file, {"port": bound, "key": "", "pid": os.getpid()})
+        await stop.wait()
+        server.close()
+        return
     with tempfile.TemporaryDirectory(prefix="llmgw-bench-") as tmp:
         bench = await build_gateway(
             args.mode, args.upstream, args.model, engine_key, Path(tmp) / "store.db"
@@ -220,6 +287,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--listen", default="127.0.0.1:0", help="HOST:PORT (port 0 picks one)")
     p.add_argument("--mode", choices=MODES, default="full")
     p.add_argument("--ready-file", type=Path, required=True, help="where to write port and key")
+    p.add_argument(
+        "--cprofile",
+        type=Path,
+        help="run under cProfile (CPU time) and write its stats here on exit; "
+        "the gateway is then several times slower",
+    )
     args = p.parse_args(argv)
     if not args.listen.rpartition(":")[2].isdigit():
         p.error(f"--listen {args.listen!r} is not HOST:PORT")
@@ -239,11 +312,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             loop.add_signal_handler(sig, stop.set)
         await serve(args, engine_key, stop)
 
+    # Timed by CPU, not the wall: a write that wakes the engine or the client
+    # may be preempted by it, and wall time would charge that to the write.
+    profiler = cProfile.Profile(time.thread_time) if args.cprofile else None
+    if profiler is not None:
+        profiler.enable()
     try:
         run_loop(run())
     except OSError as e:
         print(f"bench gateway: {e}", file=sys.stderr)
         return 1
+    finally:
+        if profiler is not None:
+            profiler.disable()
+            profiler.dump_stats(args.cprofile)
     return 0
 
 

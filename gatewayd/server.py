@@ -25,13 +25,16 @@ from gatewayd.gateway.bands import BandPools
 from gatewayd.gateway.endpoints import Endpoints
 from gatewayd.gateway.keys import KeyCache
 from gatewayd.gateway.metrics import GatewayMetrics
-from gatewayd.gateway.proxy import Gateway
-from gatewayd.gateway.proxy import FREE
+from gatewayd.gateway.pricing import BudgetTable
+from gatewayd.gateway.proxy import FREE, Gateway
 from gatewayd.gateway.router import Router
-from llmgw.catalog.price import Price
+from gatewayd.gateway.scrape import Scraper
+from gatewayd.gateway.spent import spent_so_far
+from gatewayd.gateway.usage import UsageWriter
 from gatewayd.http.app import make_app
 from gatewayd.nodes.registry import NodeRegistry
 from gatewayd.store import Store, open_store_from_config
+from llmgw.catalog.price import Price
 from llmgw.config import ServerConfig, server_pki_paths, split_host_port
 from llmgw.errors import ConfigError
 from llmgw.fsutil import write_secret
@@ -95,9 +98,14 @@ class GatewayServer:
         await self.reconciler.load()
         self.keys = KeyCache(self.store)
         await self.keys.refresh()
+        self.usage = UsageWriter(self.store)
+        budgets = BudgetTable()
+        budgets.load(await spent_so_far(self.store))
         self.endpoints = Endpoints(self.reconciler, self.registry, self.catalog)
         self.metrics = GatewayMetrics(known=self.endpoints.known)
-        self.router = Router(self.endpoints.ready)
+        self._refusals_seen: dict[str, int] = {}
+        self.scraper = Scraper(self.endpoints.all_ready, engine_key=self.reconciler.engine_key)
+        self.router = Router(self.endpoints.ready, self.scraper.stats)
         self.gateway = Gateway(
             self.keys,
             self.router,
@@ -107,6 +115,8 @@ class GatewayServer:
             metrics=self.metrics,
             prices=self._price,
             bands=BandPools(self.cfg.router.admission, self._capacity),
+            usage=self.usage,
+            budgets=budgets,
         )
         await self.gateway.start()
 
@@ -121,7 +131,16 @@ class GatewayServer:
 
         self.info = self._info()
         admin = Server(
-            [AdminService(self.registry, self.catalog, self.reconciler, self.keys, info=self.info)]
+            [
+                AdminService(
+                    self.registry,
+                    self.catalog,
+                    self.reconciler,
+                    self.keys,
+                    store=self.store,
+                    info=self.info,
+                )
+            ]
         )
         listen(admin, RecvRequest, token_guard(token))
         host, port = split_host_port(self.cfg.listen.admin)
@@ -137,6 +156,8 @@ class GatewayServer:
         self._tasks.append(asyncio.create_task(self._flush_loop(), name="heartbeat-flush"))
         self._tasks.append(asyncio.create_task(self.reconciler.run(), name="reconciler"))
         self._tasks.append(asyncio.create_task(self.keys.run(), name="keys"))
+        self._tasks.append(asyncio.create_task(self.usage.run(), name="usage"))
+        self._tasks.append(asyncio.create_task(self.scraper.run(), name="scrape"))
         log.info(
             "gatewayd up: agent :%s admin :%s http :%s (store %s)",
             self.ports["agent"],
@@ -179,19 +200,32 @@ class GatewayServer:
 
     def _metrics_now(self) -> None:
         """Point-in-time gauges, brought up to date as /metrics is read."""
-        bands = self.gateway.bands
+        m, bands = self.metrics, self.gateway.bands
         for band in bands.band_names:
-            self.metrics.queue_depth.labels(band).set(bands.depth(band))
-            self.metrics.band_in_flight.labels(band).set(bands.in_flight(band))
+            m.queue_depth.labels(band).set(bands.depth(band))
+            m.band_in_flight.labels(band).set(bands.in_flight(band))
+        out = {getattr(k, "replica_id", k) for k in self.router.breakers.open_now()}
         ready: dict[str, int] = {}
-        self.metrics.replica_up.clear()
+        m.replica_up.clear()
         for r in self.reconciler.replicas.values():
-            up = r.state == "ready"
-            ready[r.model] = ready.get(r.model, 0) + up
-            self.metrics.replica_up.labels(r.model, r.replica_id).set(1 if up else 0)
-        self.metrics.replicas_ready.clear()
+            ready[r.model] = ready.get(r.model, 0) + (r.state == "ready")
+            up = r.state == "ready" and r.replica_id not in out
+            m.replica_up.labels(r.model, r.replica_id).set(1 if up else 0)
+        m.replicas_ready.clear()
         for name in self.catalog.names():
-            self.metrics.replicas_ready.labels(name).set(ready.get(name, 0))
+            model = self.catalog.get(name)
+            if model is not None and model.external is not None:
+                targets = self.endpoints.ready(name)
+                ready[name] = len(targets)
+                for t in targets:
+                    m.replica_up.labels(name, t.replica_id).set(0 if t.replica_id in out else 1)
+            m.replicas_ready.labels(name).set(ready.get(name, 0))
+        for endpoint, count in self.router.key_refusals.items():
+            model = endpoint.removeprefix("external:").rsplit("#", 1)[0]
+            seen = self._refusals_seen.get(endpoint, 0)
+            if count > seen and self.catalog.get(model) is not None:
+                m.key_refusals.labels(model, endpoint).inc(count - seen)
+                self._refusals_seen[endpoint] = count
 
     async def _start_http(self) -> None:
         app = make_app(
@@ -253,6 +287,8 @@ class GatewayServer:
             await self.registry.flush()
         if getattr(self, "gateway", None) is not None:
             await self.gateway.close()
+        if getattr(self, "usage", None) is not None:
+            await self.usage.close()
         await self.store.close()
 
 

@@ -67,6 +67,9 @@ from proto.llmgw.v1 import (
     StatusRequest,
     TenantRequest,
     TenantView,
+    UsageReply,
+    UsageRequest,
+    UsageRowView,
     WatchEvent,
     WatchRequest,
 )
@@ -278,6 +281,37 @@ class AdminClient:
         return await self._call(self._stub.remove_tenant(request, timeout=self._timeout_s))
 
     # ---- usage ----------------------------------------------------------------
+
+    async def usage(
+        self,
+        by: list[str] = (),
+        *,
+        from_: str = "",
+        to: str = "",
+        project: str = "",
+        key_id: str = "",
+    ) -> UsageReply:
+        """Sums per group over [from_, to) (ISO, UTC): requests, errors, tokens, cost, times."""
+        request = UsageRequest(by=list(by), from_=from_, to=to, project=project, key_id=key_id)
+        return await self._call(self._stub.usage(request, timeout=self._timeout_s))
+
+    async def export_usage(
+        self, *, from_: str = "", to: str = "", project: str = "", key_id: str = ""
+    ) -> AsyncIterator[UsageRowView]:
+        """Every request of [from_, to), oldest first, as the server reads them out."""
+        request = UsageRequest(from_=from_, to=to, project=project, key_id=key_id)
+        try:
+            # No overall timeout: a year of rows takes as long as it takes;
+            # keepalive ends the stream if gatewayd goes away.
+            async for row in self._stub.export_usage(request):
+                yield row
+        except GRPCError as e:
+            raise self._map(e) from e
+        except (ConnectionError, OSError, StreamTerminatedError) as e:
+            raise AdminUnreachable(
+                f"the usage export from {self.address} was cut",
+                hint="run it again; nothing partial is kept when --out names a file",
+            ) from e
 
     async def watch(self, topics: list[str]) -> AsyncIterator[WatchEvent]:
         """Live changes of the given topics ("nodes"), until cancelled."""

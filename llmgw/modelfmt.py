@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from rich.text import Text
 
 from llmgw.catalog import GpuNeed, Model, ModelSource, Profile
+from llmgw.catalog.price import spec_to_wire
 from llmgw.errors import UsageError
 from proto.llmgw.v1 import (
     Layout,
@@ -244,4 +245,9 @@ def serve_spec(
         )
     except (ValidationError, ValueError) as e:
         raise UsageError(validation_text(e)) from e
-    return ModelSpec.from_dict(model.model_dump(mode="json"))
+    return to_spec(model)
+
+
+def to_spec(model: Model) -> ModelSpec:
+    """A catalog model as the admin API's ModelSpec."""
+    return ModelSpec.from_dict(spec_to_wire(model.model_dump(mode="json")))

@@ -84,7 +84,9 @@ def make_server_config(paths: Paths, **nodes) -> ServerConfig:
 
 
 @contextlib.asynccontextmanager
-async def running_cluster(tmp_path: Path, *, store: StoreConfig | None = None, engines=(), **nodes):
+async def running_cluster(
+    tmp_path: Path, *, store: StoreConfig | None = None, engines=(), configure=None, **nodes
+):
     paths = Paths.under(tmp_path / "home")
     if not paths.server_yaml.exists():
         init_server(paths, hosts=["localhost"])
@@ -95,6 +97,8 @@ async def running_cluster(tmp_path: Path, *, store: StoreConfig | None = None, e
     if store is not None:
         cfg.store = store
     cfg.engines = list(engines)
+    if configure is not None:
+        configure(cfg)  # a test's own server.yaml settings
     server = GatewayServer(cfg, paths)
     await server.start()
     cluster = Cluster(paths, server, paths.admin_token_file.read_text().strip())

@@ -18,11 +18,13 @@ from grpclib.exceptions import GRPCError
 from gatewayd.admin.keys import KeyAdmin
 from gatewayd.admin.models import ModelAdmin
 from gatewayd.admin.tenancy import TenancyAdmin
+from gatewayd.admin.usage import UsageAdmin
 from gatewayd.admin.views import replica_view
 from gatewayd.catalog.catalog import Catalog
 from gatewayd.controller.reconciler import Reconciler
 from gatewayd.gateway.keys import KeyCache
 from gatewayd.nodes.registry import NOT_READY, READY, NodeRegistry
+from gatewayd.store import Store
 from llmgw import __version__
 from proto.llmgw.v1 import (
     AdminServiceBase,
@@ -57,7 +59,7 @@ def token_guard(token: str):
     return check
 
 
-class AdminService(ModelAdmin, KeyAdmin, TenancyAdmin, AdminServiceBase):
+class AdminService(ModelAdmin, KeyAdmin, TenancyAdmin, UsageAdmin, AdminServiceBase):
     def __init__(
         self,
         registry: NodeRegistry,
@@ -65,9 +67,11 @@ class AdminService(ModelAdmin, KeyAdmin, TenancyAdmin, AdminServiceBase):
         reconciler: Reconciler,
         keys: KeyCache,
         *,
+        store: Store,
         info: dict,
     ):
         self._registry = registry
+        self._store = store
         self._keys = keys
         self._catalog = catalog
         self._reconciler = reconciler

@@ -117,9 +117,7 @@ class UsageAdmin:
             raise GRPCError(Status.INVALID_ARGUMENT, str(e)) from None
         try:
             start, end = await self._usage_range(message)
-            groups = await self._store.usage_groups(
-                by, start, end, message.project, message.key_id
-            )
+            groups = await self._store.usage_groups(by, start, end, message.project, message.key_id)
             step = series_step_s(start, end)
             series = await self._store.usage_series(
                 start, end, step, message.project, message.key_id
@@ -144,9 +142,7 @@ class UsageAdmin:
             )
         try:
             start, end = await self._usage_range(message)
-            async for rec in self._store.usage_rows(
-                start, end, message.project, message.key_id
-            ):
+            async for rec in self._store.usage_rows(start, end, message.project, message.key_id):
                 yield usage_row_view(rec)
         except StoreError as e:
             raise _unavailable(e) from e

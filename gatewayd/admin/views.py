@@ -8,7 +8,7 @@ from gatewayd.controller import replica as rs
 from gatewayd.controller.replica import Replica
 from gatewayd.store import ModelRecord
 from llmgw.catalog import Model
-from llmgw.catalog.price import spec_to_wire
+from llmgw.modelfmt import to_spec
 from llmgw.modelplan.types import Layout as PlanLayout
 from llmgw.modelplan.types import Plan
 from proto.llmgw.v1 import (
@@ -27,7 +27,7 @@ def _iso(t: datetime | None) -> str:
 
 
 def model_spec(model: Model) -> ModelSpec:
-    return ModelSpec.from_dict(spec_to_wire(model.model_dump(mode="json")))
+    return to_spec(model)
 
 
 def model_view(model: Model, rec: ModelRecord | None, replicas: list[Replica]) -> ModelView:

@@ -221,14 +221,22 @@ class Reconciler:
         await self._expire_deadlines()
         await self._handle_lost_nodes()
         self._drained = {n.record.node_id for n in self._registry.live_nodes() if n.record.draining}
-        models = {m.name: m for m in self._catalog.models()}
+        catalog = self._catalog.models()
+        # An outside provider answers an external model: nothing to plan, place or start.
+        models = {m.name: m for m in catalog if not m.is_external}
+        external = {m.name for m in catalog if m.is_external}
         by_model: dict[str, list[Replica]] = {}
         for r in self.replicas.values():
             by_model.setdefault(r.model, []).append(r)
         self._by_model = by_model
         for r in list(self.replicas.values()):
             if r.model not in models and r.state != rs.STOPPED:
-                await self._stop(r, "the model was removed")
+                await self._stop(
+                    r,
+                    "the model is answered by an outside provider now"
+                    if r.model in external
+                    else "the model was removed",
+                )
         for model in models.values():
             await self._reconcile_model(model)
         await self._forget_stopped()
@@ -333,6 +341,17 @@ class Reconciler:
         ``exclude``: replicas whose resources count as free (the one being
         placed again; for an explanation, all of the model's own).
         """
+        if model.is_external:
+            # Nothing of it runs here: every node's reason says so.
+            why = "answered by an outside provider; nothing to place"
+            live = self._registry.live_nodes()
+            return Decision(
+                model=model.name,
+                engine="external",
+                reasons={n.record.node_id: why for n in live},
+                refused=why,
+                counts={why: len(live)} if live else {},
+            )
         profile = model.profiles[0]
         if nodes is None:
             nodes = node_candidates(self._registry.live_nodes(), self.replicas.values(), exclude)
@@ -473,7 +492,7 @@ class Reconciler:
 
     def _timeout(self, r: Replica) -> float:
         model = self._catalog.get(r.model)
-        return model.profiles[0].startup_timeout_s if model else 900.0
+        return model.profiles[0].startup_timeout_s if model and model.profiles else 900.0
 
     # ---- deadlines and lost nodes --------------------------------------
 

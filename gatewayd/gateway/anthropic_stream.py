@@ -91,6 +91,11 @@ class StreamConverter:
                 self._matched_stop = choice.get("stop_reason")
         return events
 
+    @property
+    def usage(self) -> dict | None:
+        """The engine's OpenAI usage object, once a chunk carried one."""
+        return self._usage
+
     def finish(self) -> list[Event]:
         """The events that end the message, once the engine's stream has ended."""
         if self._finished:

@@ -101,13 +101,13 @@ class Breakers:
         st = self._states.get(key)
         if st is None:
             st = self._states[key] = _State()
-        half_open = bool(st.until) and now >= st.until
         st.failures += 1
         st.trial = False
-        if not (at_once or half_open or st.failures >= FAILURES_TO_OPEN):
-            return 0.0
         if st.until and now < st.until:
             return st.until - now  # already open (a request that began before it opened)
+        half_open = bool(st.until)
+        if not (at_once or half_open or st.failures >= FAILURES_TO_OPEN):
+            return 0.0
         st.opened += 1
         wait = min(OPEN_BASE_S * 2 ** (st.opened - 1), OPEN_MAX_S)
         if retry_after_s is not None and retry_after_s > 0:

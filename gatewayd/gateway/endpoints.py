@@ -1,11 +1,13 @@
-"""Where a model can be answered: its ready replicas, as the gateway's router sees them."""
+"""Where a model can be answered: its ready replicas, or its outside provider's keys."""
 
 from __future__ import annotations
 
 from gatewayd.catalog.catalog import Catalog
 from gatewayd.controller.reconciler import Reconciler
+from gatewayd.gateway.external import ExternalEndpoints
 from gatewayd.gateway.router import Target
 from gatewayd.nodes.registry import NodeRegistry
+from llmgw.catalog.external import EXTERNAL_SOURCE
 
 
 class Endpoints:
@@ -15,28 +17,51 @@ class Endpoints:
         self._reconciler = reconciler
         self._registry = registry
         self._catalog = catalog
+        self.external = ExternalEndpoints()
+
+    def _external_spec(self, model: str) -> dict | None:
+        rec = self._catalog.record(model)
+        if rec is not None and rec.spec.get("source") == EXTERNAL_SOURCE:
+            return rec.spec
+        return None
 
     def ready(self, model: str) -> list[Target]:
-        """The model's ready replicas, each with the address its node reported."""
+        """The model's ready replicas with the address each node reported, or its keys."""
+        spec = self._external_spec(model)
+        if spec is not None:
+            return self.external.targets(model, spec)
+        return self._replicas(model)
+
+    def all_ready(self) -> list[Target]:
+        """Every ready replica of every model (what the scraper asks for metrics)."""
+        return self._replicas(None)
+
+    def _replicas(self, model: str | None) -> list[Target]:
         out = []
         for r in self._reconciler.replicas.values():
-            if r.model == model and r.state == "ready" and r.port:
+            if (model is None or r.model == model) and r.state == "ready" and r.port:
                 live = self._registry.live(r.node_id)
                 host = (live.record.address if live else "") or "127.0.0.1"
                 out.append(Target(r.replica_id, f"http://{host}:{r.port}"))
         return out
 
     def catalog_models(self) -> list[tuple[str, bool]]:
-        """(name, loaded) of every catalog model."""
+        """(name, loaded) of every catalog model; an external one is always loaded."""
         ready = {r.model for r in self._reconciler.replicas.values() if r.state == "ready"}
-        return [(name, name in ready) for name in self._catalog.names()]
+        return [
+            (name, name in ready or self._external_spec(name) is not None)
+            for name in self._catalog.names()
+        ]
 
     def known(self, model: str) -> bool:
-        return self._catalog.get(model) is not None
+        return self._catalog.record(model) is not None
 
     def routable(self) -> tuple[bool, str]:
         """Whether any model can be answered now (``/ready``), and why."""
         ready = [r for r in self._reconciler.replicas.values() if r.state == "ready"]
         if ready:
             return True, f"{len(ready)} replicas ready"
+        external = [n for n in self._catalog.names() if self._external_spec(n) is not None]
+        if external:
+            return True, f"{len(external)} models answered by outside providers"
         return False, "no model is ready to serve yet"

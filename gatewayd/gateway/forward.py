@@ -1,10 +1,12 @@
-"""Sending a request on to a replica and relaying its answer — retries included.
+"""Sending a request on to a replica (or an outside key) and relaying its answer — retries included.
 
-``Forwarder.forward`` tries the router's candidates in order. A replica that
-fails before any byte reached the client is passed over for the next one;
-once the answer has started, it is relayed to the end. What happened comes
-back as an ``Outcome`` (who answered, the status, the tokens used, the time
-to first token) for the caller's accounting.
+``Forwarder.forward`` tries the router's candidates in order. A target that
+fails before any byte reached the client — no connection, a 5xx or 429, the
+answer cut before it was whole, an outside key refused (401) — is passed over
+for the next one and its breaker told; once the answer has started, it is
+relayed to the end. The last candidate's error answer reaches the client as
+it came. What happened comes back as an ``Outcome`` (who answered, the
+status, the tokens used, the time to first token) for the caller's accounting.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import aiohttp
@@ -19,12 +22,16 @@ import aiohttp
 from gatewayd.gateway import messages
 from gatewayd.gateway.errors import ApiError
 from gatewayd.gateway.router import Router, Target
+from gatewayd.gateway.sse import UsageTap, usage_into
 
 log = logging.getLogger(__name__)
 
 # How long to wait for an engine to answer at all; a stream may then run long.
 CONNECT_TIMEOUT_S = 5.0
 RETRY_AFTER_NO_REPLICA_S = 10
+# Paths whose streams carry usage when asked (stream_options.include_usage).
+USAGE_STREAMS = ("/v1/chat/completions", "/v1/completions")
+_NET_ERRORS = (aiohttp.ClientError, OSError, TimeoutError)
 
 
 @dataclass
@@ -36,7 +43,8 @@ class Outcome:
     prompt_tokens: int = 0
     cached_tokens: int = 0
     completion_tokens: int = 0
-    # Seconds from sending to the first byte of the answer; None if none came.
+    # Seconds from sending to the first token of a stream, or to the start of
+    # a whole answer; None if none came.
     ttft_s: float | None = None
 
     @property
@@ -63,10 +71,60 @@ class Clock:
         return b"x-llmgw-overhead-ms", f"{max(ms, 0):.3f}".encode()
 
 
+class _Bodies:
+    """The request body as each kind of target gets it, made once and only if needed.
+
+    Streams are asked for their usage (the gateway counts tokens); an outside
+    provider gets its own name of the model.
+    """
+
+    def __init__(self, path: str, body: bytes, request: dict | None, *, anthropic: bool):
+        self.path = path
+        self.drop_usage = False
+        self._body = body
+        self._request = request
+        self._external: dict[str, bytes] = {}
+        if b'"stream"' in body and path in USAGE_STREAMS:
+            req = self.request() or {}
+            options = req.get("stream_options")
+            options = options if isinstance(options, dict) else {}
+            if req.get("stream") is True and not options.get("include_usage"):
+                self._request = {**req, "stream_options": {**options, "include_usage": True}}
+                self._body = json.dumps(self._request).encode()
+                # The Anthropic conversion reads usage itself and never relays chunks.
+                self.drop_usage = not anthropic
+
+    def request(self) -> dict | None:
+        if self._request is None:
+            try:
+                parsed = json.loads(self._body)
+            except (ValueError, UnicodeDecodeError):
+                return None
+            self._request = parsed if isinstance(parsed, dict) else None
+        return self._request
+
+    def for_target(self, target: Target) -> bytes:
+        if not target.upstream_model:
+            return self._body
+        data = self._external.get(target.upstream_model)
+        if data is None:
+            req = self.request()
+            if req is None or req.get("model") == target.upstream_model:
+                data = self._body
+            else:
+                data = json.dumps({**req, "model": target.upstream_model}).encode()
+            self._external[target.upstream_model] = data
+        return data
+
+
 class Forwarder:
     def __init__(self, router: Router, engine_key: str):
         self._router = router
         self._engine_key = engine_key
+        self._headers = {
+            "content-type": "application/json",
+            "authorization": f"Bearer {engine_key}",
+        }
         self._http: aiohttp.ClientSession | None = None
 
     async def start(self) -> None:
@@ -89,14 +147,17 @@ class Forwarder:
         send,
         clock: Clock,
         anthropic_request: dict | None = None,
-        profile: str = "",
+        profile: str = "chat",
+        request: dict | None = None,
     ) -> Outcome:
         """Send the request to the first candidate that answers and relay its answer.
 
+        ``profile`` is the routing profile (``router.PROFILES``); ``request``
+        the parsed body, if the caller has it (saves parsing it again).
         Raises ApiError (503) when no replica is ready or none answered —
         always before anything was sent to the client.
         """
-        targets = self._router.candidates(model, session)
+        targets = self._router.candidates(model, session, profile or "chat")
         if not targets:
             raise ApiError(
                 503,
@@ -104,36 +165,20 @@ class Forwarder:
                 code="no_replica_ready",
                 retry_after_s=RETRY_AFTER_NO_REPLICA_S,
             )
-        headers = {
-            "content-type": "application/json",
-            "authorization": f"Bearer {self._engine_key}",
-        }
+        bodies = _Bodies(path, body, request, anthropic=anthropic_request is not None)
         last_error = ""
-        for target in targets:
+        final = len(targets) - 1
+        for i, target in enumerate(targets):
             self._router.begin(target)
             try:
-                started = clock.upstream_begin()
-                try:
-                    resp = await self._http.post(target.base_url + path, data=body, headers=headers)
-                except (aiohttp.ClientError, OSError, TimeoutError) as e:
-                    clock.upstream_end(started)
-                    last_error = f"{target.replica_id}: {e.__class__.__name__}"
-                    log.warning(
-                        "replica %s failed before answering (%s); trying the next",
-                        target.replica_id,
-                        e,
-                    )
-                    continue  # nothing reached the client: another replica may answer
-                clock.upstream_end(started)
-                outcome = Outcome(target=target, status=resp.status)
-                async with resp:
-                    if anthropic_request is not None:
-                        await messages.relay(resp, anthropic_request, send, clock.header)
-                    else:
-                        await self._relay(resp, send, clock, outcome)
-                return outcome
+                result = await self._try(
+                    target, bodies, send, clock, anthropic_request, last=i == final
+                )
             finally:
                 self._router.end(target)
+            if isinstance(result, Outcome):
+                return result
+            last_error = result
         raise ApiError(
             503,
             f"no replica of {model!r} answered ({last_error})",
@@ -141,32 +186,175 @@ class Forwarder:
             retry_after_s=RETRY_AFTER_NO_REPLICA_S,
         )
 
-    async def _relay(self, resp: aiohttp.ClientResponse, send, clock: Clock, outcome) -> None:
-        ctype = resp.headers.get("content-type", "application/json")
-        headers = [(b"content-type", ctype.encode())]
-        if ctype.startswith("text/event-stream"):
-            headers.append((b"cache-control", b"no-cache"))
-            headers.append(clock.header())
-            await send({"type": "http.response.start", "status": resp.status, "headers": headers})
-            async for chunk in resp.content.iter_any():
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            await send({"type": "http.response.body", "body": b""})
-            return
+    async def _try(
+        self,
+        target: Target,
+        bodies: _Bodies,
+        send,
+        clock: Clock,
+        anthropic_request: dict | None,
+        *,
+        last: bool,
+    ) -> Outcome | str:
+        """The target's answer relayed (its Outcome), or why it was passed over."""
+        router = self._router
+        headers = self._headers
+        if target.external:
+            headers = {"content-type": "application/json"}
+            if target.authorization:
+                headers["authorization"] = target.authorization
         started = clock.upstream_begin()
-        data = await resp.read()
+        try:
+            resp = await self._http.post(
+                target.base_url + bodies.path, data=bodies.for_target(target), headers=headers
+            )
+        except _NET_ERRORS as e:
+            clock.upstream_end(started)
+            router.failed(target)
+            log.warning("%s failed before answering (%r); trying the next", target.replica_id, e)
+            return f"{target.replica_id}: {e.__class__.__name__}"
         clock.upstream_end(started)
-        _usage_into(outcome, data)
-        headers += [(b"content-length", str(len(data)).encode()), clock.header()]
-        await send({"type": "http.response.start", "status": resp.status, "headers": headers})
-        await send({"type": "http.response.body", "body": data})
+        outcome = Outcome(target=target, status=resp.status)
+        async with resp:
+            if not self._judge(target, resp) and not last:
+                return f"{target.replica_id}: {resp.status}"
+            if resp.headers.get("content-type", "").startswith("text/event-stream"):
+                return await self._stream(
+                    target, resp, bodies, send, clock, outcome, started, anthropic_request
+                )
+            t = clock.upstream_begin()
+            try:
+                data = await resp.read()
+            except _NET_ERRORS as e:
+                clock.upstream_end(t)
+                router.failed(target)
+                log.warning("%s cut its answer short (%r); trying the next", target.replica_id, e)
+                return f"{target.replica_id}: {e.__class__.__name__}"
+            clock.upstream_end(t)
+            outcome.ttft_s = t - started
+            if anthropic_request is not None:
+                await messages.relay_whole(
+                    resp.status, data, anthropic_request, send, clock.header, outcome
+                )
+                return outcome
+            if resp.status == 200:
+                _usage_from(outcome, data)
+            ctype = resp.headers.get("content-type", "application/json")
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": resp.status,
+                    "headers": [
+                        (b"content-type", ctype.encode()),
+                        (b"content-length", str(len(data)).encode()),
+                        clock.header(),
+                    ],
+                }
+            )
+            await send({"type": "http.response.body", "body": data})
+            return outcome
+
+    def _judge(self, target: Target, resp: aiohttp.ClientResponse) -> bool:
+        """Tell the target's breaker how it answered; False if it failed (pass it over)."""
+        status = resp.status
+        refused = target.external and status == 401
+        if status < 500 and status != 429 and not refused:
+            self._router.succeeded(target)
+            return True
+        wait = self._router.failed(target, status, retry_after_s=_retry_after(resp))
+        if status == 401 and target.external:
+            # Named by its endpoint and URL; the key itself is never written anywhere.
+            log.warning(
+                "external_key_refused: %s (%s) refused its key (401); passed over for %.0f s",
+                target.replica_id,
+                target.base_url,
+                wait,
+            )
+        else:
+            log.warning(
+                "%s answered %s%s",
+                target.replica_id,
+                status,
+                f"; passed over for {wait:.0f} s" if wait else "",
+            )
+        return False
+
+    async def _stream(
+        self,
+        target: Target,
+        resp: aiohttp.ClientResponse,
+        bodies: _Bodies,
+        send,
+        clock: Clock,
+        outcome: Outcome,
+        started: float,
+        anthropic_request: dict | None,
+    ) -> Outcome | str:
+        pieces = resp.content.iter_any()
+        try:
+            # Read before anything is sent: a stream that fails now can still go elsewhere.
+            first = await anext(pieces, b"")
+        except _NET_ERRORS as e:
+            self._router.failed(target)
+            log.warning("%s cut its stream at once (%r); trying the next", target.replica_id, e)
+            return f"{target.replica_id}: {e.__class__.__name__}"
+        stream = self._counted(target, first, pieces)
+        if anthropic_request is not None and resp.status == 200:
+            await messages.relay_stream(
+                stream, anthropic_request, send, clock.header, outcome, started
+            )
+        else:
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": resp.status,
+                    "headers": [
+                        (b"content-type", resp.headers["content-type"].encode()),
+                        (b"cache-control", b"no-cache"),
+                        clock.header(),
+                    ],
+                }
+            )
+            tap = UsageTap(outcome, drop_usage=bodies.drop_usage, sent_at=started)
+            async for piece in stream:
+                out = tap.feed(piece)
+                if out:
+                    await send({"type": "http.response.body", "body": out, "more_body": True})
+            await send({"type": "http.response.body", "body": tap.flush()})
+        if outcome.ttft_s is not None:
+            self._router.observe_ttft(target, outcome.ttft_s)
+        return outcome
+
+    async def _counted(
+        self, target: Target, first: bytes, rest: AsyncIterator[bytes]
+    ) -> AsyncIterator[bytes]:
+        """The stream's pieces; a target that breaks off mid-stream is counted as failed."""
+        if first:
+            yield first
+        while True:
+            try:
+                piece = await anext(rest, None)
+            except _NET_ERRORS:
+                self._router.failed(target)
+                log.warning("%s broke off a stream already relayed in part", target.replica_id)
+                raise
+            if piece is None:
+                return
+            yield piece
 
 
-def _usage_into(outcome: Outcome, data: bytes) -> None:
+def _usage_from(outcome: Outcome, data: bytes) -> None:
     try:
-        usage = json.loads(data).get("usage") or {}
-        outcome.prompt_tokens = int(usage.get("prompt_tokens") or 0)
-        outcome.completion_tokens = int(usage.get("completion_tokens") or 0)
-        details = usage.get("prompt_tokens_details") or {}
-        outcome.cached_tokens = int(details.get("cached_tokens") or 0)
-    except (ValueError, AttributeError, TypeError):
-        pass
+        answer = json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        return
+    if isinstance(answer, dict):
+        usage_into(outcome, answer.get("usage"))
+
+
+def _retry_after(resp: aiohttp.ClientResponse) -> float | None:
+    value = resp.headers.get("retry-after", "")
+    try:
+        return float(value) if value else None
+    except ValueError:
+        return None  # an HTTP date: the breaker's own backoff will do

@@ -2,14 +2,15 @@
 
 The request is turned into a chat completion, sent along the same path as
 any other (key, limits, replica, retries), and the answer turned back — as a
-whole message, or as Anthropic's stream events in Anthropic's order.
+whole message, or as Anthropic's stream events in Anthropic's order. The
+engine's token counts go into the forward's outcome on the way.
 """
 
 from __future__ import annotations
 
 import json
-
-import aiohttp
+import time
+from collections.abc import AsyncIterable
 
 from gatewayd.gateway.anthropic import chat_to_message, error_body
 from gatewayd.gateway.anthropic_request import (
@@ -18,6 +19,7 @@ from gatewayd.gateway.anthropic_request import (
     wants_thinking,
 )
 from gatewayd.gateway.anthropic_stream import StreamConverter, sse_encode
+from gatewayd.gateway.sse import frame_json, has_token, usage_into
 
 
 def to_chat(body: bytes) -> tuple[dict, dict]:
@@ -35,42 +37,59 @@ def error_bytes(status: int, message: str) -> bytes:
     return json.dumps(error_body(status, message)).encode()
 
 
-async def relay(resp: aiohttp.ClientResponse, request: dict, send, overhead_header) -> None:
-    """The engine's chat answer as Anthropic's, whole or streamed."""
+async def relay_whole(
+    status: int, data: bytes, request: dict, send, overhead_header, outcome=None
+) -> None:
+    """A whole chat answer (or an engine's error) as Anthropic's; its usage into ``outcome``."""
     model = request.get("model", "")
-    thinking = wants_thinking(request)
-    if resp.status != 200:
-        text = (await resp.read()).decode(errors="replace")
+    if status != 200:
+        text = data.decode(errors="replace")
         try:
             message = json.loads(text)["error"]["message"]
         except (ValueError, KeyError, TypeError):
-            message = text[:500] or f"the engine answered {resp.status}"
-        data = error_bytes(resp.status, message)
+            message = text[:500] or f"the engine answered {status}"
+        body = error_bytes(status, message)
         await send(
             {
                 "type": "http.response.start",
-                "status": resp.status,
+                "status": status,
                 "headers": [(b"content-type", b"application/json"), overhead_header()],
             }
         )
-        await send({"type": "http.response.body", "body": data})
+        await send({"type": "http.response.body", "body": body})
         return
-    if not request.get("stream"):
-        answer = json.loads(await resp.read())
-        data = json.dumps(chat_to_message(answer, model=model, include_thinking=thinking)).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 200,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(data)).encode()),
-                    overhead_header(),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": data})
-        return
+    answer = json.loads(data)
+    if outcome is not None:
+        usage_into(outcome, answer.get("usage"))
+    message = chat_to_message(answer, model=model, include_thinking=wants_thinking(request))
+    body = json.dumps(message).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                overhead_header(),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+async def relay_stream(
+    pieces: AsyncIterable[bytes],
+    request: dict,
+    send,
+    overhead_header,
+    outcome=None,
+    sent_at: float = 0.0,
+) -> None:
+    """An engine's chat stream as Anthropic's events, as it comes.
+
+    The usage at its end goes into ``outcome``, and ``outcome.ttft_s`` is
+    set when the first token arrives (``sent_at``: when the request went out).
+    """
     await send(
         {
             "type": "http.response.start",
@@ -82,24 +101,23 @@ async def relay(resp: aiohttp.ClientResponse, request: dict, send, overhead_head
             ],
         }
     )
-    converter = StreamConverter(model, include_thinking=thinking)
+    converter = StreamConverter(request.get("model", ""), include_thinking=wants_thinking(request))
+    first_token = outcome is None
     buffer = b""
-    async for piece in resp.content.iter_any():
+    async for piece in pieces:
         buffer += piece
         while b"\n\n" in buffer:
             frame, buffer = buffer.split(b"\n\n", 1)
-            for line in frame.split(b"\n"):
-                if not line.startswith(b"data:"):
-                    continue
-                payload = line[5:].strip()
-                if payload == b"[DONE]":
-                    continue
-                try:
-                    chunk = json.loads(payload)
-                except ValueError:
-                    continue
-                out = b"".join(sse_encode(e, d) for e, d in converter.feed(chunk))
-                if out:
-                    await send({"type": "http.response.body", "body": out, "more_body": True})
+            chunk = frame_json(frame)
+            if chunk is None:
+                continue
+            if not first_token and has_token(chunk):
+                first_token = True
+                outcome.ttft_s = time.perf_counter() - sent_at
+            out = b"".join(sse_encode(e, d) for e, d in converter.feed(chunk))
+            if out:
+                await send({"type": "http.response.body", "body": out, "more_body": True})
+    if outcome is not None:
+        usage_into(outcome, converter.usage)
     out = b"".join(sse_encode(e, d) for e, d in converter.finish())
     await send({"type": "http.response.body", "body": out})

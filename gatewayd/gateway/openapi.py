@@ -239,6 +239,7 @@ def _schemas() -> dict:
             },
         ],
     }
+    parts = {"type": "array", "items": _ref("ContentPart")}
     usage = _obj(
         {"prompt_tokens": integer, "completion_tokens": integer, "total_tokens": integer},
         ("prompt_tokens", "total_tokens"),
@@ -312,36 +313,51 @@ def _schemas() -> dict:
             },
             ("object", "data"),
         ),
-        "ContentPart": _obj(
-            {
-                "type": {"type": "string", "examples": ["text", "image_url", "input_audio"]},
-                "text": string,
-                "image_url": _obj({"url": string}, ("url",)),
-            },
-            ("type",),
-            description="A text part must carry `text` as a string.",
-        ),
-        "ChatMessage": _obj(
-            {
-                "role": {
-                    "type": "string",
-                    "minLength": 1,
-                    "examples": ["system", "developer", "user", "assistant", "tool"],
-                },
-                "content": {
-                    "description": "Required but for an assistant turn that calls tools.",
-                    "oneOf": [
-                        string,
-                        {"type": "array", "items": _ref("ContentPart")},
-                        {"type": "null"},
-                    ],
-                },
-                "name": string,
-                "tool_calls": {"type": "array", "items": {"type": "object"}},
-                "tool_call_id": string,
-            },
-            ("role",),
-        ),
+        "ContentPart": {
+            "oneOf": [
+                _obj({"type": {"const": "text"}, "text": string}, ("type", "text")),
+                _obj(
+                    {
+                        "type": {
+                            "type": "string",
+                            "not": {"const": "text"},
+                            "examples": ["image_url", "input_audio"],
+                        },
+                        "text": string,
+                        "image_url": _obj({"url": string}, ("url",)),
+                    },
+                    ("type",),
+                ),
+            ]
+        },
+        "ChatMessage": {
+            "description": "Content is required but for an assistant turn that calls tools.",
+            "oneOf": [
+                _obj(
+                    {
+                        "role": {
+                            "type": "string",
+                            "minLength": 1,
+                            "not": {"const": "assistant"},
+                            "examples": ["system", "developer", "user", "tool"],
+                        },
+                        "content": {"oneOf": [string, parts]},
+                        "name": string,
+                        "tool_call_id": string,
+                    },
+                    ("role", "content"),
+                ),
+                _obj(
+                    {
+                        "role": {"const": "assistant"},
+                        "content": {"oneOf": [string, parts, {"type": "null"}]},
+                        "name": string,
+                        "tool_calls": {"type": "array", "items": {"type": "object"}},
+                    },
+                    ("role",),
+                ),
+            ],
+        },
         "Tool": _obj(
             {
                 "type": {"const": "function"},

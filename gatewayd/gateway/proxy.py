@@ -26,11 +26,8 @@ from gatewayd.gateway.keys import KeyCache, KeyInfo
 from gatewayd.gateway.limits import LimitTable, Refusal, Ticket
 from gatewayd.gateway.metrics import GatewayMetrics
 from gatewayd.gateway.pricing import BudgetTable, Price, cost_micros
-from gatewayd.gateway.router import Router
-try:  # TEMP until the usage writer lands
-    from gatewayd.gateway.usage import UsageRow
-except ImportError:  # pragma: no cover
-    UsageRow = None
+from gatewayd.gateway.router import Router, parse_profile
+from gatewayd.gateway.usage import UsageRow, UsageWriter
 from llmgw.config import AdmissionConfig
 
 log = logging.getLogger(__name__)
@@ -39,9 +36,6 @@ log = logging.getLogger(__name__)
 MAX_BODY_BYTES = 32 * 2**20
 FREE = Price()
 FORWARDED = {"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/messages"}
-
-
-PROFILES = ("chat", "batch", "long-context")
 
 
 class _Request:
@@ -71,7 +65,7 @@ class Gateway:
         prices: Callable[[str], Price] | None = None,
         budgets: BudgetTable | None = None,
         bands: BandPools | None = None,
-        usage=None,
+        usage: UsageWriter | None = None,
     ):
         self._keys = keys
         self._router = router
@@ -85,7 +79,7 @@ class Gateway:
         self._prices = prices or (lambda _model: FREE)
         self.budgets = budgets if budgets is not None else BudgetTable()
         self.bands = bands if bands is not None else BandPools(AdmissionConfig(), lambda _m: 0)
-        # Anything with add(UsageRow): the usage writer (rows written in batches).
+        # Rows written in batches, off the hot path.
         self._usage = usage
 
     async def start(self) -> None:
@@ -158,14 +152,7 @@ class Gateway:
                     code="model_not_allowed",
                     param="model",
                 )
-            profile = req.profile = _header(scope, b"x-llmgw-profile") or "chat"
-            if profile not in PROFILES:
-                raise ApiError(
-                    400,
-                    f"x-llmgw-profile {profile!r} is not one of: {', '.join(PROFILES)}",
-                    code="invalid_value",
-                    param="x-llmgw-profile",
-                )
+            profile = req.profile = parse_profile(_header(scope, b"x-llmgw-profile"))
             price = self._prices(model)
             spent = self.budgets.check(key.scopes, price=price)
             if spent is not None:
@@ -178,7 +165,15 @@ class Gateway:
             try:
                 async with self.bands.enter(model, self.bands.band_of(key.band)):
                     outcome = req.outcome = await self._forwarder.forward(
-                        path, body, model, session, send, clock, anthropic_request, profile=profile
+                        path,
+                        body,
+                        model,
+                        session,
+                        send,
+                        clock,
+                        anthropic_request,
+                        profile=profile,
+                        request=request,
                     )
             except Busy as e:
                 raise ApiError(
@@ -259,7 +254,6 @@ def _usage_row(req: _Request, status: int, total_s: float) -> UsageRow:
     out = req.outcome
     target = out.target if out is not None else None
     return UsageRow(
-        at=time.time(),
         key_id=req.key.key_id,
         project=req.key.project,
         model=req.model,

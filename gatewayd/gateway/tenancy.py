@@ -203,7 +203,7 @@ class Tenancy:
                 "conflict",
                 f"{path} still holds {len(below)} "
                 f"{'level' if len(below) == 1 else 'levels'} ({', '.join(sorted(below)[:3])}"
-                f"{', …' if len(below) > 3 else ''}); remove them first",
+                f"{', …' if len(below) > 3 else ''}); remove {'it' if len(below) == 1 else 'them'} first",
             )
         if live_keys:
             raise TenancyRefused(

@@ -143,14 +143,19 @@ class UsageWriter:
         """Write the buffer every ``interval_s`` until cancelled."""
         while True:
             await asyncio.sleep(self._interval_s)
-            try:
-                await self.flush()
-            except StoreError as e:
-                log.warning(
-                    "usage not written, %d rows kept in memory for the next try: %s",
-                    len(self._buffer),
-                    e,
-                )
+            # Shielded: a stop arriving mid-write lets that write finish (close()
+            # waits for it) rather than losing, or writing twice, the batch in flight.
+            await asyncio.shield(self._flush_or_keep())
+
+    async def _flush_or_keep(self) -> None:
+        try:
+            await self.flush()
+        except StoreError as e:
+            log.warning(
+                "usage not written, %d rows kept in memory for the next try: %s",
+                len(self._buffer),
+                e,
+            )
 
     async def close(self) -> None:
         """Write what is left; rows the store cannot take now are reported lost."""

@@ -27,6 +27,7 @@ from llmgw.errors import ConfigError
 from llmgw.paths import Paths
 
 __all__ = [
+    "USAGE_DIMENSIONS",
     "HeartbeatRow",
     "KeyRecord",
     "ModelRecord",
@@ -36,7 +37,6 @@ __all__ = [
     "SqliteStore",
     "Store",
     "TenantRecord",
-    "USAGE_DIMENSIONS",
     "UsageFields",
     "UsageRecord",
     "UsageSum",

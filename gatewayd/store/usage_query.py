@@ -373,8 +373,9 @@ class UsageQueries:
             if after is None:
                 where.append(f"at >= {p.time(_aware(start))}")
             else:
-                at, row_id = p(after[0]), p(after[1])
-                where.append(f"at >= {at} AND (at > {at} OR id > {row_id})")
+                # Each placeholder its own argument: SQLite's ? cannot be reused.
+                at_min, at_after, row_id = p(after[0]), p(after[0]), p(after[1])
+                where.append(f"at >= {at_min} AND (at > {at_after} OR id > {row_id})")
             sql = (
                 f"SELECT id, {', '.join(ROW_COLUMNS)} FROM usage_rows"
                 f" WHERE {' AND '.join(where)} ORDER BY at, id LIMIT {EXPORT_PAGE_ROWS}"

@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from llmgw.catalog.external import External
+from llmgw.catalog.external import EXTERNAL_SOURCE, External
 from llmgw.catalog.price import Price
 
 Engine = Literal["llama.cpp", "vllm", "sglang", "sim"]
@@ -169,6 +169,9 @@ class Model(_Strict):
         # The admin API sends an unset price as null: it means free.
         if isinstance(data, dict) and data.get("price") is None and "price" in data:
             data = {k: v for k, v in data.items() if k != "price"}
+        # An outside provider runs no engine here: no profiles unless given.
+        if isinstance(data, dict) and data.get("source") == EXTERNAL_SOURCE:
+            data = {"profiles": [], **data}
         return data
 
     @field_validator("name")
@@ -179,8 +182,27 @@ class Model(_Strict):
     @field_validator("source")
     @classmethod
     def _source(cls, v: str) -> str:
-        ModelSource.parse(v)
+        if v != EXTERNAL_SOURCE:
+            ModelSource.parse(v)
         return v
+
+    @model_validator(mode="after")
+    def _external(self) -> Model:
+        if self.source == EXTERNAL_SOURCE:
+            if self.external is None:
+                raise ValueError(
+                    "source external needs an external section: url, model and api_key_files"
+                )
+            if self.profiles:
+                raise ValueError(
+                    "an external model is answered by its provider and runs no engine here; "
+                    "leave out its profiles"
+                )
+        elif self.external is not None:
+            raise ValueError(
+                f"external is only for source: external (this model's source is {self.source!r})"
+            )
+        return self
 
     @field_validator("sha256")
     @classmethod
@@ -192,6 +214,8 @@ class Model(_Strict):
 
     @model_validator(mode="after")
     def _no_pickles(self) -> Model:
+        if self.source == EXTERNAL_SOURCE:
+            return self
         name = ModelSource.parse(self.source).file_name
         if not self.allow_pickle and is_pickled(name):
             raise ValueError(
@@ -204,9 +228,14 @@ class Model(_Strict):
     def _replicas(self) -> Model:
         if self.replicas_max < self.replicas_min:
             raise ValueError("replicas_max is below replicas_min")
-        if not self.profiles:
+        if not self.profiles and self.source != EXTERNAL_SOURCE:
             raise ValueError("a model needs at least one profile")
         return self
+
+    @property
+    def is_external(self) -> bool:
+        """Whether an outside provider answers it (nothing to plan, place or start)."""
+        return self.source == EXTERNAL_SOURCE
 
     @property
     def parsed_source(self) -> ModelSource:

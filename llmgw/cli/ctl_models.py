@@ -11,10 +11,9 @@ from pydantic import ValidationError
 import llmgw.cli.render_models  # noqa: F401  (registers the renderers)
 from llmgw import output
 from llmgw.catalog import Model
-from llmgw.catalog.price import spec_to_wire
 from llmgw.cli.ctl import JsonOpt, app, call
 from llmgw.errors import UsageError
-from llmgw.modelfmt import serve_spec, validation_text
+from llmgw.modelfmt import serve_spec, to_spec, validation_text
 from proto.llmgw.v1 import ModelSpec, PlanModelRequest
 
 model_app = typer.Typer(
@@ -24,7 +23,7 @@ app.add_typer(model_app, name="model")
 
 
 def _spec(model: Model) -> ModelSpec:
-    return ModelSpec.from_dict(spec_to_wire(model.model_dump(mode="json")))
+    return to_spec(model)
 
 
 def _usage(e: Exception) -> None:

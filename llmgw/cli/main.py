@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 
 from llmgw import __version__, output
-from llmgw.cli import ctl, ctl_keys, ctl_models, ctl_tenancy  # noqa: F401  (they add their commands)
+from llmgw.cli import ctl, ctl_keys, ctl_models, ctl_tenancy, ctl_usage  # noqa: F401  (they add their commands)
 from llmgw.cli.doctor_cmd import doctor
 from llmgw.cli.init_cmds import node_cert, server_init
 from llmgw.errors import LlmgwError

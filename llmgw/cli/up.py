@@ -37,6 +37,9 @@ RESTART_DELAY_MAX_S = 30.0
 # How long `llmgw up` watches the starter model come up before leaving it be.
 STARTER_WAIT_S = 300
 
+# Made on a fresh cluster so that the key command `up` prints works as printed.
+DEFAULT_PROJECT = "local/default/default"
+
 
 def _port_free(port: int) -> bool:
     with socket.socket() as s:
@@ -180,7 +183,7 @@ async def _up(paths: Paths, hosts: list[str]) -> None:
             f"  logs       {paths.log_dir}\n"
             f"Check it: {home_note}llmgw ctl nodes   ·   Stop: Ctrl-C\n"
             f"An API key for the endpoint: {home_note}llmgw ctl keys create --project "
-            f"local/default/default"
+            f"{DEFAULT_PROJECT}"
         )
         starter_task = asyncio.create_task(_serve_starter(paths, home_note))
         try:
@@ -227,17 +230,18 @@ async def _supervise(stop: asyncio.Event, children: list[Child]) -> None:
 async def _serve_starter(paths: Paths, home_note: str) -> None:
     """Serve the starter model on an empty cluster, and say where it answers once it does."""
     from llmgw import starter
-    from proto.llmgw.v1 import ModelSpec
+    from llmgw.modelfmt import to_spec
 
-    if not starter.available():
-        return
     try:
         async with AdminClient.from_paths(paths) as admin:
-            if (await admin.list_models()).models:
+            if not (await admin.list_tenants("project")).tenants:
+                # The project the printed key command names, so it works as printed.
+                await admin.create_tenant("project", DEFAULT_PROJECT, parents=True)
+            if not starter.available() or (await admin.list_models()).models:
                 return
             path = await asyncio.to_thread(starter.assemble, paths.server_data_dir / "models")
             model = starter.model(path)
-            await admin.put_model(ModelSpec.from_dict(model.model_dump(mode="json")))
+            await admin.put_model(to_spec(model))
             console.print(
                 f"Serving the starter model {model.name}: {starter.DESCRIPTION}.\n"
                 f"Follow it: {home_note}llmgw ctl replicas"

@@ -1,0 +1,144 @@
+"""An engine's event stream read as it is relayed: its usage, and when its first token came.
+
+The gateway counts every streamed answer's tokens. It asks the engine for
+``stream_options.include_usage`` even when the client did not; ``UsageTap``
+then takes the usage-only chunk at the end out of what the client gets, so
+the client sees the stream it asked for. Frames pass through as the engine
+wrote them: only frames that mention usage are parsed, and only until the
+first token those that might carry it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Protocol
+
+
+class _Counts(Protocol):
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int
+    ttft_s: float | None
+
+
+def usage_into(outcome: _Counts, usage: dict | None) -> None:
+    """OpenAI's ``usage`` object into the outcome's token counts (what is missing counts 0)."""
+    if not isinstance(usage, dict):
+        return
+    try:
+        outcome.prompt_tokens = int(usage.get("prompt_tokens") or 0)
+        outcome.completion_tokens = int(usage.get("completion_tokens") or 0)
+        details = usage.get("prompt_tokens_details") or {}
+        outcome.cached_tokens = int(details.get("cached_tokens") or 0)
+    except (ValueError, TypeError, AttributeError):
+        pass
+
+
+def has_token(chunk: dict) -> bool:
+    """Whether a chunk carries part of the answer (not only the role of what follows)."""
+    for choice in chunk.get("choices") or ():
+        if not isinstance(choice, dict):
+            continue
+        delta = choice.get("delta")
+        if isinstance(delta, dict) and (
+            delta.get("content")
+            or delta.get("reasoning_content")
+            or delta.get("reasoning")
+            or delta.get("tool_calls")
+        ):
+            return True
+        if choice.get("text") or choice.get("finish_reason"):
+            return True
+    return False
+
+
+def frame_json(frame: bytes) -> dict | None:
+    """The JSON object of one event's ``data:`` lines; None for ``[DONE]`` or anything else."""
+    data = [line[5:].strip() for line in frame.splitlines() if line.startswith(b"data:")]
+    if not data:
+        return None
+    payload = b"\n".join(data)
+    if payload == b"[DONE]":
+        return None
+    try:
+        chunk = json.loads(payload)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return chunk if isinstance(chunk, dict) else None
+
+
+def _null_usage_only(frame: bytes) -> bool:
+    # Engines asked for usage send "usage": null on every chunk but the last.
+    n = frame.count(b'"usage"')
+    return n == frame.count(b'"usage": null') + frame.count(b'"usage":null')
+
+
+class UsageTap:
+    """Fed the stream's bytes as they come; answers the bytes to relay now.
+
+    ``drop_usage``: the client did not ask for usage, so the usage-only
+    chunk is not relayed. ``sent_at`` (``time.perf_counter()``) is when the
+    request went out; the outcome's ``ttft_s`` is set at the first token.
+    """
+
+    def __init__(self, outcome: _Counts, *, drop_usage: bool, sent_at: float) -> None:
+        self._outcome = outcome
+        self._drop_usage = drop_usage
+        self._sent_at = sent_at
+        self._buf = b""
+        self._sep: bytes | None = None
+        self._first_token = False
+
+    def feed(self, piece: bytes) -> bytes:
+        buf = self._buf + piece if self._buf else piece
+        sep = self._sep
+        if sep is None:
+            # Engines end events with a blank line; a few write it CRLF.
+            if b"\n" not in buf:
+                self._buf = buf
+                return b""
+            sep = self._sep = b"\r\n\r\n" if b"\r\n" in buf else b"\n\n"
+        cut = buf.rfind(sep)
+        if cut < 0:
+            self._buf = buf
+            return b""
+        cut += len(sep)
+        done, self._buf = buf[:cut], buf[cut:]
+        if self._first_token and b'"usage"' not in done:
+            return done
+        return self._frames(done, sep)
+
+    def flush(self) -> bytes:
+        """What is left at the end of the stream (an event without its blank line)."""
+        rest, self._buf = self._buf, b""
+        if not rest.strip():
+            return rest
+        return rest if self._keep(rest) else b""
+
+    def _frames(self, done: bytes, sep: bytes) -> bytes:
+        kept, dropped = [], False
+        for frame in done.split(sep)[:-1]:
+            if self._keep(frame):
+                kept.append(frame)
+            else:
+                dropped = True
+        if not dropped:
+            return done
+        return b"".join(f + sep for f in kept)
+
+    def _keep(self, frame: bytes) -> bool:
+        if self._first_token and (b'"usage"' not in frame or _null_usage_only(frame)):
+            return True
+        chunk = frame_json(frame)
+        if chunk is None:
+            return True
+        if not self._first_token and has_token(chunk):
+            self._first_token = True
+            self._outcome.ttft_s = time.perf_counter() - self._sent_at
+        usage = chunk.get("usage")
+        if isinstance(usage, dict):
+            usage_into(self._outcome, usage)
+            if self._drop_usage and not chunk.get("choices"):
+                return False
+        return True
