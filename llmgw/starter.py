@@ -59,7 +59,15 @@ def model(path: Path) -> Model:
         name=NAME,
         source=str(path),
         sha256=g.EXPECTED_SHA256,
-        profiles=[Profile(engine="llama.cpp", cpu=True, startup_timeout_s=300)],
+        # Embeddings beside chat, mean-pooled as OpenAI's endpoint expects.
+        profiles=[
+            Profile(
+                engine="llama.cpp",
+                cpu=True,
+                startup_timeout_s=300,
+                args=["--embeddings", "--pooling", "mean"],
+            )
+        ],
         context_length=CONTEXT,
         labels={},
     )

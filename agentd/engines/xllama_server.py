@@ -8,6 +8,7 @@ llama.cpp adapter writes, so the rest of the agent cannot tell the difference:
 
     python -m agentd.engines.xllama_server --model F --alias NAME --host H --port P \
         --parallel N --metrics [--ctx-size C] [--device none] --n-gpu-layers L
+        [--embeddings --pooling mean]
 
 The key comes from LLAMA_API_KEY, as llama-server reads it, and is unset.
 """
@@ -36,6 +37,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--device", default="")
     p.add_argument("--n-gpu-layers", "-ngl", type=int, default=-1)
     p.add_argument("--threads", "-t", type=int, default=0)
+    p.add_argument("--embeddings", "--embedding", action="store_true")
+    p.add_argument("--pooling", choices=("none", "mean", "cls", "last", "rank"), default="")
     return p.parse_args(argv)
 
 
@@ -69,6 +72,12 @@ def main(argv: list[str] | None = None) -> int:
     params.n_gpu_layers = 0 if args.device == "none" else args.n_gpu_layers
     if args.threads:
         params.cpuparams.n_threads = args.threads
+    # /v1/embeddings beside the chat endpoints, as llama-server's --embeddings.
+    params.embedding = args.embeddings
+    if args.pooling:
+        params.pooling_type = getattr(
+            xllamacpp.llama_pooling_type, f"LLAMA_POOLING_TYPE_{args.pooling.upper()}"
+        )
     key = os.environ.pop("LLAMA_API_KEY", "")
     if key:
         params.api_keys = [key]

@@ -102,6 +102,7 @@ class ModelAdmin:
         model = self._catalog.get(message.name)
         if model is None:
             raise GRPCError(Status.NOT_FOUND, f"no model named {message.name!r}")
+        _refuse_external(model, "its context is the provider's")
         trial = model.model_copy(
             update={"context_length": message.context_length, "slots": message.slots or model.slots}
         )
@@ -134,6 +135,7 @@ class ModelAdmin:
             if message.slots:
                 update["slots"] = message.slots
             model = model.model_copy(update=update)
+            _refuse_external(model, "nothing of it runs here to plan")
         except ValueError as e:
             raise GRPCError(Status.INVALID_ARGUMENT, str(e)) from None
         try:
@@ -148,6 +150,7 @@ class ModelAdmin:
         model = self._catalog.get(message.name)
         if model is None:
             raise GRPCError(Status.NOT_FOUND, f"no model named {message.name!r}")
+        _refuse_external(model, "it is not placed on nodes")
         # The model's own replicas count as free: this is its decision, not
         # where one more would go.
         own = {r.replica_id for r in self._reconciler.replicas.values() if r.model == model.name}
@@ -215,3 +218,11 @@ class ModelAdmin:
                     )
                 )
         return ListEnginesReply(engines=out)
+
+
+def _refuse_external(model: Model, why: str) -> None:
+    if model.external is not None:
+        raise GRPCError(
+            Status.FAILED_PRECONDITION,
+            f"{model.name} is answered by an outside provider ({model.external.url}); {why}",
+        )

@@ -34,7 +34,13 @@ def model_view(model: Model, rec: ModelRecord | None, replicas: list[Replica]) -
     active = [r for r in replicas if r.state in rs.ACTIVE and r.state != rs.DRAINING]
     ready = [r for r in active if r.state == rs.READY]
     desired = model.replicas_min
-    if desired == 0:
+    if model.external is not None:
+        keys = len(model.external.api_key_files)
+        state = "serving"
+        reason = f"answered by {model.external.url}" + (
+            f" with {keys} {'key' if keys == 1 else 'keys'}" if keys else ""
+        )
+    elif desired == 0:
         state, reason = "stopped", "scaled to 0"
     elif len(ready) >= desired:
         state, reason = "serving", f"{len(ready)} of {desired} ready"

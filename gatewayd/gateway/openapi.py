@@ -13,9 +13,9 @@ from __future__ import annotations
 import json
 from functools import cache
 
+from gatewayd.gateway.router import PROFILES
 from llmgw import __version__
 
-PROFILES = ("chat", "batch", "long-context")
 # Every status the gateway answers with an error of its own.
 ERROR_STATUSES = {
     "400": "The body is not JSON, or a field has the wrong type or value; `param` names it.",
@@ -27,7 +27,8 @@ ERROR_STATUSES = {
     " `retry-after` says when to come back.",
     "503": "No replica of the model is ready, none answered, or its queue is full;"
     " `retry-after` says when to come back.",
-    "504": "The request waited in the model's queue longer than allowed.",
+    "504": "The request waited in the model's queue longer than its band may;"
+    " `retry-after` says when to come back.",
 }
 
 
@@ -43,6 +44,10 @@ def document() -> dict:
             "title": "llmgw client API",
             "version": __version__,
             "summary": "OpenAI- and Anthropic-compatible endpoints in front of your own engines.",
+            "description": "The gateway checks what it must (key, model, limits and the"
+            " fields below) and passes the rest to the engine. Errors of its own come in"
+            " the listed shapes; an engine's own errors are passed on with its status, in"
+            " the same shape. Every answer carries `x-llmgw-overhead-ms`.",
         },
         "security": [{"bearer": []}],
         "paths": {
@@ -107,7 +112,10 @@ def document() -> dict:
                 "profile": {
                     "name": "x-llmgw-profile",
                     "in": "header",
-                    "description": "How the request is served; chat when not sent.",
+                    "description": "How a replica is chosen: chat (the default) keeps a"
+                    " session on one replica and weighs time to first token, queue and KV"
+                    " cache; batch takes the shortest queue; long-context the most free KV"
+                    " cache.",
                     "schema": {"type": "string", "enum": list(PROFILES), "default": "chat"},
                 },
                 "session": {
@@ -169,7 +177,7 @@ def _errors(statuses, schema: str = "Error") -> dict:
     out = {}
     for status in statuses:
         response = _json(ERROR_STATUSES[status], _ref(schema))
-        if status in ("429", "503"):
+        if status in ("429", "503", "504"):
             response["headers"]["retry-after"] = {"$ref": "#/components/headers/retryAfter"}
         out[status] = response
     return out
@@ -260,7 +268,7 @@ def _schemas() -> dict:
         "presence_penalty": _opt("number", minimum=-2, maximum=2),
         "seed": _opt("integer"),
         "user": _opt(
-            "string", description="Who asks; also keeps a session on one replica (a la vLLM)."
+            "string", description="Who asks; the session, when x-llmgw-session is not sent."
         ),
     }
     return {

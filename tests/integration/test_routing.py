@@ -20,7 +20,8 @@ import pytest
 
 from gatewayd.gateway.router import Target
 from gatewayd.gateway.scrape import Scraper, parse_metrics
-from proto.llmgw.v1 import ExternalKey, ExternalSource, ModelProfile, ModelSpec
+from llmgw.errors import UsageError
+from proto.llmgw.v1 import ExternalKey, ExternalSource, ModelProfile, ModelSpec, PlanModelRequest
 from tests.cluster_fixture import running_cluster, wait_for
 
 
@@ -191,6 +192,10 @@ async def test_an_outside_provider_key_refused_is_passed_over_and_a_lone_one_ref
             await admin.put_model(external("outside-bad", (bad, 0)))
             await admin.create_tenant("project", "acme/ml/search", parents=True)
             key = await admin.create_key("acme/ml/search", name="tests")
+            view = await admin.get_model("outside")
+            assert (view.state, view.reason) == ("serving", f"answered by {url}/v1 with 2 keys")
+            with pytest.raises(UsageError, match="answered by an outside provider"):
+                await admin.plan_model(PlanModelRequest(name="outside"))
         base = f"http://127.0.0.1:{cluster.server.ports['http']}/v1"
         router = cluster.server.gateway._router
         async with openai.AsyncOpenAI(base_url=base, api_key=key.secret, max_retries=0) as client:

@@ -1,0 +1,112 @@
+"""The acceptance of the gateway as a new user meets it: ``llmgw up`` serving the starter
+model through llama.cpp's server, and the official openai and anthropic SDKs as clients."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+
+import anthropic
+import openai
+import pytest
+
+from tests.e2e.helpers import LLMGW, env_for, init_on_free_ports, llmgw, wait_until
+from tests.e2e.test_up import _ready_replica
+
+
+def _ctl_json(home, *args) -> dict:
+    res = llmgw(home, "ctl", *args, "--json")
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout)
+
+
+@pytest.fixture
+def up(tmp_path):
+    home = tmp_path / "home"
+    init_on_free_ports(home)
+    proc = subprocess.Popen(
+        LLMGW + ["up"],
+        env=env_for(home),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
+    try:
+        replica = wait_until(lambda: _ready_replica(home), timeout_s=240)
+        yield home, replica["model"]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+        assert proc.returncode == 0, out
+
+
+def test_the_official_sdks_get_answers_from_the_starter_model(up):
+    home, model = up
+    base = _ctl_json(home, "status")["gateway_url"]
+    # The key command `llmgw up` prints works as printed: its project exists.
+    key = _ctl_json(home, "keys", "create", "--project", "local/default/default")["secret"]
+    client = openai.OpenAI(base_url=base, api_key=key, max_retries=0, timeout=120)
+
+    listed = {m.id: m.model_extra["loaded"] for m in client.models.list().data}
+    assert listed == {model: True}
+    chat = client.chat.completions.create(
+        model=model, messages=[{"role": "user", "content": "Say hello"}], max_tokens=8
+    )
+    assert chat.choices[0].message.content and chat.usage.completion_tokens > 0
+    chunks = list(
+        client.chat.completions.create(
+            model=model,
+            messages=[{"role": "user", "content": "Count to three"}],
+            max_tokens=8,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert chunks[-1].usage.completion_tokens > 0
+    emb = client.embeddings.create(model=model, input=["a cat", "a dog"])
+    assert len(emb.data) == 2 and len(emb.data[0].embedding) > 100
+
+    claude = anthropic.Anthropic(base_url=base.removesuffix("/v1"), api_key=key, max_retries=0)
+    message = claude.messages.create(
+        model=model, max_tokens=8, messages=[{"role": "user", "content": "Say hello"}]
+    )
+    assert message.content[0].text and message.usage.output_tokens > 0
+    with claude.messages.stream(
+        model=model, max_tokens=8, messages=[{"role": "user", "content": "Say hi"}]
+    ) as stream:
+        text = "".join(stream.text_stream)
+        final = stream.get_final_message()
+    assert text and final.stop_reason in ("max_tokens", "end_turn")
+
+    bad = openai.OpenAI(base_url=base, api_key="llmgw-not-a-key", max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        bad.models.list()
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(
+            model="no-such-model", messages=[{"role": "user", "content": "x"}]
+        )
+
+    limited_key = _ctl_json(
+        home, "keys", "create", "--project", "local/default/default", "--rpm", "2"
+    )["secret"]
+    limited = openai.OpenAI(base_url=base, api_key=limited_key, max_retries=0, timeout=120)
+    for _ in range(2):
+        limited.chat.completions.create(
+            model=model, messages=[{"role": "user", "content": "Hi"}], max_tokens=2
+        )
+    with pytest.raises(openai.RateLimitError) as err:
+        limited.chat.completions.create(
+            model=model, messages=[{"role": "user", "content": "Hi"}], max_tokens=2
+        )
+    assert int(err.value.response.headers["retry-after"]) >= 1
+
+    # Every request above is metered, by the project the key belongs to.
+    def counted():
+        groups = _ctl_json(home, "usage", "--by", "project")["groups"]
+        return groups and sum(g["requests"] for g in groups) >= 9 and groups
+
+    groups = wait_until(counted, timeout_s=30)
+    assert {g["group"]["project"] for g in groups} == {"local/default/default"}
