@@ -3,8 +3,10 @@
 Every screen talks to gatewayd only through the ``AdminClient`` the app holds,
 calling the same methods as the ``llmgw ctl`` commands (screens ≡ commands):
 Nodes (n) as ``llmgw ctl nodes``, Models (m) as ``llmgw ctl models``, Replicas
-(p) as ``llmgw ctl replicas``. Each screen is a Textual mode: switching keeps
-the others open and live, so coming back shows them current at once.
+(p) as ``llmgw ctl replicas``, Keys & tenancy (k) as ``llmgw ctl keys`` and
+``llmgw ctl org|team|project``, Usage (u) as ``llmgw ctl usage``. Each screen
+is a Textual mode: switching keeps the others open and live, so coming back
+shows them current at once.
 """
 
 from __future__ import annotations
@@ -20,9 +22,11 @@ from textual.screen import Screen
 from llmgw.admin_client import AdminClient
 from llmgw.errors import LlmgwError
 from llmgw.paths import Paths
+from tui.screens.keys import KeysScreen
 from tui.screens.models import ModelsScreen
 from tui.screens.nodes import NodesScreen
 from tui.screens.replicas import ReplicasScreen
+from tui.screens.usage import UsageScreen
 
 ClientSource = AdminClient | Callable[[], AdminClient]
 
@@ -49,6 +53,8 @@ class LlmgwApp(App[LlmgwError | None]):
         Binding("n", "switch_mode('nodes')", "Nodes"),
         Binding("m", "switch_mode('models')", "Models"),
         Binding("p", "switch_mode('replicas')", "Replicas"),
+        Binding("k", "switch_mode('keys')", "Keys"),
+        Binding("u", "switch_mode('usage')", "Usage"),
         Binding("r", "refresh", "Refresh"),
         Binding("q", "quit", "Quit"),
     ]
@@ -61,6 +67,8 @@ class LlmgwApp(App[LlmgwError | None]):
         self.add_mode("nodes", self.get_default_screen)
         self.add_mode("models", lambda: ModelsScreen(self.client))
         self.add_mode("replicas", lambda: ReplicasScreen(self.client))
+        self.add_mode("keys", lambda: KeysScreen(self.client))
+        self.add_mode("usage", lambda: UsageScreen(self.client))
 
     @property
     def client(self) -> AdminClient:

@@ -12,6 +12,7 @@ import json
 import time
 from collections.abc import AsyncIterable
 
+from gatewayd.gateway import validate
 from gatewayd.gateway.anthropic import chat_to_message, error_body
 from gatewayd.gateway.anthropic_request import (
     AnthropicRequestError,
@@ -19,15 +20,16 @@ from gatewayd.gateway.anthropic_request import (
     wants_thinking,
 )
 from gatewayd.gateway.anthropic_stream import StreamConverter, sse_encode
+from gatewayd.gateway.errors import ApiError
 from gatewayd.gateway.sse import frame_json, has_token, usage_into
 
 
 def to_chat(body: bytes) -> tuple[dict, dict]:
     """(the Anthropic request, the chat request it becomes); AnthropicRequestError if bad."""
     try:
-        request = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        raise AnthropicRequestError("the body is not valid JSON", "") from None
+        request = validate.loads(body)
+    except ApiError as e:
+        raise AnthropicRequestError(e.message, e.param or "") from None
     if not isinstance(request, dict):
         raise AnthropicRequestError("the body must be a JSON object", "")
     return request, messages_to_chat(request)

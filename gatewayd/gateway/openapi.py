@@ -14,6 +14,7 @@ import json
 from functools import cache
 
 from gatewayd.gateway.router import PROFILES
+from gatewayd.gateway.validate import MAX_COUNT, SEED_RANGE
 from llmgw import __version__
 
 # Every status the gateway answers with an error of its own.
@@ -235,7 +236,7 @@ def _messages_post() -> dict:
 
 def _schemas() -> dict:
     string, integer, number = {"type": "string"}, {"type": "integer"}, {"type": "number"}
-    positive = _opt("integer", minimum=1)
+    positive = _opt("integer", minimum=1, maximum=MAX_COUNT)
     prompt = {
         "description": "A string, or a list of strings, token ids or lists of token ids.",
         "oneOf": [
@@ -266,7 +267,7 @@ def _schemas() -> dict:
         ),
         "frequency_penalty": _opt("number", minimum=-2, maximum=2),
         "presence_penalty": _opt("number", minimum=-2, maximum=2),
-        "seed": _opt("integer"),
+        "seed": _opt("integer", minimum=SEED_RANGE[0], maximum=SEED_RANGE[1]),
         "user": _opt(
             "string", description="Who asks; the session, when x-llmgw-session is not sent."
         ),
@@ -549,7 +550,7 @@ def _anthropic_schemas(string: dict, integer: dict) -> dict:
         "MessagesRequest": _obj(
             {
                 "model": {"type": "string", "minLength": 1},
-                "max_tokens": {"type": "integer", "minimum": 1},
+                "max_tokens": {"type": "integer", "minimum": 1, "maximum": MAX_COUNT},
                 "messages": {
                     "type": "array",
                     "minItems": 1,

@@ -35,6 +35,8 @@ log = logging.getLogger(__name__)
 # Bodies larger than this are refused before they are read whole (413).
 MAX_BODY_BYTES = 32 * 2**20
 FREE = Price()
+# No answer is estimated past this (a client's max_tokens may be any integer).
+MAX_ESTIMATE_TOKENS = 10_000_000
 FORWARDED = {"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/messages"}
 
 
@@ -218,7 +220,8 @@ class Gateway:
         max_tokens = request.get("max_tokens") or request.get("max_completion_tokens") or 0
         # ~4 bytes a token for the prompt, plus what the answer may use;
         # corrected from the answer's usage.
-        est = body_bytes // 4 + (max_tokens if isinstance(max_tokens, int) else 0)
+        answer = max_tokens if isinstance(max_tokens, int) and max_tokens > 0 else 0
+        est = body_bytes // 4 + min(answer, MAX_ESTIMATE_TOKENS)
         outcome = self._limits.admit(key.scopes or [(f"key:{key.key_id}", key.limits)], est)
         if isinstance(outcome, Refusal):
             raise ApiError(

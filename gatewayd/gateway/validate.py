@@ -28,6 +28,12 @@ from gatewayd.gateway.errors import ApiError
 # the next json.dumps down the line (forward.py's, a 500). Requests nest a
 # dozen levels; JSON schemas in tools a few dozen at most.
 MAX_DEPTH = 128
+# The largest count taken (max_tokens, n, dimensions): engines hold them in
+# 32 bits, and a max_tokens of 10**400 overflowed the float of the key's
+# tokens-a-minute bucket (limits.py): a 500.
+MAX_COUNT = 2**31 - 1
+# Seeds go to engines as 64-bit integers, signed or not.
+SEED_RANGE = (-(2**63), 2**64 - 1)
 
 
 def _no_constant(name: str):
@@ -147,8 +153,11 @@ def _common(request: dict) -> None:
     _number(request, "top_p", 0, 1)
     _number(request, "frequency_penalty", -2, 2)
     _number(request, "presence_penalty", -2, 2)
-    if (seed := request.get("seed")) is not None and not _is_int(seed):
-        _fail("seed", "'seed' must be an integer", "invalid_type")
+    if (seed := request.get("seed")) is not None:
+        if not _is_int(seed):
+            _fail("seed", "'seed' must be an integer", "invalid_type")
+        if not SEED_RANGE[0] <= seed <= SEED_RANGE[1]:
+            _fail("seed", "'seed' must fit in 64 bits", "invalid_value")
     stop = request.get("stop")
     if not (stop is None or isinstance(stop, str) or _strings(stop)):
         _fail("stop", "'stop' must be a string or a list of strings", "invalid_type")
@@ -271,6 +280,8 @@ def _positive_int(request: dict, name: str) -> None:
         _fail(name, f"'{name}' must be a positive integer", "invalid_type")
     if value < 1:
         _fail(name, f"'{name}' must be a positive integer, not {value}", "invalid_value")
+    if value > MAX_COUNT:
+        _fail(name, f"'{name}' must be at most {MAX_COUNT}", "invalid_value")
 
 
 def _number(request: dict, name: str, low: float, high: float) -> None:

@@ -258,15 +258,11 @@ class _Samples:
     last_done: float = 0.0
 
 
-def _first_token(line: bytes) -> bool:
-    """Whether an SSE line carries the first text of the answer (not the role chunk)."""
-    if not line.startswith(b"data: {") or b'"content"' not in line:
-        return False
-    try:
-        choices = json.loads(line[6:]).get("choices") or [{}]
-    except ValueError:
-        return False
-    return bool((choices[0].get("delta") or {}).get("content"))
+# A delta with text in it: the first token, not the chunk that only opens the
+# answer with its role (its content is ""). Either JSON spacing.
+_TEXT = re.compile(rb'"content": ?"[^"]')
+# What is kept of one piece of a stream to find a match cut across two.
+_OVERLAP = 16
 
 
 async def _one(
@@ -279,9 +275,14 @@ async def _one(
     try:
         async with http.post(ep.url, data=body, headers=ep.headers) as resp:
             if stream:
-                async for line in resp.content:
-                    if ttft is None and _first_token(line):
-                        ttft = time.perf_counter() - t0
+                # Pieces as they come, not lines: the client must cost less than
+                # what it measures.
+                tail = b""
+                async for piece in resp.content.iter_any():
+                    if ttft is None:
+                        if _TEXT.search(tail + piece):
+                            ttft = time.perf_counter() - t0
+                        tail = piece[-_OVERLAP:]
             else:
                 await resp.read()
             if resp.status != 200:

@@ -146,14 +146,28 @@ WRONG = [
     (CHAT, {"messages": USER, "max_tokens": 0}, "max_tokens", "invalid_value"),
     (CHAT, {"messages": USER, "max_tokens": 2.5}, "max_tokens", "invalid_type"),
     (CHAT, {"messages": USER, "max_tokens": True}, "max_tokens", "invalid_type"),
-    (CHAT, {"messages": USER, "max_completion_tokens": "9"}, "max_completion_tokens", None),
+    (
+        CHAT,
+        {"messages": USER, "max_completion_tokens": "9"},
+        "max_completion_tokens",
+        "invalid_type",
+    ),
     (CHAT, {"messages": USER, "temperature": "hot"}, "temperature", "invalid_type"),
     (CHAT, {"messages": USER, "temperature": 2.01}, "temperature", "invalid_value"),
     (CHAT, {"messages": USER, "temperature": -1}, "temperature", "invalid_value"),
     (CHAT, {"messages": USER, "top_p": 1.5}, "top_p", "invalid_value"),
     (CHAT, {"messages": USER, "top_p": False}, "top_p", "invalid_type"),
     (CHAT, {"messages": USER, "n": -1}, "n", "invalid_value"),
+    # A max_tokens of 10**400 overflowed the float of a tokens-a-minute bucket: a 500.
+    (CHAT, {"messages": USER, "max_tokens": 10**400}, "max_tokens", "invalid_value"),
+    (
+        CHAT,
+        {"messages": USER, "max_completion_tokens": 2**31},
+        "max_completion_tokens",
+        "invalid_value",
+    ),
     (CHAT, {"messages": USER, "seed": "1"}, "seed", "invalid_type"),
+    (CHAT, {"messages": USER, "seed": 2**64}, "seed", "invalid_value"),
     (CHAT, {"messages": USER, "stop": 3}, "stop", "invalid_type"),
     (CHAT, {"messages": USER, "stop": ["a", 1]}, "stop", "invalid_type"),
     (CHAT, {"messages": USER, "stream_options": 1}, "stream_options", "invalid_type"),
@@ -206,12 +220,12 @@ RIGHT = [
                 {"role": "assistant", "content": None, "tool_calls": []},
                 {"role": "tool", "tool_call_id": "c1", "content": "42"},
             ],
-            "max_tokens": 10**30,
+            "max_tokens": 2**31 - 1,
             "max_completion_tokens": 5,
             "temperature": 0,
             "top_p": 1.0,
             "n": 2,
-            "seed": -3,
+            "seed": -(2**63),
             "stop": ["\n"],
             "stream": True,
             "stream_options": {"include_usage": True},
@@ -301,7 +315,11 @@ FIELDS = st.sampled_from(
 
 
 @settings(
-    max_examples=200, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=200,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
 )
 @given(
     path=st.sampled_from([CHAT, COMPLETIONS, EMBEDDINGS, "/v1/other"]),
