@@ -6,7 +6,7 @@ in one run: llmgw's gateway (bare and full) and LiteLLM's proxy, each in
 front of the engine, each measured against the engine straight.
 
 LiteLLM is installed into a virtualenv of its own (``--venv``, default
-/tmp/litellm-venv; made with ``python3 -m venv`` and ``pip install
+/tmp/litellm-venv; made with ``python -m venv`` and ``pip install
 'litellm[proxy]'`` when it is not there) — it is no dependency of llmgw.
 Its proxy runs as shipped, with one worker, no database and a master key
 (which it checks from memory, as llmgw's bare mode checks its key), configured
@@ -111,7 +111,7 @@ async def start_litellm(
         except OSError:
             return False
 
-    # LiteLLM takes a while to import; seconds, not the 30 our processes get.
+    # LiteLLM spends many seconds importing: it gets longer than our processes' 30 s.
     loop = asyncio.get_running_loop()
     deadline = loop.time() + LITELLM_START_TIMEOUT_S
     while not await asyncio.to_thread(answers):
@@ -129,7 +129,7 @@ async def start_litellm(
     )
 
 
-async def run(args) -> bench.OverheadReport:
+async def run(args) -> load.OverheadReport:
     engine_key = secrets.token_urlsafe(24)
     pin = bench.parse_pin(args.pin)
     if "load" in pin:
@@ -151,7 +151,7 @@ async def run(args) -> bench.OverheadReport:
                 {"authorization": f"Bearer {engine_key}", "content-type": "application/json"},
             )
             through = {
-                m: (await load.start_gateway(procs, m, upstream, engine_key))[0] for m in args.modes
+                m: await load.start_gateway(procs, m, upstream, engine_key) for m in args.modes
             }
             through["litellm"] = await start_litellm(procs, exe, upstream, engine_key)
             sessions = load.sessions_for(list(through))
@@ -188,10 +188,10 @@ async def run(args) -> bench.OverheadReport:
         "wait_quiet_pct": args.wait_quiet or 0,
         "litellm": litellm_version(args.venv),
     }
-    return bench.OverheadReport(machine=load.machine(), settings=settings, steps=steps)
+    return load.OverheadReport(machine=load.machine(), settings=settings, steps=steps)
 
 
-def comparison(report: bench.OverheadReport) -> Table:
+def comparison(report: load.OverheadReport) -> Table:
     """LiteLLM's added latency over llmgw's, at each rate both were measured at."""
     t = Table(title="LiteLLM's added latency over llmgw's (×)", title_justify="left")
     for col in ("rate/s", "llmgw mode", "p50 ×", "p99 ×"):

@@ -36,7 +36,7 @@ RANGES: dict[str, tuple[str, timedelta]] = {
 GROUPINGS: dict[str, tuple[str, tuple[str, ...]]] = {
     "project": ("project", ("project",)),
     "model": ("model", ("model",)),
-    "project+model": ("project and model", ("project", "model")),
+    "project+model": ("project + model", ("project", "model")),
     "key": ("key", ("key",)),
 }
 _SPARKS = "▁▂▃▄▅▆▇█"

@@ -34,7 +34,6 @@ from pydantic import BaseModel
 from llmgw.errors import LlmgwError
 
 MODEL = "bench"
-MODES = ("bare", "full", "relay")
 # A short answer: the point is the gateway's cost, not the engine's bytes.
 ANSWER_TOKENS = 16
 REQUEST_TIMEOUT_S = 30.0
@@ -76,13 +75,14 @@ class Step(BaseModel):
     added_p99_ms: float | None
     ttft_added_p50_ms: float | None = None
     ttft_added_p99_ms: float | None = None
-    # The gateway's own x-llmgw-overhead-ms header: its time, without the hops.
+    # llmgw's x-llmgw-overhead-ms header: its time outside the call to the engine.
     reported_p50_ms: float | None = None
     reported_p99_ms: float | None = None
     gateway_cpu_s_per_1k: float | None
     engine_cpu_s_per_1k: float | None
     # This process, sending both paths: on a small machine it competes with the others.
     load_cpu_s_per_1k: float | None
+    # How late the generator sent, at p99: past a few ms, the machine is the limit.
     load_lag_p99_ms: float
     load_avg_1m: float
     # Every other process on the machine during the window, in % of one core.
@@ -91,6 +91,14 @@ class Step(BaseModel):
     waited_s: float = 0.0
     straight: PathFigures
     through: PathFigures
+
+
+class OverheadReport(BaseModel):
+    """Every step of one run, with the machine and the settings it ran with."""
+
+    machine: dict[str, str | int | float]
+    settings: dict[str, str | int | float | bool | list[int] | list[str]]
+    steps: list[Step]
 
 
 # ---- processes ----------------------------------------------------------------------
@@ -205,8 +213,8 @@ async def start_sim(procs: Processes, engine_key: str) -> tuple[str, int]:
 
 async def start_gateway(
     procs: Processes, mode: str, upstream: str, engine_key: str, cprofile_dir: Path | None = None
-) -> tuple[Endpoint, int]:
-    """A bench gateway in ``mode`` in front of ``upstream``; its endpoint and pid."""
+) -> Endpoint:
+    """A bench gateway in ``mode`` in front of ``upstream``, started; where to send to it."""
     ready_file = procs.workdir / f"gateway-{mode}.json"
     argv = [sys.executable, "-m", "gatewayd.bench_server", "--upstream", upstream]
     argv += ["--model", MODEL, "--listen", "127.0.0.1:0", "--mode", mode]
@@ -224,13 +232,12 @@ async def start_gateway(
     info = await procs.wait_for(name, proc, ready)
     # The relay reads nothing: what reaches the engine must carry the engine's key.
     key = engine_key if mode == "relay" else info["key"]
-    endpoint = Endpoint(
+    return Endpoint(
         mode,
         f"http://127.0.0.1:{info['port']}/v1/chat/completions",
         {"authorization": f"Bearer {key}", "content-type": "application/json"},
         proc.pid,
     )
-    return endpoint, proc.pid
 
 
 # ---- the load -----------------------------------------------------------------------

@@ -16,41 +16,29 @@ import re
 import secrets
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
-from pydantic import BaseModel
 from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
 from llmgw import output
 from llmgw.aio import run_loop
-from llmgw.cli.bench_load import (
-    ANSWER_TOKENS,
-    MODES,
-    Endpoint,
-    Processes,
-    Step,
-    machine,
-    measure_step,
-    sessions_for,
-    start_gateway,
-    start_sim,
-)
 from llmgw.errors import LlmgwError, UsageError
-from llmgw.output import renders
+
+if TYPE_CHECKING:
+    from llmgw.cli.bench_load import OverheadReport, Step
+
+# bench_load is imported where it is used: it brings aiohttp, a tenth of a
+# second that every other llmgw command would wait for.
+
+# The modes of gatewayd.bench_server.
+MODES = ("bare", "full", "relay")
 
 bench_app = typer.Typer(help="Benchmarks of the gateway on this machine.", no_args_is_help=True)
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m)?")
-
-
-class OverheadReport(BaseModel):
-    """Every step of one run, with the machine and the settings it ran with."""
-
-    machine: dict[str, str | int | float]
-    settings: dict[str, str | int | float | bool | list[int] | list[str]]
-    steps: list[Step]
 
 
 class Progress:
@@ -147,6 +135,18 @@ async def run_overhead(
     quiet_pct: float | None = None,
 ) -> OverheadReport:
     """Start the engine and the gateways, measure every rate on every mode, stop them."""
+    from llmgw.cli.bench_load import (
+        ANSWER_TOKENS,
+        Endpoint,
+        OverheadReport,
+        Processes,
+        machine,
+        measure_step,
+        sessions_for,
+        start_gateway,
+        start_sim,
+    )
+
     engine_key = secrets.token_urlsafe(24)
     straight_headers = {
         "authorization": f"Bearer {engine_key}",
@@ -161,8 +161,7 @@ async def run_overhead(
             upstream, engine_pid = await start_sim(procs, engine_key)
             straight = Endpoint("straight", upstream + "/v1/chat/completions", straight_headers)
             gateways = {
-                m: (await start_gateway(procs, m, upstream, engine_key, cprofile_dir))[0]
-                for m in modes
+                m: await start_gateway(procs, m, upstream, engine_key, cprofile_dir) for m in modes
             }
             sessions = sessions_for(modes)
             steps = []
@@ -248,6 +247,7 @@ def overhead(
         )
     except LlmgwError as e:
         raise typer.Exit(code=output.fail(e)) from None
+    output.renders(type(report))(render)
     output.emit(
         report,
         json=json,
@@ -281,8 +281,8 @@ def _fmt(v: float | None, digits: int = 2) -> str:
     return "–" if v is None else f"{v:.{digits}f}"
 
 
-@renders(OverheadReport)
 def render(report: OverheadReport):
+    """The report as a table for people (``--json`` prints it as it is)."""
     stream = any(s.stream for s in report.steps)
     t = Table(title="What the gateway adds to a request (ms)", title_justify="left")
     cols = ["mode", "req/s", "got/s", "failed", "added p50", "added p99"]

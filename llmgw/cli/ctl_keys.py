@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
-import re
-from datetime import UTC, datetime
-from decimal import Decimal, InvalidOperation
-
 import typer
 from rich.table import Table
 from rich.text import Text
 
 from llmgw import output
-from llmgw.catalog.price import format_micros
 from llmgw.cli.ctl import JsonOpt, app, call
 from llmgw.errors import UsageError
+from llmgw.keyfmt import (
+    KEY_COLUMNS,
+    NO_KEYS,
+    describe_limits,
+    key_cells,
+    parse_duration,
+    parse_money,
+    secret_text,
+)
 from llmgw.output import renders
 from proto.llmgw.v1 import KeyView, LimitsView, ListKeysReply
 
@@ -21,19 +25,6 @@ keys_app = typer.Typer(
     help="API keys: create (shown once), list, revoke, rotate, limits.", no_args_is_help=True
 )
 app.add_typer(keys_app, name="keys")
-
-_DURATION = re.compile(r"(\d+)([smhdw])")
-_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-
-
-def parse_duration(text: str) -> int:
-    """'90d', '12h', '30m', '1w2d' -> seconds; '' -> 0 (never)."""
-    if not text:
-        return 0
-    parts = _DURATION.findall(text)
-    if not parts or "".join(n + u for n, u in parts) != text:
-        raise UsageError(f"{text!r} is not a duration: write it like 90d, 12h or 30m")
-    return sum(int(n) * _UNIT_S[u] for n, u in parts)
 
 
 @keys_app.command("create")
@@ -70,6 +61,21 @@ def create(
         ),
         json=json,
     )
+
+
+@keys_app.command("list")
+def list_keys(
+    project: str = typer.Option("", "--project", help="Only this project's keys."),
+    json: bool = JsonOpt,
+) -> None:
+    """Keys with their kind, project, limits, expiry and last use (never their secrets)."""
+    call(lambda c: c.list_keys(project), json=json)
+
+
+@keys_app.command("revoke")
+def revoke(key_id: str = typer.Argument(...), json: bool = JsonOpt) -> None:
+    """Stop a key working, on every control plane within seconds."""
+    call(lambda c: c.revoke_key(key_id), json=json)
 
 
 @keys_app.command("rotate")
@@ -132,44 +138,10 @@ def limits(
     call(lambda c: c.set_limits(wanted, clear=lifted, replace=replace), json=json)
 
 
-def parse_money(text: str) -> int:
-    """An amount of money ("25", "0.50", "0.000001") as whole micro-units."""
-    try:
-        amount = Decimal(text.strip())
-    except InvalidOperation:
-        raise UsageError(f"{text!r} is not an amount of money: write it like 25 or 0.50") from None
-    micros = amount * 1_000_000
-    if amount < 0 or micros != micros.to_integral_value():
-        raise UsageError(f"{text!r}: an amount is positive with at most 6 decimals (a micro-unit)")
-    return int(micros)
-
-
-@keys_app.command("list")
-def list_keys(project: str = typer.Option("", "--project"), json: bool = JsonOpt) -> None:
-    """Keys with their project, expiry and last use (never their secrets)."""
-    call(lambda c: c.list_keys(project), json=json)
-
-
-@keys_app.command("revoke")
-def revoke(key_id: str = typer.Argument(...), json: bool = JsonOpt) -> None:
-    """Stop a key working, on every control plane within seconds."""
-    call(lambda c: c.revoke_key(key_id), json=json)
-
-
 @renders(KeyView)
 def _key(k: KeyView):
     if k.secret:
-        return Text.assemble(
-            (f"Key {k.key_id} for {k.project} made. Its secret, shown this once:\n", ""),
-            (k.secret, "bold"),
-            ("\nUse it as: Authorization: Bearer <secret>", "dim"),
-            (
-                f"\nIt replaces {k.rotated_from}, whose secret works until its expiry."
-                if k.rotated_from
-                else "",
-                "",
-            ),
-        )
+        return secret_text(k)
     state = f"revoked {k.revoked_at}" if k.revoked_at else "active"
     return Text(f"Key {k.key_id} ({k.prefix}…) for {k.project}: {state}")
 
@@ -179,47 +151,13 @@ def _limits(v: LimitsView):
     return Text(f"Limits of {v.scope}: {describe_limits(v)}")
 
 
-def describe_limits(v: LimitsView | None) -> str:
-    if v is None:
-        return "none"
-    parts = []
-    if v.rpm is not None:
-        parts.append(f"{v.rpm:,} requests/min")
-    if v.tpm is not None:
-        parts.append(f"{v.tpm:,} tokens/min")
-    if v.budget_day_micros is not None:
-        parts.append(f"{format_micros(v.budget_day_micros)} a day")
-    if v.budget_month_micros is not None:
-        parts.append(f"{format_micros(v.budget_month_micros)} a month")
-    return ", ".join(parts) or "none"
-
-
 @renders(ListKeysReply)
 def _keys(reply: ListKeysReply):
     if not reply.keys:
-        return Text("No keys yet. Make one: llmgw ctl keys create --project ORG/TEAM/PROJECT")
+        return Text(NO_KEYS)
     t = Table(title=f"Keys ({len(reply.keys)})", title_justify="left")
-    cols = ("KEY", "KIND", "PROJECT", "NAME", "PREFIX", "MODELS", "LIMITS", "EXPIRES", "LAST USED")
-    for col in (*cols, "STATE"):
+    for col in KEY_COLUMNS:
         t.add_column(col)
-    now = datetime.now(UTC).isoformat(timespec="seconds")
     for k in reply.keys:
-        if k.revoked_at:
-            state = Text("revoked", style="red")
-        elif k.expires_at and k.expires_at <= now:
-            state = Text("expired", style="red")
-        else:
-            state = Text("active", style="green")
-        t.add_row(
-            k.key_id,
-            k.kind or "service",
-            k.project,
-            k.name,
-            k.prefix + "…",
-            ",".join(k.models) or "all",
-            describe_limits(k.limits),
-            k.expires_at or "never",
-            k.last_used_at or "-",
-            state,
-        )
+        t.add_row(*key_cells(k))
     return t

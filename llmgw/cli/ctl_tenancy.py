@@ -10,12 +10,16 @@ from rich.table import Table
 from rich.text import Text
 
 from llmgw.cli.ctl import JsonOpt, app, call
-from llmgw.cli.ctl_keys import describe_limits
+from llmgw.keyfmt import (
+    NO_TENANTS,
+    NOUNS,
+    SHAPES,
+    TENANT_COLUMNS,
+    tenant_cells,
+    tenant_line,
+)
 from llmgw.output import renders
 from proto.llmgw.v1 import ListTenantsReply, RemoveTenantReply, TenantView
-
-NOUNS = {"org": "organization", "team": "team", "project": "project"}
-SHAPES = {"org": "ORG", "team": "ORG/TEAM", "project": "ORG/TEAM/PROJECT"}
 
 
 def _level_app(kind: str) -> typer.Typer:
@@ -74,30 +78,20 @@ for _kind in ("org", "team", "project"):
 
 @renders(TenantView)
 def _tenant(v: TenantView):
-    return Text(
-        f"{NOUNS.get(v.kind, v.kind).capitalize()} {v.path} — limits: {describe_limits(v.limits)};"
-        f" {v.keys} working {'key' if v.keys == 1 else 'keys'}"
-    )
+    return Text(tenant_line(v))
 
 
 @renders(ListTenantsReply)
 def _tenants(reply: ListTenantsReply):
     if not reply.tenants:
-        return Text("None yet. Start with: llmgw ctl project create --parents ORG/TEAM/PROJECT")
+        return Text(NO_TENANTS)
     t = Table(
         title=f"Organizations, teams and projects ({len(reply.tenants)})", title_justify="left"
     )
-    for col in ("PATH", "KIND", "LIMITS", "KEYS", "CREATED"):
+    for col in TENANT_COLUMNS:
         t.add_column(col)
     for v in reply.tenants:
-        depth = v.path.count("/")
-        t.add_row(
-            "  " * depth + (v.path.rsplit("/", 1)[-1] if depth else v.path),
-            v.kind,
-            describe_limits(v.limits),
-            str(v.keys),
-            v.created_at,
-        )
+        t.add_row(*tenant_cells(v))
     return t
 
 

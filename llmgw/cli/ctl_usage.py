@@ -27,11 +27,20 @@ from rich.text import Text
 from llmgw import output
 from llmgw.admin_client import AdminClient
 from llmgw.cli.ctl import JsonOpt, app, call
-from llmgw.cli.ctl_keys import parse_duration
 from llmgw.errors import LlmgwError, UsageError
+from llmgw.keyfmt import parse_duration
 from llmgw.output import renders
 from llmgw.paths import resolve
 from llmgw.protojson import to_plain
+from llmgw.usagefmt import (
+    USAGE_COLUMNS,
+    dimension_headings,
+    span_text,
+    sparkline,
+    step_text,
+    sum_cells,
+    usage_cells,
+)
 from proto.llmgw.v1 import UsageReply, UsageRowView
 
 # Its help is the callback's docstring (`usage` below).
@@ -67,7 +76,6 @@ GROUP_SUMS = (
     "ttft_ms_avg",
 )
 _AGE = re.compile(r"(\d+[smhdw])+")
-_SPARKS = "▁▂▃▄▅▆▇█"
 
 ByOpt = typer.Option("", "--by", help=f"Group by, comma separated: {DIMENSIONS}.")
 FromOpt = typer.Option(
@@ -242,79 +250,31 @@ def _destination(out: Path | None) -> Iterator[TextIO]:
         raise
 
 
-def money(micros: int) -> str:
-    """Micro-units as an amount: 5000000 → "5.00", 1234567 → "1.234567"."""
-    whole, frac = divmod(micros, 1_000_000)
-    return f"{whole:,}.{f'{frac:06d}'.rstrip('0').ljust(2, '0')}"
-
-
-def _ms(value: float) -> str:
-    if not value:
-        return "-"
-    return f"{value:,.0f} ms" if value < 1000 else f"{value / 1000:,.2f} s"
-
-
-def _short(iso: str) -> str:
-    """2026-09-01T13:47:12+00:00 → 2026-09-01 13:47:12."""
-    return iso.replace("T", " ").removesuffix("+00:00")
-
-
-def sparkline(series: list[int]) -> str:
-    top = max(series, default=0)
-    if not top:
-        return _SPARKS[0] * len(series)
-    # Any request at all shows above the baseline; the busiest window is a full block.
-    top_index = len(_SPARKS) - 1
-    return "".join(_SPARKS[max(1, round(v * top_index / top)) if v else 0] for v in series)
-
-
-def _step(seconds: int) -> str:
-    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
-        if seconds % size == 0:
-            return f"{seconds // size} {unit}"
-    return f"{seconds} s"
-
-
 @renders(UsageReply)
 def _usage(reply: UsageReply):
-    span = f"{_short(reply.from_)} → {_short(reply.to)} UTC"
+    span = span_text(reply)
     if not reply.groups:
         return Text(f"No requests {span}.")
     dims = list(reply.groups[0].group)
     t = Table(title=f"Usage {span}", title_justify="left")
-    for d in dims:
-        t.add_column(d.upper().replace("_", " "))
-    for col in ("REQUESTS", "ERRORS", "PROMPT", "CACHED", "COMPLETION", "COST"):
+    for heading in dimension_headings(dims):
+        t.add_column(heading)
+    for col in USAGE_COLUMNS:
         t.add_column(col, justify="right")
-    t.add_column("AVG LATENCY", justify="right")
-    t.add_column("AVG TTFT", justify="right")
     for g in reply.groups:
-        t.add_row(*(g.group.get(d, "") for d in dims), *_cells(g, g.latency_ms_avg, g.ttft_ms_avg))
+        t.add_row(*usage_cells(g, dims))
     if len(reply.groups) > 1:
         total = _Total(reply)
         # The TTFT average needs each group's count of first tokens, which the
         # reply does not carry: left blank rather than guessed.
         t.add_section()
-        t.add_row(*(["total"] + [""] * (len(dims) - 1)), *_cells(total, total.latency, 0.0))
+        t.add_row(*(["total"] + [""] * (len(dims) - 1)), *sum_cells(total, total.latency, 0.0))
     if not reply.series:
         return t
     spark = Text.assemble(
-        (f"requests per {_step(reply.series_step_s)}: ", "dim"), sparkline(list(reply.series))
+        (f"requests per {step_text(reply.series_step_s)}: ", "dim"), sparkline(list(reply.series))
     )
     return Group(t, spark)
-
-
-def _cells(g, latency_ms: float, ttft_ms: float) -> list:
-    return [
-        f"{g.requests:,}",
-        Text(f"{g.errors:,}", style="red" if g.errors else ""),
-        f"{g.prompt_tokens:,}",
-        f"{g.cached_tokens:,}",
-        f"{g.completion_tokens:,}",
-        money(g.cost_micros),
-        _ms(latency_ms),
-        _ms(ttft_ms),
-    ]
 
 
 class _Total:

@@ -6,8 +6,10 @@ from datetime import UTC, datetime
 
 import pytest
 
-from llmgw.cli.ctl_usage import money, period, sparkline
+from llmgw.catalog.price import format_micros as money
+from llmgw.cli.ctl_usage import period
 from llmgw.errors import UsageError
+from llmgw.usagefmt import sparkline
 
 NOW = datetime(2026, 9, 10, 12, 30, tzinfo=UTC)
 

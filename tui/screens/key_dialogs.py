@@ -193,24 +193,24 @@ class KeyDialog(FormDialog[NewKey]):
         self.project = project
 
     def fields(self) -> ComposeResult:
-        yield Label("Name (what the key is for)")
-        yield Input(id="key-name")
-        yield Label("Models (comma separated; empty: all)")
-        yield Input(id="key-models")
+        yield Label("Name: what the key is for")
+        yield Input(placeholder="e.g. search-frontend", id="key-name")
+        yield Label("Models, comma separated")
+        yield Input(placeholder="all models", id="key-models")
         with Horizontal(classes="form-row"):
             with Vertical():
-                yield Label("Expires in (90d, 12h; empty: never)")
-                yield Input(id="key-expires")
+                yield Label("Expires in (90d, 12h)")
+                yield Input(placeholder="never", id="key-expires")
             with Vertical():
-                yield Label("Budget a month (e.g. 25)")
-                yield Input(id="key-budget")
+                yield Label("Budget a month (UTC)")
+                yield Input(placeholder="no budget (e.g. 25)", id="key-budget")
         with Horizontal(classes="form-row"):
             with Vertical():
-                yield Label("Requests/min (empty: none)")
-                yield Input(type="integer", id="key-rpm")
+                yield Label("Requests/min")
+                yield Input(placeholder="no limit", type="integer", id="key-rpm")
             with Vertical():
-                yield Label("Tokens/min (empty: none)")
-                yield Input(type="integer", id="key-tpm")
+                yield Label("Tokens/min")
+                yield Input(placeholder="no limit", type="integer", id="key-tpm")
 
     def _count(self, selector: str, what: str) -> int:
         text = self.field(selector)
@@ -277,11 +277,17 @@ class LimitsDialog(FormDialog[LimitsEdit]):
 
     def fields(self) -> ComposeResult:
         yield Static(f"Now: {describe_limits(self.current)}")
-        for name, field_id in self.FIELD_IDS.items():
-            yield Label(LIMIT_NAMES[name].capitalize())
-            yield Input(limit_text(self.current, name), placeholder="unlimited", id=field_id)
+        pairs = list(self.FIELD_IDS.items())
+        for row in (pairs[:2], pairs[2:]):
+            with Horizontal(classes="form-row"):
+                for name, field_id in row:
+                    with Vertical():
+                        yield Label(LIMIT_NAMES[name].capitalize())
+                        yield Input(
+                            limit_text(self.current, name), placeholder="unlimited", id=field_id
+                        )
 
-    def result(self) -> LimitsEdit | None:
+    def result(self) -> LimitsEdit:
         typed = {name: self.field(f"#{fid}") for name, fid in self.FIELD_IDS.items()}
         limits, clear = limits_change(self.scope, self.current, typed)
         changed = [n for n in LIMIT_NAMES if getattr(limits, n) is not None]

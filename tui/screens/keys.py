@@ -128,7 +128,6 @@ class KeysScreen(Screen[None]):
         yield Static(f"Reading keys from {self._client.address}…", id="status")
         with Horizontal(id="keys-body"):
             tree: Tree[str] = Tree("All organizations", data=ALL, id="tenants")
-            tree.show_root = True
             yield tree
             with Vertical(id="keys-side"):
                 yield Static(id="level")
@@ -408,7 +407,8 @@ class KeysScreen(Screen[None]):
         for v in sorted(tenants, key=lambda t: t.path):
             above = nodes.get(v.path.rsplit("/", 1)[0] if "/" in v.path else ALL, tree.root)
             name = v.path.rsplit("/", 1)[-1]
-            label = Text.assemble(name, (f"  {v.kind} · {v.keys} working", "dim"))
+            count = f"{v.keys} {'key' if v.keys == 1 else 'keys'}"
+            label = Text.assemble(name, (f"  {v.kind} · {count}", "dim"))
             if v.kind == "project":
                 nodes[v.path] = above.add_leaf(label, data=v.path)
             else:

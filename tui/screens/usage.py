@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -59,6 +60,13 @@ class UsageLoaded(Message):
         self.to = to
 
 
+def _right(cell: str | Text) -> Text:
+    """Numbers line up on the right, as in the command's table."""
+    text = cell.copy() if isinstance(cell, Text) else Text(cell)
+    text.justify = "right"
+    return text
+
+
 def _next(options: dict, current: str) -> str:
     names = list(options)
     return names[(names.index(current) + 1) % len(names)]
@@ -76,9 +84,11 @@ class UsageScreen(Screen[None]):
         super().__init__()
         self._client = client
         self._columns: tuple[str, ...] | None = None
-        # The last answer, and what was asked for it: (by, from, to).
+        # The last answer; what was asked for it (by, from, to); and the
+        # selectors' choices it answers (period, grouping).
         self.reply: UsageReply | None = None
         self.asked: tuple[tuple[str, ...], str, str] | None = None
+        self.shown: tuple[str, str] | None = None
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -163,6 +173,7 @@ class UsageScreen(Screen[None]):
     def on_usage_loaded(self, message: UsageLoaded) -> None:
         reply, by = message.reply, GROUPINGS[message.grouping][1]
         self.reply, self.asked = reply, (by, message.from_, message.to)
+        self.shown = (message.range_name, message.grouping)
         table = self.query_one("#usage", DataTable)
         selected = self._selected_row()
         if self._columns != by:
@@ -174,7 +185,8 @@ class UsageScreen(Screen[None]):
             table.clear()
         for g in reply.groups:
             key = "\x1f".join(g.group.get(d, "") for d in by)
-            table.add_row(*usage_cells(g, by), key=key)
+            cells = usage_cells(g, by)
+            table.add_row(*cells[: len(by)], *(_right(c) for c in cells[len(by) :]), key=key)
             if key == selected:
                 table.move_cursor(row=table.row_count - 1)
         label = RANGES[message.range_name][0]
