@@ -15,6 +15,7 @@ import typer
 import llmgw.cli.render  # noqa: F401  (registers the renderers)
 from llmgw import output
 from llmgw.admin_client import AdminClient
+from llmgw.cli.ctl_bench import bench_app
 from llmgw.errors import LlmgwError
 from llmgw.paths import resolve
 
@@ -24,6 +25,7 @@ app = typer.Typer(
 )
 node_app = typer.Typer(help="One node.", no_args_is_help=True)
 app.add_typer(node_app, name="node")
+app.add_typer(bench_app, name="bench")
 
 JsonOpt = typer.Option(False, "--json", help="Print the admin reply as JSON, and nothing else.")
 
