@@ -38,6 +38,18 @@ def llmgw(home: Path, *args: str, timeout_s: float = 60, **extra) -> subprocess.
     )
 
 
+def start(home: Path, *args: str) -> subprocess.Popen:
+    """``llmgw ARGS`` running in the background, its output kept (stdout and stderr together)."""
+    return subprocess.Popen(
+        LLMGW + list(args),
+        env=env_for(home),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
+
+
 def init_on_free_ports(home: Path, *extra: str, **env) -> subprocess.CompletedProcess:
     ports = []
     for name in ("agent", "admin", "http", "metrics"):

@@ -3,26 +3,18 @@
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
 
 from llmgw.errors import ExitCode
-from tests.e2e.helpers import LLMGW, env_for, init_on_free_ports, llmgw, wait_until
+from tests.e2e.helpers import init_on_free_ports, llmgw, start, wait_until
 
 
 @pytest.fixture
 def server(tmp_path):
     home = tmp_path / "home"
     init_on_free_ports(home)
-    proc = subprocess.Popen(
-        LLMGW + ["server"],
-        env=env_for(home),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        stdin=subprocess.DEVNULL,
-    )
+    proc = start(home, "server")
     try:
         wait_until(lambda: llmgw(home, "ctl", "status", "--json").returncode == 0, timeout_s=30)
         yield home

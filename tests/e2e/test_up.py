@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
 
 import httpx
 import psutil
 import pytest
 import yaml
 
-from tests.e2e.helpers import LLMGW, env_for, init_on_free_ports, llmgw, nodes_json, wait_until
+from tests.e2e.helpers import (
+    init_on_free_ports,
+    llmgw,
+    nodes_json,
+    start,
+    wait_until,
+)
 
 
 def _only_node(home, state=None, reason_prefix=""):
@@ -58,14 +63,7 @@ def test_up_runs_a_cluster_whose_node_goes_not_ready_when_frozen_and_is_restarte
 ):
     home = tmp_path / "home"
     init_on_free_ports(home, **store_flags)
-    up = subprocess.Popen(
-        LLMGW + ["up"],
-        env=env_for(home),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        stdin=subprocess.DEVNULL,
-    )
+    up = start(home, "up")
     proc = psutil.Process(up.pid)
     try:
         node = wait_until(lambda: _only_node(home, "ready"), timeout_s=30)

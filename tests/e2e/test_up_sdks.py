@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
 
 import anthropic
 import openai
 import pytest
 
-from tests.e2e.helpers import LLMGW, env_for, init_on_free_ports, llmgw, wait_until
+from tests.e2e.helpers import init_on_free_ports, llmgw, start, wait_until
 from tests.e2e.test_up import _ready_replica
 
 
@@ -25,14 +24,7 @@ def _ctl_json(home, *args) -> dict:
 def up(tmp_path):
     home = tmp_path / "home"
     init_on_free_ports(home)
-    proc = subprocess.Popen(
-        LLMGW + ["up"],
-        env=env_for(home),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        stdin=subprocess.DEVNULL,
-    )
+    proc = start(home, "up")
     try:
         replica = wait_until(lambda: _ready_replica(home), timeout_s=240)
         yield home, replica["model"]
