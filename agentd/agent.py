@@ -24,6 +24,7 @@ from agentd.engine_provider import LocalEngines
 from agentd.heartbeat import build_heartbeat, foreign_gpu_bytes
 from agentd.provision.manager import installable_engines
 from agentd.shards import ShardRunner
+from agentd.status import StatusBoard, StatusServer, StatusView
 from llmgw import __version__
 from llmgw.config import AgentConfig, split_host_port
 from llmgw.inventory import Inventory, gpu_to_proto, host_to_proto
@@ -62,7 +63,15 @@ class Backoff:
 
 
 class Agent:
-    def __init__(self, cfg: AgentConfig, paths: Paths, *, probe, engines=None):
+    def __init__(
+        self,
+        cfg: AgentConfig,
+        paths: Paths,
+        *,
+        probe,
+        engines=None,
+        status_socket: Path | None = None,
+    ):
         self.cfg = cfg
         self.paths = paths
         self.probe = probe
@@ -81,6 +90,9 @@ class Agent:
         self._send = None  # the current stream's outbox, while connected
         self.engines = engines or LocalEngines(paths.engines_dir, report=self._engine_report)
         self.shards = ShardRunner(self.data_dir, self.engines, engine_user=cfg.engine_user or None)
+        # -- the node console's status socket (agentd/status.py) --
+        self.board = StatusBoard()
+        self.status_socket = status_socket or paths.agent_status_socket
 
     def register_message(self, inv: Inventory) -> Register:
         return Register(
@@ -94,7 +106,20 @@ class Agent:
         )
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Stay connected to one of the control planes until ``stop`` is set."""
+        """Stay connected to one of the control planes until ``stop`` is set.
+
+        Meanwhile the status socket tells the node console how it goes.
+        """
+        with self.board.recording():
+            server = StatusServer(self.status_socket, StatusView(self, self.board).snapshot)
+            await server.start()
+            try:
+                await self._run(stop)
+            finally:
+                self.board.set_state("stopping")
+                await server.close()
+
+    async def _run(self, stop: asyncio.Event) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         adopted = await self.shards.adopt()
         if adopted:
@@ -117,6 +142,7 @@ class Agent:
         while not stop.is_set():
             addr = self.control_planes[index % len(self.control_planes)]
             started = time.monotonic()
+            self.board.dialing(addr)
             session = asyncio.create_task(self._session(addr))
             stopper = asyncio.create_task(stop.wait())
             await asyncio.wait({session, stopper}, return_when=asyncio.FIRST_COMPLETED)
@@ -128,13 +154,17 @@ class Agent:
             try:
                 session.result()
                 log.warning("control plane %s closed the stream", addr)
+                self.board.lost(addr, "it closed the stream")
             except GRPCError as e:
                 if e.status in (Status.PERMISSION_DENIED, Status.UNAUTHENTICATED):
                     log.error("control plane %s refused this node: %s", addr, e.message)
+                    self.board.lost(addr, f"it refused this node: {e.message}")
                 else:
                     log.warning("control plane %s: %s %s", addr, e.status.name, e.message or "")
+                    self.board.lost(addr, f"{e.status.name} {e.message or ''}".strip())
             except (OSError, StreamTerminatedError, TimeoutError) as e:
                 log.warning("control plane %s unreachable: %s", addr, e or e.__class__.__name__)
+                self.board.lost(addr, f"unreachable: {e or e.__class__.__name__}")
             if time.monotonic() - started >= HEALTHY_SESSION_S:
                 backoff.reset()
             index += 1  # fail over to the next control plane in the list
@@ -173,6 +203,7 @@ class Agent:
                     return
                 self.heartbeat_interval_s = max(first.registered.heartbeat_interval_ms, 100) / 1000
                 self.connected_to = addr
+                self.board.connected(addr)
                 self._stream = stream
                 log.info(
                     "registered with %s as %s (heartbeat every %.1f s)",
@@ -233,7 +264,9 @@ class Agent:
             ok, error = self._apply_settings(msg.agent_settings)
         elif msg.start_shard is not None:
             # Accepted: the work and its outcome follow as ShardStatus reports.
-            self.shards.start(msg.start_shard)
+            s = msg.start_shard
+            self.board.shard_started(s.shard_id, s.model, s.engine, list(s.gpu_indexes))
+            self.shards.start(s)
         elif msg.stop_shard is not None:
             asyncio.create_task(self.shards.stop(msg.stop_shard))
         elif msg.fetch_logs is not None:

@@ -77,6 +77,11 @@ class Paths:
     def log_dir(self) -> Path:
         return self.run_dir / "log"
 
+    @property
+    def agent_status_socket(self) -> Path:
+        """The agent's read-only status socket, which the node console reads."""
+        return self.run_dir / "agent-status.sock"
+
     @classmethod
     def under(cls, home: Path) -> Paths:
         """The layout with everything under one directory."""
