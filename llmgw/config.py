@@ -171,6 +171,40 @@ class RouterConfig(_Strict):
     admission: AdmissionConfig = AdmissionConfig()
 
 
+# The project a fresh cluster is given, so that a key can be made at once.
+DEFAULT_PROJECT = "local/default/default"
+
+
+class SetupConfig(_Strict):
+    """What ``llmgw server init`` was asked for beyond its files; ``llmgw up`` acts on it.
+
+    ``node``: ``llmgw up`` runs this machine's agent beside the control plane.
+    ``starter``: the starter model is served on a cluster with no models.
+    ``project``: made, with these limits, at the first start of a cluster with
+    no projects ("" makes none). ``admin_group``: the group that may read the
+    admin token besides its owner ("" for none).
+    """
+
+    node: bool = True
+    starter: bool = True
+    project: str = DEFAULT_PROJECT
+    rpm: Annotated[int | None, Field(ge=1)] = None
+    tpm: Annotated[int | None, Field(ge=1)] = None
+    budget_month_micros: Annotated[int | None, Field(ge=0)] = None
+    admin_group: str = ""
+
+    @field_validator("project")
+    @classmethod
+    def _project(cls, v: str) -> str:
+        if v:
+            parts = v.split("/")
+            if len(parts) != 3:
+                raise ValueError(f"project {v!r} is not ORG/TEAM/PROJECT")
+            for part in parts:
+                check_name(part, what="each part of a project path")
+        return v
+
+
 class ServerConfig(_Strict):
     """server.yaml: the control plane's settings."""
 
@@ -183,6 +217,7 @@ class ServerConfig(_Strict):
     engines: list[EngineRelease] = []
     router: RouterConfig = RouterConfig()
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    setup: SetupConfig = SetupConfig()
 
     @field_validator("router")
     @classmethod

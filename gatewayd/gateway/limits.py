@@ -11,7 +11,10 @@ level may do, and are kept by ``gatewayd.gateway.pricing.BudgetTable``.
 
 Everything here runs on every request, so it stays small: a dict lookup and a
 little float arithmetic per scope, no I/O, no awaits (nothing can slip
-between a check and its take on the one event loop).
+between a check and its take on the one event loop). The clock is read once
+per admission and once per settlement, not once per bucket: four levels of
+two limits each had it read twenty times a request, a fifth of the gateway's
+own time in a profile.
 """
 
 from __future__ import annotations
@@ -137,15 +140,23 @@ class TokenBucket:
         elapsed = max(0.0, now - self._touched_at)
         return min(self.capacity, self._tokens + elapsed * self._rate_per_s)
 
-    def _refill(self) -> float:
-        now = self._clock()
-        self._tokens = self.level_at(now)
-        self._touched_at = max(now, self._touched_at)
+    def _refill(self, now: float | None = None) -> float:
+        if now is None:
+            now = self._clock()
+        # level_at, inline: this runs for every bucket of every request.
+        elapsed = now - self._touched_at
+        if elapsed > 0:
+            tokens = self._tokens + elapsed * self._rate_per_s
+            self._tokens = min(self.capacity, tokens)
+            self._touched_at = now
         return self._tokens
 
-    def wait_s(self, n: float) -> float | None:
-        """None if ``n`` may be taken now, else seconds until it may; takes nothing."""
-        tokens = self._refill()
+    def wait_s(self, n: float, now: float | None = None) -> float | None:
+        """None if ``n`` may be taken now, else seconds until it may; takes nothing.
+
+        ``now``: the clock's reading, when the caller has just read it.
+        """
+        tokens = self._refill(now)
         need = min(n, self.capacity)
         if tokens >= need:
             return None
@@ -158,14 +169,14 @@ class TokenBucket:
             self._tokens -= n
         return wait
 
-    def charge(self, n: float) -> None:
+    def charge(self, n: float, now: float | None = None) -> None:
         """Take ``n`` whatever the bucket holds: what an answer used beyond its estimate."""
-        self._refill()
+        self._refill(now)
         self._tokens -= n
 
-    def refund(self, n: float) -> None:
+    def refund(self, n: float, now: float | None = None) -> None:
         """Give back ``n`` that an estimate took and the answer did not use; never past full."""
-        self._tokens = min(self.capacity, self._refill() + n)
+        self._tokens = min(self.capacity, self._refill(now) + n)
 
     def set_rate(self, rate_per_min: float) -> None:
         """Follow a changed limit, keeping what was spent in the last minute.
@@ -184,12 +195,14 @@ class TokenBucket:
 class Ticket:
     """A request let through; ``settle`` it with the answer's token count once it is known."""
 
-    __slots__ = ("_settled", "_tpm", "estimate")
+    __slots__ = ("_clock", "_settled", "_tpm", "estimate")
 
-    def __init__(self, tpm: list[TokenBucket], estimate: int) -> None:
+    def __init__(self, tpm: list[TokenBucket], estimate: int, clock: Clock | None = None) -> None:
         self._tpm = tpm
         self._settled = False
         self.estimate = estimate
+        # The buckets' clock, read once for all of them; None: each reads its own.
+        self._clock = clock
 
     def settle(self, actual_tokens: int) -> None:
         """Correct every tokens-a-minute bucket from the estimate to what was used.
@@ -202,12 +215,15 @@ class Ticket:
             return
         self._settled = True
         diff = max(0, actual_tokens) - self.estimate
+        if not diff or not self._tpm:
+            return
+        now = self._clock() if self._clock is not None else None
         if diff > 0:
             for bucket in self._tpm:
-                bucket.charge(diff)
-        elif diff < 0:
+                bucket.charge(diff, now)
+        else:
             for bucket in self._tpm:
-                bucket.refund(-diff)
+                bucket.refund(-diff, now)
 
 
 class LimitTable:
@@ -256,25 +272,27 @@ class LimitTable:
         worst_wait = -1.0
         worst: tuple[str, LimitName, int] | None = None
         for scope, limits in scopes:
-            if limits.rpm is not None:
-                bucket = self._bucket(scope, "rpm", limits.rpm)
-                wait = bucket.wait_s(1)
+            rpm, tpm = limits.rpm, limits.tpm
+            if rpm is not None:
+                bucket = self._bucket(scope, "rpm", rpm)
+                wait = bucket.wait_s(1, now)
                 if wait is not None and wait > worst_wait:
-                    worst_wait, worst = wait, (scope, "rpm", limits.rpm)
+                    worst_wait, worst = wait, (scope, "rpm", rpm)
                 rpm_buckets.append(bucket)
-            if limits.tpm is not None:
-                bucket = self._bucket(scope, "tpm", limits.tpm)
-                wait = bucket.wait_s(est)
+            if tpm is not None:
+                bucket = self._bucket(scope, "tpm", tpm)
+                wait = bucket.wait_s(est, now)
                 if wait is not None and wait > worst_wait:
-                    worst_wait, worst = wait, (scope, "tpm", limits.tpm)
+                    worst_wait, worst = wait, (scope, "tpm", tpm)
                 tpm_buckets.append(bucket)
         if worst is not None:
             return _refusal(*worst, worst_wait)
+        # Every bucket was brought up to ``now`` by wait_s: charging is a subtraction.
         for bucket in rpm_buckets:
-            bucket.charge(1)
+            bucket._tokens -= 1
         for bucket in tpm_buckets:
-            bucket.charge(est)
-        return Ticket(tpm_buckets, est)
+            bucket._tokens -= est
+        return Ticket(tpm_buckets, est, self._clock)
 
     def _sweep(self, now: float) -> None:
         self._next_sweep_at = now + self._idle_s / 4

@@ -2,6 +2,10 @@
 
 Label values come from the catalog only: a model name a client makes up is
 counted as "unknown", so no request can grow the number of series.
+
+Every request is counted, so the labelled series a request touches are kept
+once found (``.labels()`` hashes and locks each time): keyed by the label
+value, after the catalog check, never by what a client sent.
 """
 
 from __future__ import annotations
@@ -18,6 +22,10 @@ OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 
 class GatewayMetrics:
     def __init__(self, known: Callable[[str], bool]):
         self._known = known
+        # (label, status) -> (requests, errors or None, latency);
+        # label -> [ttft, prompt tokens, cached tokens, completion tokens], each once used.
+        self._by_status: dict[tuple[str, int], tuple] = {}
+        self._by_model: dict[str, list] = {}
         self.registry = CollectorRegistry()
         self.requests = Counter(
             "llmgw_requests",
@@ -93,23 +101,42 @@ class GatewayMetrics:
 
     def observe(self, model: str, status: int, total_s: float, overhead_s: float) -> None:
         name = self.label(model)
-        self.requests.labels(name, str(status)).inc()
-        if status >= 400:
-            self.errors.labels(name, str(status)).inc()
-        self.latency.labels(name).observe(total_s)
+        series = self._by_status.get((name, status))
+        if series is None:
+            code = str(status)
+            series = self._by_status[(name, status)] = (
+                self.requests.labels(name, code),
+                self.errors.labels(name, code) if status >= 400 else None,
+                self.latency.labels(name),
+            )
+        requests, errors, latency = series
+        requests.inc()
+        if errors is not None:
+            errors.inc()
+        latency.observe(total_s)
         self.overhead.observe(overhead_s)
 
     def observe_answer(self, model: str, outcome) -> None:
         """Tokens and time to first token of an answered request (a forward ``Outcome``)."""
         name = self.label(model)
+        series = self._by_model.get(name)
+        if series is None:
+            series = self._by_model[name] = [None, None, None, None]
+        # Each series is made when first counted, as .labels() would: no zero series appear.
         if outcome.ttft_s is not None:
-            self.ttft.labels(name).observe(outcome.ttft_s)
-        if outcome.prompt_tokens:
-            self.tokens.labels(name, "prompt").inc(outcome.prompt_tokens)
-        if outcome.cached_tokens:
-            self.tokens.labels(name, "cached").inc(outcome.cached_tokens)
-        if outcome.completion_tokens:
-            self.tokens.labels(name, "completion").inc(outcome.completion_tokens)
+            (series[0] or self._keep(series, 0, self.ttft, name)).observe(outcome.ttft_s)
+        for i, kind, n in (
+            (1, "prompt", outcome.prompt_tokens),
+            (2, "cached", outcome.cached_tokens),
+            (3, "completion", outcome.completion_tokens),
+        ):
+            if n:
+                (series[i] or self._keep(series, i, self.tokens, name, kind)).inc(n)
+
+    @staticmethod
+    def _keep(series: list, i: int, metric, *labels: str):
+        child = series[i] = metric.labels(*labels)
+        return child
 
     def app(self, before: Callable[[], None] | None = None):
         """The /metrics ASGI app; ``before`` brings point-in-time gauges up to date first."""

@@ -3,17 +3,32 @@
 Plain command functions; the app in llmgw/cli/main.py registers them.
 """
 
+import grp
+import json
 import os
+import socket
 import sys
-from typing import Annotated, NoReturn
+from typing import Annotated, Literal, NoReturn
 
 import typer
 import yaml
+from pydantic import BaseModel, ValidationError
 
-from llmgw import cluster_init
+from llmgw import cluster_init, setup_plan, starter
 from llmgw.cluster_init import InitResult, NodeBundle
-from llmgw.config import AgentPki
-from llmgw.errors import LlmgwError
+from llmgw.config import (
+    DEFAULT_PROJECT,
+    AgentPki,
+    SetupConfig,
+    check_name,
+    dump_yaml,
+    load_agent_config,
+    load_server_config,
+    split_host_port,
+)
+from llmgw.errors import LlmgwError, UsageError
+from llmgw.fsutil import write_atomic
+from llmgw.keyfmt import money_text, parse_money
 from llmgw.paths import Paths, resolve
 
 STORE_DSN_ENV = "LLMGW_STORE_DSN"
@@ -66,6 +81,54 @@ def server_init(
             f"{STORE_DSN_ENV} environment variable: a command line is visible to every user.",
         ),
     ] = "",
+    node: Annotated[
+        bool | None,
+        typer.Option(
+            "--node/--no-node",
+            help="This machine as a node too: --node writes its agent.yaml and certificate now; "
+            "--no-node keeps `llmgw up` from running an agent here. Default: `llmgw up` runs one.",
+        ),
+    ] = None,
+    node_id: Annotated[
+        str | None,
+        typer.Option("--node-id", help="This machine's node id (default: its host name)."),
+    ] = None,
+    starter_flag: Annotated[
+        bool | None,
+        typer.Option(
+            "--starter/--no-starter",
+            help="Serve the starter model on a cluster with no models. Default: when the "
+            "starter extra is installed.",
+        ),
+    ] = None,
+    project: Annotated[
+        str | None,
+        typer.Option(
+            "--project",
+            help=f"ORG/TEAM/PROJECT made at the first start (default {DEFAULT_PROJECT}).",
+        ),
+    ] = None,
+    no_project: Annotated[
+        bool, typer.Option("--no-project", help="Make no project at the first start.")
+    ] = False,
+    rpm: Annotated[
+        int | None, typer.Option("--rpm", min=1, help="The project's requests a minute.")
+    ] = None,
+    tpm: Annotated[
+        int | None, typer.Option("--tpm", min=1, help="The project's tokens a minute.")
+    ] = None,
+    budget_month: Annotated[
+        str | None,
+        typer.Option("--budget-month", help="The project's budget a month (e.g. 25 or 0.50)."),
+    ] = None,
+    admin_group: Annotated[
+        str | None,
+        typer.Option(
+            "--admin-group",
+            help="A group that may read the admin token (and so run the console) besides "
+            "its owner.",
+        ),
+    ] = None,
     force_config: Annotated[
         bool, typer.Option("--force-config", help="Write server.yaml again from these flags.")
     ] = False,
@@ -84,21 +147,62 @@ def server_init(
         )
         if port is not None
     }
+    paths = resolve()
     try:
+        setup = _setup_from_flags(
+            node=node,
+            starter_flag=starter_flag,
+            project=project,
+            no_project=no_project,
+            rpm=rpm,
+            tpm=tpm,
+            budget_month=budget_month,
+            admin_group=admin_group,
+        )
+        _admin_gid(setup.admin_group)
+        if node_id is not None and node is not True:
+            raise UsageError("--node-id is this machine's as a node: give --node too")
+        this_node = _node_id_for(node_id)
+        # Refused before anything is written: a machine too small for what it would serve.
+        _refuse_what_will_not_fit(paths, setup, starter_flag, ports)
+        _close_admin_token(paths)
         result = cluster_init.init_server(
-            resolve(),
+            paths,
             hosts=host or [],
             cluster_name=cluster_name,
             ports=ports,
             store_dsn=store_dsn,
             force_config=force_config,
         )
+        recorded = _record_setup(
+            paths,
+            result,
+            setup,
+            flags_given=_setup_flags_given(
+                node, starter_flag, project, no_project, rpm, tpm, budget_month, admin_group
+            ),
+        )
+        agent = _write_node(paths, this_node, result) if node else None
+        # Every run: init has just put the token back to 0600, as a secret should be
+        # unless server.yaml names a group for it.
+        gid = _admin_gid(recorded.admin_group)
+        if gid is not None:
+            _give_admin_group(paths, gid)
     except LlmgwError as err:
         _fail(err)
     if json_output:
-        typer.echo(result.model_dump_json(indent=2))
+        out = result.model_dump(mode="json")
+        out["setup"] = recorded.model_dump(mode="json")
+        out["node"] = agent.model_dump(mode="json") if agent else None
+        typer.echo(json.dumps(out, indent=2))
     else:
         _print_init(result)
+        _print_setup(paths, recorded, agent)
+        typer.echo("Start it: llmgw up" if agent else "Start it: llmgw server")
+
+
+def _setup_flags_given(*values) -> bool:
+    return any(v not in (None, False) for v in values)
 
 
 def node_cert(
@@ -142,8 +246,17 @@ def _print_init(r: InitResult) -> None:
             typer.echo(f"  {'':<9} {'':<19} for {', '.join(r.server_hosts)}")
     for note in r.notes:
         typer.echo(f"note: {note}")
-    typer.echo("Issue a node's certificate: llmgw node cert NODE_ID")
-    typer.echo("Start it: llmgw server")
+
+
+def _print_setup(paths: Paths, setup: SetupConfig, agent: "LocalNode | None") -> None:
+    if agent is not None:
+        typer.echo(f"  {agent.action:<9} {'agent.yaml':<19} {agent.agent_yaml}")
+        typer.echo(f"  {'':<9} {'':<19} node {agent.node_id}, dials {agent.control_plane}")
+    if setup.admin_group:
+        typer.echo(f"  {'':<9} {'admin token':<19} readable by group {setup.admin_group}")
+    typer.echo(f"  {_setup_words(setup)}")
+    if agent is None:
+        typer.echo("Issue a node's certificate: llmgw node cert NODE_ID")
 
 
 def _print_bundle(b: NodeBundle) -> None:
@@ -171,6 +284,190 @@ def _print_bundle(b: NodeBundle) -> None:
     typer.echo(
         f"Copy the three files to {on_node.pki_dir}/ on {b.node_id} and the agent.yaml above "
         f"to {on_node.agent_yaml}, then start it there: llmgw agent"
+    )
+
+
+# --- the setup flags: this machine as a node, the starter, the project, admin access ---
+
+
+class LocalNode(BaseModel):
+    """The agent.yaml ``server init --node`` wrote (or kept) for this machine."""
+
+    node_id: str
+    agent_yaml: str
+    cert: str
+    control_plane: str
+    action: Literal["created", "kept"]
+
+
+def _setup_from_flags(
+    *,
+    node: bool | None,
+    starter_flag: bool | None,
+    project: str | None,
+    no_project: bool,
+    rpm: int | None,
+    tpm: int | None,
+    budget_month: str | None,
+    admin_group: str | None,
+) -> SetupConfig:
+    """The ``setup`` section the flags ask for; UsageError before anything is written."""
+    if no_project and project is not None:
+        raise UsageError("--project and --no-project contradict each other")
+    if no_project and (rpm is not None or tpm is not None or budget_month is not None):
+        raise UsageError("--rpm, --tpm and --budget-month are a project's: give --project")
+    try:
+        return SetupConfig(
+            node=node is not False,
+            starter=starter_flag is not False,
+            project="" if no_project else (project or DEFAULT_PROJECT),
+            rpm=rpm,
+            tpm=tpm,
+            budget_month_micros=parse_money(budget_month) if budget_month is not None else None,
+            admin_group=admin_group or "",
+        )
+    except ValidationError as e:
+        raise UsageError(setup_plan.validation_text(e)) from e
+
+
+def _admin_gid(group: str) -> int | None:
+    """The group's id, checked to exist and to be one this user may give files to."""
+    if not group:
+        return None
+    try:
+        gid = grp.getgrnam(group).gr_gid
+    except KeyError:
+        raise UsageError(
+            f"there is no group {group} on this machine", hint=f"make it: groupadd {group}"
+        ) from None
+    if os.geteuid() != 0 and gid != os.getgid() and gid not in os.getgroups():
+        raise UsageError(
+            f"only root or a member of {group} may give it the admin token",
+            hint="run it with sudo",
+        )
+    return gid
+
+
+def _node_id_for(node_id: str | None) -> str:
+    chosen = node_id or setup_plan.default_node_id(socket.gethostname())
+    try:
+        return check_name(chosen, what="node id")
+    except ValueError as e:
+        raise UsageError(str(e)) from e
+
+
+def _refuse_what_will_not_fit(
+    paths: Paths, setup: SetupConfig, starter_flag: bool | None, ports: dict[str, int]
+) -> None:
+    """The plan's own checks (memory above all), before anything is installed."""
+    from llmgw.setup_run import this_machine
+
+    plan = setup_plan.SetupPlan(
+        control_plane=setup_plan.ControlPlanePart(**{f"{n}_port": p for n, p in ports.items()}),
+        node=setup_plan.NodePart(on=setup.node),
+        # Not said: served when the starter extra is there, as `llmgw up` does.
+        starter=setup_plan.StarterPart(
+            on=starter.available() if starter_flag is None else starter_flag
+        ),
+        admin=setup_plan.AdminPart(on=bool(setup.admin_group), group=setup.admin_group),
+    )
+    refusals = setup_plan.check(plan, this_machine(paths))
+    if refusals:
+        flags = [f for r in refusals for f in r.flags]
+        hint = "nothing was installed"
+        if flags:
+            hint += f"; leave it out with {' or '.join(dict.fromkeys(flags))}"
+        raise UsageError("; ".join(r.message for r in refusals), hint=hint)
+
+
+def _record_setup(
+    paths: Paths, result: InitResult, setup: SetupConfig, *, flags_given: bool
+) -> SetupConfig:
+    """Write ``setup`` into the server.yaml this run wrote; a kept one keeps its own."""
+    step = next(s for s in result.steps if s.item == "server_yaml")
+    cfg = load_server_config(paths.server_yaml)
+    if step.action == "kept":
+        if flags_given and cfg.setup != setup:
+            result.notes.append(
+                f"{paths.server_yaml} exists, so the setup flags (node, starter, project, "
+                "admin group) were not recorded; --force-config writes it again from the flags"
+            )
+        return cfg.setup
+    cfg.setup = setup
+    write_atomic(paths.server_yaml, dump_yaml(cfg), mode=0o644)
+    return setup
+
+
+def _write_node(paths: Paths, node_id: str, result: InitResult) -> LocalNode:
+    """agent.yaml and a node certificate for this machine's agent, dialing this control plane."""
+    _, agent_port = split_host_port(load_server_config(paths.server_yaml).listen.agent)
+    existed = paths.agent_yaml.exists()
+    plane = f"127.0.0.1:{agent_port}"
+    cluster_init.write_local_agent(paths, node_id, [plane])
+    cfg = load_agent_config(paths.agent_yaml)
+    if existed and cfg.node_id != node_id:
+        result.notes.append(
+            f"{paths.agent_yaml} exists for node {cfg.node_id}; it was kept (remove it to "
+            f"make this machine node {node_id})"
+        )
+    return LocalNode(
+        node_id=cfg.node_id,
+        agent_yaml=str(paths.agent_yaml),
+        cert=cfg.pki.cert or str(paths.pki_dir / "node.crt"),
+        control_plane=", ".join(cfg.control_planes),
+        action="kept" if existed else "created",
+    )
+
+
+def _give_admin_group(paths: Paths, gid: int) -> None:
+    """The admin token readable by ``gid``: 0640, in a secrets folder it may enter (0750).
+
+    The other secrets in it stay 0600, readable by their owner only.
+    """
+    try:
+        os.chown(paths.secrets_dir, -1, gid)
+        os.chmod(paths.secrets_dir, 0o750)
+        os.chown(paths.admin_token_file, -1, gid)
+        os.chmod(paths.admin_token_file, 0o640)
+    except OSError as e:
+        raise UsageError(
+            f"the admin token could not be given to group {gid}: {e.strerror}",
+            hint="run it with sudo",
+        ) from e
+
+
+def _close_admin_token(paths: Paths) -> None:
+    """Put a token given to a group back to 0600 before init checks it.
+
+    init warns of a secret readable by others and closes it; a token this
+    command gave a group (server.yaml names it) is not such a mistake, and is
+    given again after.
+    """
+    try:
+        if not load_server_config(paths.server_yaml).setup.admin_group:
+            return
+    except LlmgwError:
+        return  # no server.yaml yet, or init reports what is wrong with it
+    for path, mode in ((paths.admin_token_file, 0o600), (paths.secrets_dir, 0o700)):
+        if path.exists() and path.stat().st_mode & 0o077:
+            os.chmod(path, mode)
+
+
+def _setup_words(setup: SetupConfig) -> str:
+    """The recorded setup, as the line ``server init`` prints under its files."""
+    project = setup.project or "none"
+    limits = [
+        f"{name} {value}"
+        for name, value in (("rpm", setup.rpm), ("tpm", setup.tpm))
+        if value is not None
+    ]
+    if setup.budget_month_micros is not None:
+        limits.append(f"budget {money_text(setup.budget_month_micros)} a month")
+    if limits:
+        project += f" ({', '.join(limits)})"
+    return (
+        f"{'recorded':<9} {'setup':<19} agent here: {'yes' if setup.node else 'no'}; "
+        f"starter model: {'yes' if setup.starter else 'no'}; first project: {project}"
     )
 
 

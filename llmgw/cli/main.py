@@ -12,7 +12,7 @@ from llmgw import __version__, output
 from llmgw.cli import ctl, ctl_keys, ctl_models, ctl_tenancy, ctl_usage  # noqa: F401  (they add their commands)
 from llmgw.cli.doctor_cmd import doctor
 from llmgw.cli.init_cmds import node_cert, server_init
-from llmgw.errors import LlmgwError
+from llmgw.errors import LlmgwError, UsageError
 from llmgw.paths import resolve
 
 app = typer.Typer(
@@ -43,12 +43,54 @@ def _run_or_exit(fn, *args) -> None:
         raise typer.Exit(code=output.fail(e)) from None
 
 
+def which_console(paths) -> str:
+    """The console bare ``llmgw`` opens here: "cluster" on a control plane (its
+    server.yaml is here), "node" on a machine that is only a node, else "setup"."""
+    if paths.server_yaml.exists():
+        return "cluster"
+    if paths.agent_yaml.exists():
+        return "node"
+    return "setup"
+
+
+def _open_console(kind: str) -> None:
+    paths = resolve()
+    if kind == "setup":
+        from tui.setup import run_setup
+
+        if not run_setup(paths):
+            return
+        kind = "cluster"
+    if kind == "node":
+        from tui.node import run_node_console
+
+        _run_or_exit(run_node_console, paths)
+        return
+    from tui.app import run_console
+
+    _run_or_exit(run_console, paths)
+
+
 @app.callback(invoke_without_command=True)
 def _root(ctx: typer.Context) -> None:
     if ctx.invoked_subcommand is None:
-        from tui.app import run_console
+        _open_console(which_console(resolve()))
 
-        _run_or_exit(run_console, resolve())
+
+@app.command()
+def console(
+    kind: str = typer.Argument(
+        "",
+        help="cluster, node or setup (default: what this machine is — a control plane's"
+        " console, a node's, or setup on a machine that is neither).",
+    ),
+) -> None:
+    """Open a console: the cluster's, this node's, or setup."""
+    if kind and kind not in ("cluster", "node", "setup"):
+        raise typer.Exit(
+            code=output.fail(UsageError(f"no console {kind!r}: say cluster, node or setup"))
+        )
+    _open_console(kind or which_console(resolve()))
 
 
 @app.command()

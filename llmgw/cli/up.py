@@ -24,21 +24,20 @@ from llmgw.config import (
     DEFAULT_AGENT_PORT,
     DEFAULT_HTTP_PORT,
     DEFAULT_METRICS_PORT,
+    ServerConfig,
     load_server_config,
     split_host_port,
 )
 from llmgw.errors import AdminError, LlmgwError
 from llmgw.output import stdout as console
 from llmgw.paths import ENV_HOME, Paths, user_home
+from proto.llmgw.v1 import LimitsView
 
 STOP_TIMEOUT_S = 10.0
 READY_TIMEOUT_S = 30.0
 RESTART_DELAY_MAX_S = 30.0
 # How long `llmgw up` watches the starter model come up before leaving it be.
 STARTER_WAIT_S = 300
-
-# Made on a fresh cluster so that the key command `up` prints works as printed.
-DEFAULT_PROJECT = "local/default/default"
 
 
 def _port_free(port: int) -> bool:
@@ -155,7 +154,9 @@ async def _up(paths: Paths, hosts: list[str]) -> None:
         del res
     cfg = load_server_config(paths.server_yaml)
     _, agent_port = split_host_port(cfg.listen.agent)
-    if not paths.agent_yaml.exists():
+    # `server init --no-node`: a control plane only; its nodes join from elsewhere.
+    local_node = cfg.setup.node
+    if local_node and not paths.agent_yaml.exists():
         write_local_agent(paths, local_node_id(), [f"127.0.0.1:{agent_port}"])
 
     env = dict(os.environ)
@@ -172,7 +173,8 @@ async def _up(paths: Paths, hosts: list[str]) -> None:
     try:
         await gatewayd.start()
         await _wait_ready(paths, gatewayd)
-        await agentd.start()
+        if local_node:
+            await agentd.start()
         _, http_port = split_host_port(cfg.listen.http)
         home_note = "" if paths.home == user_home().resolve() else f"LLMGW_HOME={paths.home} "
         console.print(
@@ -181,19 +183,23 @@ async def _up(paths: Paths, hosts: list[str]) -> None:
             f"  agents     {cfg.listen.agent} (mutual TLS)\n"
             f"  admin      {cfg.listen.admin} (token in {paths.admin_token_file})\n"
             f"  logs       {paths.log_dir}\n"
-            f"Check it: {home_note}llmgw ctl nodes   ·   Stop: Ctrl-C\n"
-            f"An API key for the endpoint: {home_note}llmgw ctl keys create --project "
-            f"{DEFAULT_PROJECT}"
+            f"Check it: {home_note}llmgw ctl nodes   ·   Stop: Ctrl-C"
         )
-        starter_task = asyncio.create_task(_serve_starter(paths, home_note))
+        if cfg.setup.project:
+            console.print(
+                f"An API key for the endpoint: {home_note}llmgw ctl keys create --project "
+                f"{cfg.setup.project}"
+            )
+        starter_task = asyncio.create_task(_serve_starter(paths, cfg, home_note))
         try:
-            await _supervise(stop, [gatewayd, agentd])
+            await _supervise(stop, [gatewayd, agentd] if local_node else [gatewayd])
         finally:
             starter_task.cancel()
     finally:
         console.print("Stopping …")
-        await agentd.stop()
-        await _stop_engines(paths)
+        if local_node:
+            await agentd.stop()
+            await _stop_engines(paths)
         await gatewayd.stop()
         console.print("Stopped.")
 
@@ -227,17 +233,29 @@ async def _supervise(stop: asyncio.Event, children: list[Child]) -> None:
             await child.start()
 
 
-async def _serve_starter(paths: Paths, home_note: str) -> None:
-    """Serve the starter model on an empty cluster, and say where it answers once it does."""
+async def _serve_starter(paths: Paths, cfg: ServerConfig, home_note: str) -> None:
+    """At the first start: the project server init recorded, and the starter model on an
+    empty cluster (unless --no-starter); says where the starter answers once it does."""
     from llmgw import starter
     from llmgw.modelfmt import to_spec
 
     try:
         async with AdminClient.from_paths(paths) as admin:
-            if not (await admin.list_tenants("project")).tenants:
+            setup = cfg.setup
+            if setup.project and not (await admin.list_tenants("project")).tenants:
                 # The project the printed key command names, so it works as printed.
-                await admin.create_tenant("project", DEFAULT_PROJECT, parents=True)
-            if not starter.available() or (await admin.list_models()).models:
+                await admin.create_tenant("project", setup.project, parents=True)
+                limits = LimitsView(
+                    scope=setup.project,
+                    rpm=setup.rpm,
+                    tpm=setup.tpm,
+                    budget_month_micros=setup.budget_month_micros,
+                )
+                if any(v is not None for v in (setup.rpm, setup.tpm, setup.budget_month_micros)):
+                    await admin.set_limits(limits)
+            if not setup.starter or not starter.available():
+                return
+            if (await admin.list_models()).models:
                 return
             path = await asyncio.to_thread(starter.assemble, paths.server_data_dir / "models")
             model = starter.model(path)
