@@ -1,11 +1,11 @@
 """The client API's hot path: key, model, replica, forward, relay — and its overhead.
 
-An ASGI handler for ``/v1/…``. Requests go to a ready replica of the model
-through one aiohttp client session (a connection pool per replica host:
-measured here, aiohttp added a third of httpx's latency on this path). A
-replica that fails before any byte reached the client is retried on the
-next one; streams are relayed chunk by chunk as they arrive. Every answer
-carries ``x-llmgw-overhead-ms``: the time spent here, the engine's excluded.
+An ASGI handler for ``/v1/…``: the key, the model, the limits and budgets of
+the key's levels, the admission band, then ``Forwarder`` sends the request to
+a replica (local replicas through a lean pooled HTTP/1.1 client, outside
+providers through aiohttp) and relays the answer; usage and metrics are
+recorded off the hot path. Every answer carries ``x-llmgw-overhead-ms``: the
+time spent here, the engine's excluded.
 """
 
 from __future__ import annotations

@@ -1,13 +1,14 @@
 """A lean HTTP/1.1 client for the gateway's own replicas: pooled keep-alive connections, POST only.
 
-The gateway's hot path spends most of its own time in its HTTP client, and
-aiohttp's general client (cookies, redirects, TLS, proxies, tracing) cost
-about 0.25 ms of CPU a request that a replica on the local network never
-needs. This one does the little the forward does: write a POST whose head is
-built once per target, parse the answer with ``httptools`` (llhttp, as
-uvicorn does), and hand over the status, the headers and the body — whole
-(``await response.read()``) or piece by piece as it arrives (``async for``).
-Outside providers (https, proxies) keep aiohttp (``forward.py``).
+It does the little the forward needs: write a POST whose head is built once
+per target, parse the answer with ``httptools`` (llhttp, as uvicorn does),
+and hand over the status, the headers and the body — whole (``await
+response.read()``) or piece by piece as it arrives (``async for``). A
+replica on the local network needs none of the rest of a general client
+(cookies, redirects, TLS, proxies, tracing): against the sim engine,
+aiohttp's client took 0.22 ms of CPU a request and this one 0.08 ms (each
+measured alone, syscalls included). Outside providers (https, proxies) keep
+aiohttp (``forward.py``).
 
 Connections are kept per (host, port), the idle ones reused last in, first
 out, at most ``max_idle_per_host`` of them. A connection goes back to the
