@@ -258,6 +258,8 @@ async def serve(args: argparse.Namespace, engine_key: str, stop: asyncio.Event) 
                 lifespan="off",
                 access_log=False,
                 log_level="warning",
+                proxy_headers=False,
+                server_header=False,
             )
             server = _Uvicorn(config)
             task = asyncio.create_task(server.serve(), name="http")

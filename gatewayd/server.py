@@ -240,7 +240,15 @@ class GatewayServer:
         """Serve an ASGI app under uvicorn in this loop; the port it got."""
         host, port = split_host_port(listen)
         config = uvicorn.Config(
-            app, host=host, port=port, log_level="warning", lifespan="off", access_log=False
+            app,
+            host=host,
+            port=port,
+            log_level="warning",
+            lifespan="off",
+            access_log=False,
+            # No proxy is trusted to name the client: skip uvicorn's middleware for it.
+            proxy_headers=False,
+            server_header=False,
         )
         server = _QuietUvicorn(config)
         self._uvicorns.append(server)
