@@ -18,7 +18,7 @@ from pathlib import Path
 import grpclib.const
 from grpclib.client import Channel
 from grpclib.const import Status
-from grpclib.exceptions import GRPCError, StreamTerminatedError
+from grpclib.exceptions import GRPCError, ProtocolError, StreamTerminatedError
 
 from agentd.engine_provider import LocalEngines
 from agentd.heartbeat import build_heartbeat, foreign_gpu_bytes
@@ -162,7 +162,9 @@ class Agent:
                 else:
                     log.warning("control plane %s: %s %s", addr, e.status.name, e.message or "")
                     self.board.lost(addr, f"{e.status.name} {e.message or ''}".strip())
-            except (OSError, StreamTerminatedError, TimeoutError) as e:
+            except (OSError, StreamTerminatedError, TimeoutError, ProtocolError) as e:
+                # ProtocolError: the control plane ended the stream while this side's
+                # half was still open (a removed node) — the same as a closed stream.
                 log.warning("control plane %s unreachable: %s", addr, e or e.__class__.__name__)
                 self.board.lost(addr, f"unreachable: {e or e.__class__.__name__}")
             if time.monotonic() - started >= HEALTHY_SESSION_S:

@@ -139,6 +139,7 @@ class GatewayServer:
                     self.keys,
                     store=self.store,
                     info=self.info,
+                    metrics=self.metrics,
                 )
             ]
         )

@@ -54,10 +54,14 @@ from proto.llmgw.v1 import (
     PlanReply,
     PutModelRequest,
     RemoveModelReply,
+    RemoveNodeReply,
+    RemoveNodeRequest,
     RemoveTenantReply,
     RenameTenantRequest,
     ReplicaLogsReply,
     ReplicaLogsRequest,
+    RestartReplicaReply,
+    RestartReplicaRequest,
     RevokeKeyRequest,
     RotateKeyRequest,
     ScaleModelRequest,
@@ -70,6 +74,8 @@ from proto.llmgw.v1 import (
     UsageReply,
     UsageRequest,
     UsageRowView,
+    WarningsReply,
+    WarningsRequest,
     WatchEvent,
     WatchRequest,
 )
@@ -312,6 +318,25 @@ class AdminClient:
                 f"the usage export from {self.address} was cut",
                 hint="run it again; nothing partial is kept when --out names a file",
             ) from e
+
+    # ---- node and replica operations, warnings -----------------------------------
+
+    async def remove_node(self, node_id: str) -> RemoveNodeReply:
+        """Forget a node that is drained or whose agent is stopped (refused otherwise)."""
+        return await self._call(
+            self._stub.remove_node(RemoveNodeRequest(node_id=node_id), timeout=self._timeout_s)
+        )
+
+    async def restart_replica(self, replica_id: str) -> RestartReplicaReply:
+        """Stop a replica so another takes its place, or try a failed one again now."""
+        request = RestartReplicaRequest(replica_id=replica_id)
+        # The stop goes to the node and waits for its acknowledgement.
+        return await self._call(self._stub.restart_replica(request, timeout=self._timeout_s + 30))
+
+    async def warnings(self, since_s: int = 0) -> WarningsReply:
+        """What is wrong now and what went wrong in the last ``since_s`` seconds (0: an hour)."""
+        request = WarningsRequest(since_s=since_s)
+        return await self._call(self._stub.warnings(request, timeout=self._timeout_s))
 
     async def watch(self, topics: list[str]) -> AsyncIterator[WatchEvent]:
         """Live changes of the given topics ("nodes"), until cancelled."""

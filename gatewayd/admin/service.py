@@ -17,13 +17,15 @@ from grpclib.exceptions import GRPCError
 
 from gatewayd.admin.keys import KeyAdmin
 from gatewayd.admin.models import ModelAdmin
+from gatewayd.admin.ops import OpsAdmin
 from gatewayd.admin.tenancy import TenancyAdmin
 from gatewayd.admin.usage import UsageAdmin
 from gatewayd.admin.views import replica_view
 from gatewayd.catalog.catalog import Catalog
 from gatewayd.controller.reconciler import Reconciler
 from gatewayd.gateway.keys import KeyCache
-from gatewayd.nodes.registry import NOT_READY, READY, NodeRegistry
+from gatewayd.gateway.metrics import GatewayMetrics
+from gatewayd.nodes.registry import GONE, NOT_READY, READY, NodeRegistry
 from gatewayd.store import Store
 from llmgw import __version__
 from proto.llmgw.v1 import (
@@ -59,7 +61,7 @@ def token_guard(token: str):
     return check
 
 
-class AdminService(ModelAdmin, KeyAdmin, TenancyAdmin, UsageAdmin, AdminServiceBase):
+class AdminService(ModelAdmin, KeyAdmin, TenancyAdmin, UsageAdmin, OpsAdmin, AdminServiceBase):
     def __init__(
         self,
         registry: NodeRegistry,
@@ -69,6 +71,7 @@ class AdminService(ModelAdmin, KeyAdmin, TenancyAdmin, UsageAdmin, AdminServiceB
         *,
         store: Store,
         info: dict,
+        metrics: GatewayMetrics | None = None,
     ):
         self._registry = registry
         self._store = store
@@ -76,10 +79,14 @@ class AdminService(ModelAdmin, KeyAdmin, TenancyAdmin, UsageAdmin, AdminServiceB
         self._catalog = catalog
         self._reconciler = reconciler
         self._info = info  # cluster_name, store_backend, agent_listen, http_listen
+        # The gateway's counters, for requests and errors in Status (none: zeros).
+        self._metrics = metrics
         self._started_at = datetime.now().astimezone()
 
     async def status(self, message: StatusRequest) -> StatusReply:
         counts = self._registry.counts()
+        counts.pop(GONE, None)  # removed nodes are no longer the cluster's
+        metrics = self._metrics
         return StatusReply(
             version=__version__,
             cluster_name=self._info.get("cluster_name", ""),
@@ -92,14 +99,16 @@ class AdminService(ModelAdmin, KeyAdmin, TenancyAdmin, UsageAdmin, AdminServiceB
             nodes_ready=counts.get(READY, 0),
             nodes_not_ready=counts.get(NOT_READY, 0),
             gateway_url=self._info.get("gateway_url", ""),
+            requests_total=_counted(metrics.requests) if metrics else 0,
+            errors_total=_counted(metrics.errors) if metrics else 0,
         )
 
     async def list_nodes(self, message: ListNodesRequest) -> ListNodesReply:
-        return ListNodesReply(nodes=self._registry.views())
+        return ListNodesReply(nodes=[n for n in self._registry.views() if n.state != GONE])
 
     def _node(self, node_id: str) -> NodeView:
         view = self._registry.view(node_id)
-        if view is None:
+        if view is None or view.state == GONE:
             raise GRPCError(Status.NOT_FOUND, f"no node named {node_id!r}; see: llmgw ctl nodes")
         return view
 
@@ -138,7 +147,9 @@ class AdminService(ModelAdmin, KeyAdmin, TenancyAdmin, UsageAdmin, AdminServiceB
     def _event(self, topic: str, key: str) -> WatchEvent:
         event = WatchEvent(topic=topic, key=key)
         if topic == "nodes":
-            event.node = self._registry.view(key)
+            view = self._registry.view(key)
+            # A removed node is announced as forgotten: every list drops it.
+            event.node = view if view is not None and view.state != GONE else None
         elif topic == "models" and self._catalog.get(key) is not None:
             event.model = self._model_view(key)
         elif topic == "replicas" and key in self._reconciler.replicas:
@@ -146,3 +157,15 @@ class AdminService(ModelAdmin, KeyAdmin, TenancyAdmin, UsageAdmin, AdminServiceB
             live = self._registry.live(r.node_id) if r.node_id else None
             event.replica = replica_view(r, live.record.address if live else "")
         return event
+
+
+def _counted(counter) -> int:
+    """The sum of a labelled Prometheus counter over all its series."""
+    return int(
+        sum(
+            sample.value
+            for family in counter.collect()
+            for sample in family.samples
+            if sample.name.endswith("_total")
+        )
+    )

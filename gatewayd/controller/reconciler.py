@@ -473,7 +473,8 @@ class Reconciler:
                 else:
                     self._fail(r, status.reason or "the engine failed")
             elif state == rs.STOPPED:
-                if r.state == rs.DRAINING or r.model not in self._catalog.names():
+                # A second "stopped" for a replica already stopped is not a failure.
+                if r.state in (rs.DRAINING, rs.STOPPED) or r.model not in self._catalog.names():
                     r.move(rs.STOPPED, status.reason or r.reason)
                 else:
                     self._fail(r, status.reason or "the engine stopped")

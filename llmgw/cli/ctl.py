@@ -11,13 +11,25 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import typer
+from rich.table import Table
+from rich.text import Text
 
 import llmgw.cli.render  # noqa: F401  (registers the renderers)
 from llmgw import output
 from llmgw.admin_client import AdminClient
 from llmgw.cli.ctl_bench import bench_app
 from llmgw.errors import LlmgwError
+from llmgw.keyfmt import parse_duration
+from llmgw.opsfmt import (
+    NO_WARNINGS,
+    WARNING_COLUMNS,
+    removed_node_text,
+    restart_text,
+    warning_cells,
+)
+from llmgw.output import renders
 from llmgw.paths import resolve
+from proto.llmgw.v1 import RemoveNodeReply, RestartReplicaReply, WarningsReply
 
 app = typer.Typer(
     help="Operate a running control plane (what the console does, scriptable).",
@@ -25,6 +37,8 @@ app = typer.Typer(
 )
 node_app = typer.Typer(help="One node.", no_args_is_help=True)
 app.add_typer(node_app, name="node")
+replica_app = typer.Typer(help="One replica.", no_args_is_help=True)
+app.add_typer(replica_app, name="replica")
 app.add_typer(bench_app, name="bench")
 
 JsonOpt = typer.Option(False, "--json", help="Print the admin reply as JSON, and nothing else.")
@@ -80,3 +94,53 @@ def cordon(node_id: str = typer.Argument(..., help="The node id."), json: bool =
 def uncordon(node_id: str = typer.Argument(..., help="The node id."), json: bool = JsonOpt) -> None:
     """Let placement use a cordoned node again."""
     call(lambda c: c.uncordon_node(node_id), json=json)
+
+
+@node_app.command("rm")
+def node_rm(node_id: str = typer.Argument(..., help="The node id."), json: bool = JsonOpt) -> None:
+    """Forget a node: refused while it runs replicas or is connected and not drained."""
+    call(lambda c: c.remove_node(node_id), json=json, next_step="Check it: llmgw ctl nodes")
+
+
+@replica_app.command("restart")
+def replica_restart(
+    replica_id: str = typer.Argument(..., help="The replica (see llmgw ctl replicas)."),
+    json: bool = JsonOpt,
+) -> None:
+    """Stop a replica so a new one takes its place; a failed one is tried again now."""
+    call(lambda c: c.restart_replica(replica_id), json=json)
+
+
+@app.command("warnings")
+def warnings(
+    since: str = typer.Option("1h", "--since", help="How far back: 30m, 1h, 2d …"),
+    json: bool = JsonOpt,
+) -> None:
+    """What is wrong now (nodes, engines, replicas) and what went wrong since then."""
+    try:
+        since_s = parse_duration(since)
+    except LlmgwError as e:
+        raise typer.Exit(code=output.fail(e)) from None
+    call(lambda c: c.warnings(since_s), json=json)
+
+
+@renders(RemoveNodeReply)
+def _removed(r: RemoveNodeReply):
+    return Text(removed_node_text(r))
+
+
+@renders(RestartReplicaReply)
+def _restarted(r: RestartReplicaReply):
+    return Text(restart_text(r))
+
+
+@renders(WarningsReply)
+def _warnings(reply: WarningsReply):
+    if not reply.warnings:
+        return Text(f"No warnings since {reply.since}." if reply.since else NO_WARNINGS)
+    t = Table(title=f"Warnings since {reply.since}", title_justify="left")
+    for col in WARNING_COLUMNS:
+        t.add_column(col, overflow="fold")
+    for w in reply.warnings:
+        t.add_row(*warning_cells(w))
+    return t

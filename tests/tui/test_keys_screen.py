@@ -184,7 +184,7 @@ async def test_revoking_from_the_screen_asks_then_revokes(cluster):
             assert sum(1 for k in now.values() if k.revoked_at) == 1
 
             # Rotating a revoked key is refused: a notification, not a crash.
-            await open_dialog(app, pilot, "o", RotateDialog)
+            await open_dialog(app, pilot, "t", RotateDialog)
             await pilot.press("enter")
             await back(app, pilot)
             await wait_until(pilot, lambda: "was revoked" in notes(app))
@@ -202,7 +202,7 @@ async def test_rotating_from_the_screen_shows_the_new_secret(cluster):
             table.focus()
             table.move_cursor(row=table.get_row_index(batch.key_id))
 
-            dialog = await open_dialog(app, pilot, "o", RotateDialog)
+            dialog = await open_dialog(app, pilot, "t", RotateDialog)
             assert dialog.query_one("#rotate-overlap", Input).value == "1h"
             await pilot.press("enter")
             shown = await showing(app, pilot, SecretShown)

@@ -299,7 +299,7 @@ async def test_explain_shows_why_a_model_fits_on_no_node(cluster):
 async def test_n_m_and_p_switch_screens_and_each_keeps_its_rows(cluster):
     async with cluster.admin() as client:
         await client.put_model(sim_model(replicas=0), create_only=True)
-        app = LlmgwApp(client)
+        app = LlmgwApp(client, first_screen="nodes")
         async with app.run_test(size=SIZE) as pilot:
             assert isinstance(app.screen, NodesScreen)
             keys = {b.binding.key for b in app.screen.active_bindings.values()}

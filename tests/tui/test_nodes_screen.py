@@ -14,8 +14,10 @@ from llmgw.admin_client import AdminClient
 from llmgw.errors import ConfigError
 from llmgw.nodefmt import NO_NODES, node_cells
 from llmgw.paths import Paths
+from proto.llmgw.v1 import ReplicaView
 from tests.tui.fake_admin import FakeAdminServer, free_port, node
 from tui.app import LlmgwApp, run_console
+from tui.screens.node_pane import drain_of, node_pane
 from tui.screens.nodes import NodeDetails, NodesScreen
 
 SIZE = (120, 40)
@@ -65,7 +67,7 @@ async def test_the_nodes_screen_shows_the_nodes_the_server_has(server):
     server.service.put(node("gpu-1", gpus=2))
     server.service.put(node("cpu-1", state="not_ready", reason="no heartbeat for 30 s"))
     async with server.client() as client:
-        app = LlmgwApp(client)
+        app = LlmgwApp(client, first_screen="nodes")
         async with app.run_test(size=SIZE) as pilot:
             assert isinstance(app.screen, NodesScreen)
             assert app.title == "llmgw"
@@ -93,7 +95,7 @@ async def test_the_rows_are_what_ctl_nodes_lists(server):
     server.service.put(node("b", state="registering", reason="first contact"))
     server.service.put(node("c", cordoned=True))
     async with server.client() as client:
-        app = LlmgwApp(client)
+        app = LlmgwApp(client, first_screen="nodes")
         async with app.run_test(size=SIZE) as pilot:
             await wait_until(pilot, lambda: len(table(app).rows) == 3)
             reply = await client.list_nodes()
@@ -107,7 +109,7 @@ async def test_the_rows_are_what_ctl_nodes_lists(server):
 async def test_a_node_changing_state_updates_its_row_live(server):
     server.service.put(node("gpu-1"))
     async with server.client() as client:
-        app = LlmgwApp(client)
+        app = LlmgwApp(client, first_screen="nodes")
         async with app.run_test(size=SIZE) as pilot:
             await wait_until(pilot, lambda: len(table(app).rows) == 1)
             await wait_until(pilot, lambda: server.service.watchers == 1)
@@ -126,7 +128,7 @@ async def test_a_node_changing_state_updates_its_row_live(server):
 
 async def test_an_empty_cluster_says_how_to_add_a_node(server):
     async with server.client() as client:
-        app = LlmgwApp(client)
+        app = LlmgwApp(client, first_screen="nodes")
         async with app.run_test(size=SIZE) as pilot:
             empty = app.screen.query_one("#empty", Static)
             await wait_until(pilot, lambda: empty.display)
@@ -142,7 +144,7 @@ async def test_an_empty_cluster_says_how_to_add_a_node(server):
 async def test_an_unreachable_control_plane_shows_an_error_line_instead_of_crashing():
     port = free_port()
     async with AdminClient(f"127.0.0.1:{port}", "any", timeout_s=2) as client:
-        app = LlmgwApp(client)
+        app = LlmgwApp(client, first_screen="nodes")
         async with app.run_test(size=SIZE) as pilot:
             await wait_until(pilot, lambda: "does not answer" in status(app))
             assert f"gatewayd does not answer on 127.0.0.1:{port}" in status(app)
@@ -159,7 +161,7 @@ async def test_the_screen_recovers_by_itself_when_gatewayd_comes_back():
     # frozen on old rows; it reopens with backoff and reads the whole list again.
     port = free_port()
     async with AdminClient(f"127.0.0.1:{port}", "test-admin-token", timeout_s=2) as client:
-        app = LlmgwApp(client)
+        app = LlmgwApp(client, first_screen="nodes")
         async with app.run_test(size=SIZE) as pilot:
             await wait_until(pilot, lambda: "trying again" in status(app))
             async with FakeAdminServer(port=port) as srv:
@@ -175,7 +177,7 @@ async def test_a_gatewayd_restart_is_ridden_over_with_what_changed_meanwhile():
     first = await FakeAdminServer().start()
     first.service.put(node("gpu-1"))
     async with first.client() as client:
-        app = LlmgwApp(client)
+        app = LlmgwApp(client, first_screen="nodes")
         async with app.run_test(size=SIZE) as pilot:
             await wait_until(pilot, lambda: first.service.watchers == 1)
             await first.stop()
@@ -189,7 +191,7 @@ async def test_a_gatewayd_restart_is_ridden_over_with_what_changed_meanwhile():
 
 async def test_a_refused_token_is_said_plainly(server):
     async with server.client(token="wrong") as client:
-        app = LlmgwApp(client)
+        app = LlmgwApp(client, first_screen="nodes")
         async with app.run_test(size=SIZE) as pilot:
             await wait_until(pilot, lambda: "the admin token was refused" in status(app))
             assert "secrets/admin-token" in status(app)
@@ -199,7 +201,7 @@ async def test_a_refused_token_is_said_plainly(server):
 async def test_enter_on_a_row_shows_the_node_details_and_escape_closes_them(server):
     server.service.put(node("gpu-1", gpus=2))
     async with server.client() as client:
-        app = LlmgwApp(client)
+        app = LlmgwApp(client, first_screen="nodes")
         async with app.run_test(size=SIZE) as pilot:
             await wait_until(pilot, lambda: len(table(app).rows) == 1)
             table(app).focus()
@@ -220,7 +222,7 @@ async def test_enter_on_a_row_shows_the_node_details_and_escape_closes_them(serv
 
 async def test_r_reads_the_list_again(server):
     async with server.client() as client:
-        app = LlmgwApp(client)
+        app = LlmgwApp(client, first_screen="nodes")
         async with app.run_test(size=SIZE) as pilot:
             await wait_until(pilot, lambda: app.screen.query_one("#empty").display)
             # Changed behind the watch's back (no event): only a reload can see it.
@@ -239,7 +241,7 @@ async def test_a_client_factory_is_called_inside_the_app(server):
         return made[-1]
 
     server.service.put(node("n1"))
-    app = LlmgwApp(factory)
+    app = LlmgwApp(factory, first_screen="nodes")
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: "n1" in rows(app))
     assert len(made) == 1
@@ -249,3 +251,48 @@ def test_run_console_without_a_server_yaml_raises_before_drawing(tmp_path):
     with pytest.raises(ConfigError) as e:
         run_console(Paths.under(tmp_path))
     assert "server.yaml" in str(e.value)
+
+
+# ---- the pane under the table ----------------------------------------------------
+
+
+def pane_text(renderable) -> str:
+    console = Console(width=100, record=True, file=io.StringIO())
+    console.print(renderable)
+    return console.export_text()
+
+
+async def test_the_pane_says_what_the_host_warns_of_and_what_it_could_not_read(server):
+    old = node("old-cpu")
+    old.host.avx2 = False  # a recorded inventory: the flag, not the agent's warning
+    server.service.put(old)
+    async with server.client() as client:
+        app = LlmgwApp(client, first_screen="nodes")
+        async with app.run_test(size=SIZE) as pilot:
+            body = app.screen.query_one("#node-pane-body", Static)
+            await wait_until(pilot, lambda: "AVX2" in pane_text(body.content))
+            text = pane_text(body.content)
+            assert "CPU has no AVX2: llama.cpp CPU builds will be slow" in text
+            # This server has no replicas or engines to tell: said, not a failure of the list.
+            assert "(replicas and engines unknown:" in text
+            assert "Nodes: 1 (1 ready)" in status(app)
+
+
+def test_a_drain_counts_the_replicas_left_to_move_and_those_stopping():
+    view = node("gpu-1", gpus=2)
+    view.cordoned = view.draining = True
+    replicas = [
+        ReplicaView(replica_id="a", node_id="gpu-1", gpu_indexes=[0], state="ready"),
+        ReplicaView(replica_id="b", node_id="gpu-1", gpu_indexes=[1], state="draining"),
+        ReplicaView(replica_id="c", node_id="elsewhere", gpu_indexes=[0], state="ready"),
+        ReplicaView(replica_id="d", node_id="gpu-1", state="stopped"),
+    ]
+    drain = drain_of("gpu-1", replicas, seen_total=3)
+    assert (drain.total, drain.left, drain.stopping, drain.done) == (3, 1, 1, False)
+    text = pane_text(node_pane(view, replicas, [], drain))
+    assert "Draining" in text and "2 of 3 moved · 1 left to move, 1 stopping" in text
+    assert "GPU 0" in text and "a ready" in text and "b draining" in text and "c " not in text
+
+    done = drain_of("gpu-1", [], seen_total=3)
+    assert done.done
+    assert "Drained: nothing runs on gpu-1" in pane_text(node_pane(view, [], [], done))

@@ -1,4 +1,4 @@
-"""The Replicas screen against a real gatewayd, a real agent and the sim engine."""
+"""The Replicas screen and its restart against a real gatewayd, agent and sim engine."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from rich.console import Console
 from textual.widgets import DataTable, Static
 
 from llmgw.modelfmt import NO_REPLICAS, history_cells, replica_cells
+from proto.llmgw.v1 import FetchProgress, ReplicaView
 from tests.cluster_fixture import Cluster
 from tests.tui.test_models_screen import (  # cpu_cluster: the "cluster" fixture
     READY_TRIES,
@@ -17,7 +18,8 @@ from tests.tui.test_models_screen import (  # cpu_cluster: the "cluster" fixture
 )
 from tests.tui.test_nodes_screen import SIZE, wait_until
 from tui.app import LlmgwApp
-from tui.screens.replicas import ReplicaChanged, ReplicaDetails, ReplicasScreen
+from tui.screens.key_dialogs import Confirm
+from tui.screens.replicas import ReplicaChanged, ReplicaDetails, ReplicasScreen, replica_body
 
 
 def table(app: LlmgwApp) -> DataTable:
@@ -133,3 +135,60 @@ async def test_a_replica_gatewayd_forgot_loses_its_row(cluster):
             screen.post_message(ReplicaChanged(replica_id, None))
             await wait_until(pilot, lambda: rows(app) == {})
             assert screen.query_one("#empty").display
+
+
+async def test_r_restarts_the_selected_replica_and_a_new_one_takes_its_place(cluster):
+    async with cluster.admin() as client:
+        await client.put_model(sim_model(), create_only=True)
+        app = LlmgwApp(client)
+        async with app.run_test(size=SIZE) as pilot:
+            await open_replicas(app, pilot, cluster)
+            await wait_until(pilot, lambda: states(app) == ["ready"], tries=READY_TRIES)
+            (old,) = rows(app)
+            table(app).focus()
+            await pilot.press("R")
+            await wait_until(pilot, lambda: isinstance(app.screen, Confirm))
+            await pilot.press("y")  # as `llmgw ctl replica restart`
+            await wait_until(pilot, lambda: isinstance(app.screen, ReplicasScreen))
+            line = app.screen.query_one("#action-line", Static)
+            await wait_until(pilot, lambda: "a new replica of sim-chat" in str(line.render()))
+            assert not line.has_class("-error")
+
+            def replaced() -> bool:
+                ready = [i for i, r in rows(app).items() if r[4] == "ready"]
+                return bool(ready) and old not in ready
+
+            await wait_until(pilot, replaced, tries=READY_TRIES)
+            assert rows(app)[old][4] in ("draining", "stopped")
+            # The same rows `llmgw ctl replicas` prints.
+            reply = await client.list_replicas()
+            assert rows(app) == {
+                r.replica_id: [str(c) for c in replica_cells(r)] for r in reply.replicas
+            }
+
+            # Restarting the one on its way out is refused, in place, with why.
+            t = table(app)
+            t.move_cursor(row=t.get_row_index(old))
+            await pilot.press("R")
+            await wait_until(pilot, lambda: isinstance(app.screen, Confirm))
+            await pilot.press("y")
+            await wait_until(pilot, lambda: "already" in str(line.render()))
+            assert line.has_class("-error")
+
+
+async def test_the_history_shows_a_downloads_progress():
+    view = ReplicaView(
+        replica_id="chat-1",
+        model="chat",
+        node_id="gpu-1",
+        state="fetching",
+        reason="downloading",
+        fetch=FetchProgress(bytes_done=3 * 2**30, bytes_total=4 * 2**30),
+    )
+    assert "75% of 4.0 GiB" in plain_renderable(replica_body(view))
+
+
+def plain_renderable(renderable) -> str:
+    console = Console(width=100, record=True, file=io.StringIO())
+    console.print(renderable)
+    return console.export_text()

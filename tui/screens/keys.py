@@ -28,7 +28,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Static, Tree
+from textual.widgets import DataTable, Footer, Static, Tree
 from textual.worker import Worker
 
 from llmgw.admin_client import AdminClient
@@ -56,6 +56,7 @@ from tui.screens.key_dialogs import (
     RotateDialog,
     SecretShown,
 )
+from tui.screens.shell import ShellHeader
 
 # DataTable column keys: the command's headings, lower case ("key", "last_used", …).
 COLUMN_KEYS = tuple(c.lower().replace(" ", "_") for c in KEY_COLUMNS)
@@ -105,7 +106,7 @@ class KeysScreen(Screen[None]):
         Binding("a", "new_level", "New level"),
         Binding("c", "new_key", "New key"),
         Binding("x", "revoke", "Revoke"),
-        Binding("o", "rotate", "Rotate"),
+        Binding("t", "rotate", "Rotate"),
         Binding("l", "limits", "Limits"),
         Binding("e", "rename", "Rename"),
         Binding("d,delete", "remove", "Remove level"),
@@ -124,7 +125,7 @@ class KeysScreen(Screen[None]):
         self._under_dialog = False
 
     def compose(self) -> ComposeResult:
-        yield Header()
+        yield ShellHeader("keys")
         yield Static(f"Reading keys from {self._client.address}…", id="status")
         with Horizontal(id="keys-body"):
             tree: Tree[str] = Tree("All organizations", data=ALL, id="tenants")
@@ -139,7 +140,6 @@ class KeysScreen(Screen[None]):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.sub_title = "Keys & tenancy"
         self.query_one("#keys-empty").display = False
         self.query_one("#tenants", Tree).focus()
 

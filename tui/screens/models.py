@@ -28,7 +28,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.screen import ModalScreen, Screen
-from textual.widgets import Button, DataTable, Footer, Header, Input, Static
+from textual.widgets import Button, DataTable, Footer, Input, Static
 from textual.worker import Worker
 
 from llmgw.admin_client import AdminClient
@@ -50,6 +50,7 @@ from proto.llmgw.v1 import (
 )
 from tui.screens.common import AdminFailed, describe, follow_watch, show_worker_error
 from tui.screens.serve import ServeDialog
+from tui.screens.shell import ShellHeader
 
 log = logging.getLogger(__name__)
 
@@ -254,7 +255,7 @@ class ModelsScreen(Screen[None]):
         self._loaded = False
 
     def compose(self) -> ComposeResult:
-        yield Header()
+        yield ShellHeader("models")
         yield Static(f"Reading models from {self._client.address}…", id="status")
         table: DataTable = DataTable(id="models", cursor_type="row", zebra_stripes=True)
         for heading, key in zip(MODEL_COLUMNS, COLUMN_KEYS, strict=True):
@@ -264,7 +265,6 @@ class ModelsScreen(Screen[None]):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.sub_title = "Models"
         self.query_one("#empty").display = False
         self.load_models()
         self.follow_models()

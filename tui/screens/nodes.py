@@ -2,8 +2,16 @@
 
 It reads the list with the same ``AdminClient.list_nodes()`` the command calls
 and draws each row with the same cell helpers (``llmgw.nodefmt``), then follows
-the admin ``Watch`` stream so a row changes the moment its node does. Enter on
-a row opens the node's details, read with ``get_node`` like ``llmgw ctl node show``.
+the admin ``Watch`` stream so a row changes the moment its node does. Under
+the table, a pane shows the selected node's GPUs with memory bars and the
+replicas on each (``llmgw ctl replicas``), its engines and their install
+state (``llmgw ctl engines``), its host's warnings, and how a drain is going.
+Enter on a row opens the node's details, read with ``get_node`` like
+``llmgw ctl node show``.
+
+On the selected row (``node_actions.NodeActions``): ``c`` cordons or
+uncordons it, ``d`` drains it, ``x`` removes it — as ``llmgw ctl cordon``,
+``uncordon``, ``drain`` and ``node rm``.
 
 Only workers talk to gatewayd; they post past-tense messages (``NodesLoaded``,
 ``NodeChanged``, ``AdminFailed``) whose handlers touch the widgets.
@@ -17,17 +25,21 @@ from typing import ClassVar
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Vertical
+from textual.containers import Vertical, VerticalScroll
 from textual.message import Message
 from textual.screen import ModalScreen, Screen
-from textual.widgets import DataTable, Footer, Header, Static
+from textual.widgets import DataTable, Footer, Static
 from textual.worker import Worker
 
 from llmgw.admin_client import AdminClient
 from llmgw.errors import LlmgwError
 from llmgw.nodefmt import NO_NODES, NODE_COLUMNS, node_cells, node_details
-from proto.llmgw.v1 import ListNodesReply, NodeView, WatchEvent
+from llmgw.opsfmt import removed_node_text
+from proto.llmgw.v1 import EngineView, ListNodesReply, NodeView, ReplicaView, WatchEvent
 from tui.screens.common import AdminFailed, describe, follow_watch, show_worker_error
+from tui.screens.node_actions import NodeActed, NodeActionFailed, NodeActions, NodeRemoved
+from tui.screens.node_pane import Drain, drain_of, node_pane
+from tui.screens.shell import ShellHeader
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +69,30 @@ class NodeFetched(Message):
 
     def __init__(self, view: NodeView) -> None:
         super().__init__()
+        self.view = view
+
+
+class PlacementLoaded(Message):
+    """What runs where (``list_replicas``) and the engines (``list_engines``), or why not."""
+
+    def __init__(
+        self,
+        replicas: list[ReplicaView] | None,
+        engines: list[EngineView] | None,
+        note: str = "",
+    ) -> None:
+        super().__init__()
+        self.replicas = replicas
+        self.engines = engines
+        self.note = note
+
+
+class ReplicaMoved(Message):
+    """One replica changed (a ``Watch`` event on "replicas"); None: gatewayd forgot it."""
+
+    def __init__(self, replica_id: str, view: ReplicaView | None) -> None:
+        super().__init__()
+        self.replica_id = replica_id
         self.view = view
 
 
@@ -111,28 +147,40 @@ class NodeDetails(ModalScreen[None]):
         show_worker_error(self.query_one("#details-status", Static), event)
 
 
-class NodesScreen(Screen[None]):
+class NodesScreen(NodeActions, Screen[None]):
     """Every node in a table keyed by node id, kept current by the admin ``Watch`` stream."""
+
+    BINDINGS: ClassVar[list[BindingType]] = NodeActions.NODE_BINDINGS
 
     def __init__(self, client: AdminClient) -> None:
         super().__init__()
         self._client = client
         self._views: dict[str, NodeView] = {}
+        self._replicas: dict[str, ReplicaView] = {}
+        self._engines: list[EngineView] | None = None
+        self._pane_note = ""
+        # The most replicas each draining node has had to move, for its progress bar.
+        self._drain_total: dict[str, int] = {}
         # "No nodes yet" only once gatewayd said so, never while it cannot be reached.
         self._loaded = False
 
     def compose(self) -> ComposeResult:
-        yield Header()
+        yield ShellHeader("nodes")
         yield Static(f"Reading nodes from {self._client.address}…", id="status")
+        yield Static(id="action-line")
         table: DataTable = DataTable(id="nodes", cursor_type="row", zebra_stripes=True)
         for heading, key in zip(NODE_COLUMNS, COLUMN_KEYS, strict=True):
             table.add_column(heading, key=key)
         yield table
+        with VerticalScroll(id="node-pane"):
+            yield Static(id="node-pane-body")
         yield Static(NO_NODES, id="empty")
         yield Footer()
 
     def on_mount(self) -> None:
         self.query_one("#empty").display = False
+        self.query_one("#node-pane").display = False
+        self.query_one("#action-line").display = False
         self.load_nodes()
         self.follow_nodes()
 
@@ -151,23 +199,50 @@ class NodesScreen(Screen[None]):
             self.post_message(AdminFailed(e))
             return
         self.post_message(NodesLoaded(reply))
+        self.post_message(await self._read_placement())
+
+    async def _read_placement(self) -> PlacementLoaded:
+        # What runs on the nodes and their engines: the pane does without them
+        # (an older gatewayd, a refused call) and says so, the table never does.
+        try:
+            replicas = list((await self._client.list_replicas()).replicas)
+            engines = list((await self._client.list_engines()).engines)
+        except LlmgwError as e:
+            return PlacementLoaded(None, None, f"(replicas and engines unknown: {e.message})")
+        return PlacementLoaded(replicas, engines)
+
+    @work(exclusive=True, exit_on_error=False, group="nodes-engines")
+    async def load_engines(self) -> None:
+        try:
+            engines = list((await self._client.list_engines()).engines)
+        except LlmgwError:
+            return  # the pane keeps the engines it had; r reads them again
+        self.post_message(PlacementLoaded(None, engines))
 
     @work(exclusive=True, exit_on_error=False, group="nodes-watch")
     async def follow_nodes(self) -> None:
         # Not "watch_nodes": Textual calls watch_<name> methods when a reactive changes.
         async def resync() -> Message:
+            self.post_message(await self._read_placement())
             return NodesLoaded(await self._client.list_nodes())
 
         async def on_event(event: WatchEvent) -> Message | None:
-            return NodeChanged(event.key, event.node) if event.topic == "nodes" else None
+            if event.topic == "nodes":
+                return NodeChanged(event.key, event.node)
+            if event.topic == "replicas":
+                return ReplicaMoved(event.key, event.replica)
+            if event.topic == "engines":
+                self.load_engines()  # the event names the node only: read them again
+            return None
 
-        await follow_watch(self, self._client, ["nodes"], resync=resync, on_event=on_event)
+        topics = ["nodes", "replicas", "engines"]
+        await follow_watch(self, self._client, topics, resync=resync, on_event=on_event)
 
     # -- message handlers: widgets only ----------------------------------------
 
     def on_nodes_loaded(self, message: NodesLoaded) -> None:
         table = self.query_one("#nodes", DataTable)
-        selected = self._selected_node_id()
+        selected = self.selected_node_id()
         self._views = {n.node_id: n for n in message.reply.nodes}
         table.clear()
         for n in message.reply.nodes:
@@ -185,9 +260,11 @@ class NodesScreen(Screen[None]):
                 del self._views[node_id]
                 table.remove_row(node_id)
         elif node_id in self._views:
+            changed = self._views[node_id]
             self._views[node_id] = view
-            for key, cell in zip(COLUMN_KEYS, node_cells(view), strict=True):
-                table.update_cell(node_id, key, cell, update_width=True)
+            if node_cells(changed) != node_cells(view):  # a heartbeat changes no cell
+                for key, cell in zip(COLUMN_KEYS, node_cells(view), strict=True):
+                    table.update_cell(node_id, key, cell, update_width=True)
         else:
             self._views[node_id] = view
             table.add_row(*node_cells(view), key=node_id)
@@ -197,6 +274,22 @@ class NodesScreen(Screen[None]):
         if self._loaded:
             self._show_counts()
 
+    def on_placement_loaded(self, message: PlacementLoaded) -> None:
+        if message.replicas is not None:
+            self._replicas = {r.replica_id: r for r in message.replicas}
+        if message.engines is not None:
+            self._engines = message.engines
+        if message.replicas is not None or message.note:
+            self._pane_note = message.note
+        self._show_pane()
+
+    def on_replica_moved(self, message: ReplicaMoved) -> None:
+        if message.view is None:
+            self._replicas.pop(message.replica_id, None)
+        else:
+            self._replicas[message.replica_id] = message.view
+        self._show_pane()
+
     def on_admin_failed(self, message: AdminFailed) -> None:
         status = self.query_one("#status", Static)
         status.update(describe(message.error, message.retry_in_s))
@@ -205,16 +298,78 @@ class NodesScreen(Screen[None]):
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         show_worker_error(self.query_one("#status", Static), event)
 
+    def on_node_acted(self, message: NodeActed) -> None:
+        self.on_node_changed(NodeChanged(message.view.node_id, message.view))
+        self._say(message.text)
+
+    def on_node_removed(self, message: NodeRemoved) -> None:
+        self.on_node_changed(NodeChanged(message.reply.node_id, None))
+        self._say(removed_node_text(message.reply))
+
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
-        view = self._views.get(str(event.row_key.value))
+        self._open_details(str(event.row_key.value))
+
+    def action_details(self) -> None:
+        node_id = self.selected_node_id()
+        if node_id is not None:
+            self._open_details(node_id)
+
+    def _open_details(self, node_id: str) -> None:
+        view = self._views.get(node_id)
         if view is not None:
             self.app.push_screen(NodeDetails(self._client, view))
 
-    def _selected_node_id(self) -> str | None:
-        table = self.query_one("#nodes", DataTable)
-        if not table.row_count:
+    def on_node_action_failed(self, message: NodeActionFailed) -> None:
+        self._say(describe(message.error), error=True)
+
+    def _say(self, text: str, *, error: bool = False) -> None:
+        """What the last action did, or why it was refused, until the next action."""
+        line = self.query_one("#action-line", Static)
+        line.update(text)
+        line.set_class(error, "-error")
+        line.display = True
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        self._show_pane()
+        self.refresh_bindings()
+
+    # -- what the actions and the pane read ----------------------------------------
+
+    def selected_node_id(self) -> str | None:
+        table = next(self.query("#nodes").results(DataTable), None)  # none before compose
+        if table is None or not table.row_count:
             return None
         return table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+
+    def selected_node(self) -> NodeView | None:
+        """The node under the cursor, as last read."""
+        node_id = self.selected_node_id()
+        return self._views.get(node_id) if node_id is not None else None
+
+    def drain(self, node_id: str) -> Drain | None:
+        """How the node's drain stands (None when it is not draining)."""
+        view = self._views.get(node_id)
+        if view is None or not view.draining:
+            self._drain_total.pop(node_id, None)
+            return None
+        drain = drain_of(node_id, self._replicas.values(), self._drain_total.get(node_id, 0))
+        self._drain_total[node_id] = drain.total
+        return drain
+
+    def _show_pane(self) -> None:
+        view = self.selected_node()
+        pane = self.query_one("#node-pane")
+        pane.display = view is not None
+        if view is None:
+            return
+        body = node_pane(
+            view,
+            self._replicas.values(),
+            self._engines,
+            self.drain(view.node_id),
+            self._pane_note,
+        )
+        self.query_one("#node-pane-body", Static).update(body)
 
     def _show_counts(self) -> None:
         nodes = self._views.values()
@@ -224,3 +379,5 @@ class NodesScreen(Screen[None]):
         status.set_class(False, "-error")
         self.query_one("#empty").display = not self._views
         self.query_one("#nodes").display = bool(self._views)
+        self._show_pane()
+        self.refresh_bindings()

@@ -3,8 +3,12 @@
 It reads the list with the same ``AdminClient.list_replicas()`` the command
 calls and draws each row with the same cell helpers (``llmgw.modelfmt``), then
 follows the admin ``Watch`` topic "replicas" so a row moves through pending,
-placed, fetching … ready the moment its replica does. Enter on a row opens the
-replica's history: every state it passed, when, and why.
+placed, fetching … ready the moment its replica does. Enter (or l) on a row
+opens the replica's history: every state it passed, when, and why, its deadline,
+a download's progress, and the last lines its engine wrote (``llmgw ctl logs``).
+``R`` restarts the selected replica after asking (``restart_replica``, as
+``llmgw ctl replica restart``): a running one stops and a new one takes its
+place; a failed or unplaced one is tried again at once.
 
 Only workers talk to gatewayd; they post past-tense messages (``ReplicasLoaded``,
 ``ReplicaChanged``, ``AdminFailed``) whose handlers touch the widgets.
@@ -15,6 +19,7 @@ after a cut) the Models screen runs too.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import ClassVar
 
 from rich.table import Table
@@ -25,7 +30,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.message import Message
 from textual.screen import ModalScreen, Screen
-from textual.widgets import DataTable, Footer, Header, Static
+from textual.widgets import DataTable, Footer, Static
 from textual.worker import Worker
 
 from llmgw.admin_client import AdminClient
@@ -34,12 +39,17 @@ from llmgw.modelfmt import (
     HISTORY_COLUMNS,
     NO_REPLICAS,
     REPLICA_COLUMNS,
+    gib,
     history_cells,
     replica_cells,
     replica_facts,
 )
-from proto.llmgw.v1 import ListReplicasReply, ReplicaView, WatchEvent
+from llmgw.opsfmt import restart_text
+from proto.llmgw.v1 import ListReplicasReply, ReplicaView, RestartReplicaReply, WatchEvent
+from tui.screens.bars import bar
 from tui.screens.common import AdminFailed, describe, follow_watch, show_worker_error
+from tui.screens.key_dialogs import Confirm
+from tui.screens.shell import ShellHeader
 
 log = logging.getLogger(__name__)
 
@@ -66,13 +76,62 @@ class ReplicaChanged(Message):
 
 
 def replica_body(r: ReplicaView) -> Table:
-    """A replica's facts as a two-column grid (label, value)."""
+    """A replica's facts as a two-column grid (label, value), with a download's bar."""
     facts = Table.grid(padding=(0, 2))
     facts.add_column(style="bold")
     facts.add_column()
     for label, value in replica_facts(r):
         facts.add_row(label, value)
+    if r.fetch and r.fetch.bytes_total:
+        line = bar(r.fetch.bytes_done, r.fetch.bytes_total, 20, style="cyan")
+        share = 100 * r.fetch.bytes_done // r.fetch.bytes_total
+        line.append(f" {share}% of {gib(r.fetch.bytes_total)}")
+        facts.add_row("download", line)
     return facts
+
+
+class ReplicaRestarted(Message):
+    """gatewayd took the restart (``restart_replica``)."""
+
+    def __init__(self, reply: RestartReplicaReply) -> None:
+        super().__init__()
+        self.reply = reply
+
+
+class RestartFailed(Message):
+    """The restart was refused or failed: the error says what to do."""
+
+    def __init__(self, error: LlmgwError) -> None:
+        super().__init__()
+        self.error = error
+
+
+def restart_question(view: ReplicaView) -> str:
+    if view.state in ("failed", "pending"):
+        return f"Try {view.replica_id} ({view.model}) again now, without waiting for its retry?"
+    return (
+        f"Restart {view.replica_id} ({view.model})? It stops and a new replica takes its "
+        f"place; while it starts, {view.model} has one replica fewer."
+    )
+
+
+def ask_restart(screen: Screen, view: ReplicaView, restart: Callable[[str], object]) -> None:
+    """Ask before restarting; on yes, ``restart(replica_id)`` (a worker of ``screen``)."""
+
+    def confirmed(yes: bool | None) -> None:
+        if yes:
+            restart(view.replica_id)
+
+    title = f"Restart {view.replica_id}"
+    screen.app.push_screen(Confirm(title, restart_question(view), "Restart"), confirmed)
+
+
+async def restart(client: AdminClient, replica_id: str) -> Message:
+    """Restart a replica as ``llmgw ctl replica restart`` does; the answer as a message."""
+    try:
+        return ReplicaRestarted(await client.restart_replica(replica_id))
+    except LlmgwError as e:
+        return RestartFailed(e)
 
 
 class LogsFetched(Message):
@@ -94,6 +153,7 @@ class ReplicaDetails(ModalScreen[None]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "dismiss", "Close"),
         Binding("l", "logs", "Log tail"),
+        Binding("R", "restart", "Restart"),
     ]
     LOG_LINES = 20
 
@@ -112,7 +172,8 @@ class ReplicaDetails(ModalScreen[None]):
             yield history
             yield Static("", id="replica-logs")
             yield Static(
-                "Esc closes · l reads the log tail again · it follows the replica live",
+                "Esc closes · l reads the log tail again · R restarts it · it follows"
+                " the replica live",
                 classes="dialog-status",
             )
 
@@ -124,6 +185,28 @@ class ReplicaDetails(ModalScreen[None]):
     def action_logs(self) -> None:
         if self._client is not None and self._view.node_id:
             self.fetch_logs()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # Without a client (a history drawn on its own) there is nothing to restart with.
+        return not (action == "restart" and self._client is None)
+
+    def action_restart(self) -> None:
+        ask_restart(self, self._view, self.run_restart)
+
+    @work(exclusive=True, exit_on_error=False, group="replica-restart")
+    async def run_restart(self, replica_id: str) -> None:
+        self.post_message(await restart(self._client, replica_id))
+
+    def on_replica_restarted(self, message: ReplicaRestarted) -> None:
+        self._say(restart_text(message.reply), error=False)
+
+    def on_restart_failed(self, message: RestartFailed) -> None:
+        self._say(describe(message.error), error=True)
+
+    def _say(self, text: str, *, error: bool) -> None:
+        status = self.query_one(".dialog-status", Static)
+        status.update(text)
+        status.set_class(error, "-error")
 
     @work(exclusive=True, exit_on_error=False, group="replica-logs")
     async def fetch_logs(self) -> None:
@@ -159,7 +242,12 @@ class ReplicasScreen(Screen[None]):
 
     # Enter on the table selects its row (which opens the history); this binding
     # puts it in the footer and opens it when the table does not have the focus.
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("enter", "history", "History")]
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("enter", "history", "History"),
+        Binding("l", "history", "Log tail", show=False),
+        Binding("R", "restart", "Restart"),
+    ]
+    ON_A_REPLICA: ClassVar[frozenset[str]] = frozenset({"history", "restart"})
 
     def __init__(self, client: AdminClient) -> None:
         super().__init__()
@@ -170,8 +258,9 @@ class ReplicasScreen(Screen[None]):
         self._loaded = False
 
     def compose(self) -> ComposeResult:
-        yield Header()
+        yield ShellHeader("replicas")
         yield Static(f"Reading replicas from {self._client.address}…", id="status")
+        yield Static(id="action-line")
         table: DataTable = DataTable(id="replicas", cursor_type="row", zebra_stripes=True)
         for heading, key in zip(REPLICA_COLUMNS, COLUMN_KEYS, strict=True):
             table.add_column(heading, key=key)
@@ -180,8 +269,8 @@ class ReplicasScreen(Screen[None]):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.sub_title = "Replicas"
         self.query_one("#empty").display = False
+        self.query_one("#action-line").display = False
         self.load_replicas()
         self.follow_replicas()
 
@@ -257,9 +346,37 @@ class ReplicasScreen(Screen[None]):
         show_worker_error(self.query_one("#status", Static), event)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action == "history" and self._selected_replica_id() is None:
+        if action in self.ON_A_REPLICA and self._selected_replica_id() is None:
             return None
         return True
+
+    def action_restart(self) -> None:
+        view = self._views.get(self._selected_replica_id() or "")
+        if view is not None:
+            ask_restart(self, view, self.run_restart)
+
+    @work(exclusive=True, exit_on_error=False, group="replicas-action")
+    async def run_restart(self, replica_id: str) -> None:
+        self.post_message(await restart(self._client, replica_id))
+
+    def on_replica_restarted(self, message: ReplicaRestarted) -> None:
+        self._say(restart_text(message.reply), error=False)
+        view = message.reply.replica
+        if view is not None:
+            self.on_replica_changed(ReplicaChanged(view.replica_id, view))
+
+    def on_restart_failed(self, message: RestartFailed) -> None:
+        self._say(describe(message.error), error=True)
+
+    def _say(self, text: str, *, error: bool) -> None:
+        """What the last action did, or why it was refused, until the next action."""
+        line = self.query_one("#action-line", Static)
+        line.update(text)
+        line.set_class(error, "-error")
+        line.display = True
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        self.refresh_bindings()
 
     def action_history(self) -> None:
         replica_id = self._selected_replica_id()

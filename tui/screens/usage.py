@@ -23,7 +23,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Label, Select, Sparkline, Static
+from textual.widgets import DataTable, Footer, Label, Select, Sparkline, Static
 from textual.worker import Worker
 
 from llmgw.admin_client import AdminClient
@@ -40,6 +40,7 @@ from llmgw.usagefmt import (
 )
 from proto.llmgw.v1 import UsageReply
 from tui.screens.common import AdminFailed, describe, show_worker_error
+from tui.screens.shell import ShellHeader
 
 # 5 s: a request shows within one usage flush (1 s) and one refresh, without a
 # screen left open all day asking gatewayd more than once every few seconds.
@@ -91,7 +92,7 @@ class UsageScreen(Screen[None]):
         self.shown: tuple[str, str] | None = None
 
     def compose(self) -> ComposeResult:
-        yield Header()
+        yield ShellHeader("usage")
         yield Static(f"Reading usage from {self._client.address}…", id="status")
         with Horizontal(id="usage-bar"):
             yield Label("Period")
@@ -116,7 +117,6 @@ class UsageScreen(Screen[None]):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.sub_title = "Usage"
         self.query_one("#usage-empty").display = False
         self.query_one("#usage", DataTable).focus()
         self.set_interval(REFRESH_S, self._tick)

@@ -61,12 +61,16 @@ __all__ = (
     "Register",
     "Registered",
     "RemoveModelReply",
+    "RemoveNodeReply",
+    "RemoveNodeRequest",
     "RemoveTenantReply",
     "RenameTenantRequest",
     "ReplicaEvent",
     "ReplicaLogsReply",
     "ReplicaLogsRequest",
     "ReplicaView",
+    "RestartReplicaReply",
+    "RestartReplicaRequest",
     "RevokeKeyRequest",
     "RotateKeyRequest",
     "ScaleModelRequest",
@@ -83,6 +87,9 @@ __all__ = (
     "UsageReply",
     "UsageRequest",
     "UsageRowView",
+    "WarningView",
+    "WarningsReply",
+    "WarningsRequest",
     "WatchEvent",
     "WatchRequest",
     "WeightsSource",
@@ -1137,6 +1144,39 @@ default_message_pool.register_message("llmgw.v1", "RemoveModelReply", RemoveMode
 
 
 @dataclass(eq=False, repr=False)
+class RemoveNodeReply(betterproto2.Message):
+    node_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    removed: "bool" = betterproto2.field(2, betterproto2.TYPE_BOOL)
+
+    was_connected: "bool" = betterproto2.field(3, betterproto2.TYPE_BOOL)
+    """
+    The agent was still connected: it registers again as a new node when it
+    next connects, unless it is stopped on that machine.
+    """
+
+    note: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+    """
+    What happens next, in plain words.
+    """
+
+
+default_message_pool.register_message("llmgw.v1", "RemoveNodeReply", RemoveNodeReply)
+
+
+@dataclass(eq=False, repr=False)
+class RemoveNodeRequest(betterproto2.Message):
+    """
+    ---- Node and replica operations, warnings -------------------------------------
+    """
+
+    node_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+
+default_message_pool.register_message("llmgw.v1", "RemoveNodeRequest", RemoveNodeRequest)
+
+
+@dataclass(eq=False, repr=False)
 class RemoveTenantReply(betterproto2.Message):
     path: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
 
@@ -1234,6 +1274,33 @@ class ReplicaView(betterproto2.Message):
 
 
 default_message_pool.register_message("llmgw.v1", "ReplicaView", ReplicaView)
+
+
+@dataclass(eq=False, repr=False)
+class RestartReplicaReply(betterproto2.Message):
+    replica: "ReplicaView | None" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, optional=True)
+    """
+    The replica as it is now (draining, or waiting to start again).
+    """
+
+    action: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    "replace": it stops and a new replica takes its place;
+    "retry": a failed or unplaced replica is tried again now.
+    """
+
+    note: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+
+
+default_message_pool.register_message("llmgw.v1", "RestartReplicaReply", RestartReplicaReply)
+
+
+@dataclass(eq=False, repr=False)
+class RestartReplicaRequest(betterproto2.Message):
+    replica_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+
+default_message_pool.register_message("llmgw.v1", "RestartReplicaRequest", RestartReplicaRequest)
 
 
 @dataclass(eq=False, repr=False)
@@ -1401,6 +1468,14 @@ class StatusReply(betterproto2.Message):
     """
     Where clients reach the OpenAI/Anthropic API.
     """
+
+    requests_total: "int" = betterproto2.field(12, betterproto2.TYPE_INT64)
+    """
+    Client API requests answered since gatewayd started, and those answered
+    with an error status; two samples apart give requests per second.
+    """
+
+    errors_total: "int" = betterproto2.field(13, betterproto2.TYPE_INT64)
 
 
 default_message_pool.register_message("llmgw.v1", "StatusReply", StatusReply)
@@ -1575,6 +1650,68 @@ class UsageRowView(betterproto2.Message):
 
 
 default_message_pool.register_message("llmgw.v1", "UsageRowView", UsageRowView)
+
+
+@dataclass(eq=False, repr=False)
+class WarningsReply(betterproto2.Message):
+    warnings: "list[WarningView]" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, repeated=True)
+
+    since: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    The start of the period looked at.
+    """
+
+
+default_message_pool.register_message("llmgw.v1", "WarningsReply", WarningsReply)
+
+
+@dataclass(eq=False, repr=False)
+class WarningsRequest(betterproto2.Message):
+    since_s: "int" = betterproto2.field(1, betterproto2.TYPE_INT64)
+    """
+    How far back to look, in seconds; 0: the last hour.
+    """
+
+
+default_message_pool.register_message("llmgw.v1", "WarningsRequest", WarningsRequest)
+
+
+@dataclass(eq=False, repr=False)
+class WarningView(betterproto2.Message):
+    at: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    When it began (a state's since, a failure's time).
+    """
+
+    severity: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    "error" (something does not work) or "warning".
+    """
+
+    kind: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    "node", "host", "engine", "replica" or "model".
+    """
+
+    subject: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+    """
+    The node id, replica id or model name it is about.
+    """
+
+    message: "str" = betterproto2.field(5, betterproto2.TYPE_STRING)
+
+    hint: "str" = betterproto2.field(6, betterproto2.TYPE_STRING)
+    """
+    What to do about it.
+    """
+
+    current: "bool" = betterproto2.field(7, betterproto2.TYPE_BOOL)
+    """
+    Still true now (false: it happened within the period and has passed).
+    """
+
+
+default_message_pool.register_message("llmgw.v1", "WarningView", WarningView)
 
 
 @dataclass(eq=False, repr=False)
@@ -2139,6 +2276,60 @@ class AdminServiceStub(betterproto2_grpclib.ServiceStub):
         ):
             yield response
 
+    async def remove_node(
+        self,
+        message: "RemoveNodeRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "RemoveNodeReply":
+
+        return await self._unary_unary(
+            "/llmgw.v1.AdminService/RemoveNode",
+            message,
+            RemoveNodeReply,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def restart_replica(
+        self,
+        message: "RestartReplicaRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "RestartReplicaReply":
+
+        return await self._unary_unary(
+            "/llmgw.v1.AdminService/RestartReplica",
+            message,
+            RestartReplicaReply,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def warnings(
+        self,
+        message: "WarningsRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "WarningsReply":
+
+        return await self._unary_unary(
+            "/llmgw.v1.AdminService/Warnings",
+            message,
+            WarningsReply,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
     async def watch(
         self,
         message: "WatchRequest",
@@ -2294,6 +2485,18 @@ class AdminServiceBase(betterproto2_grpclib.ServiceBase):
 
         raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
         yield UsageRowView()
+
+    async def remove_node(self, message: "RemoveNodeRequest") -> "RemoveNodeReply":
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def restart_replica(self, message: "RestartReplicaRequest") -> "RestartReplicaReply":
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def warnings(self, message: "WarningsRequest") -> "WarningsReply":
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
 
     async def watch(self, message: "WatchRequest") -> "AsyncIterator[WatchEvent]":
 
@@ -2525,6 +2728,30 @@ class AdminServiceBase(betterproto2_grpclib.ServiceBase):
             request,
         )
 
+    async def __rpc_remove_node(
+        self, stream: "grpclib.server.Stream[RemoveNodeRequest, RemoveNodeReply]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.remove_node(request)
+        await stream.send_message(response)
+
+    async def __rpc_restart_replica(
+        self, stream: "grpclib.server.Stream[RestartReplicaRequest, RestartReplicaReply]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.restart_replica(request)
+        await stream.send_message(response)
+
+    async def __rpc_warnings(
+        self, stream: "grpclib.server.Stream[WarningsRequest, WarningsReply]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.warnings(request)
+        await stream.send_message(response)
+
     async def __rpc_watch(self, stream: "grpclib.server.Stream[WatchRequest, WatchEvent]") -> None:
         request = await stream.recv_message()
         assert request is not None
@@ -2703,6 +2930,24 @@ class AdminServiceBase(betterproto2_grpclib.ServiceBase):
                 grpclib.const.Cardinality.UNARY_STREAM,
                 UsageRequest,
                 UsageRowView,
+            ),
+            "/llmgw.v1.AdminService/RemoveNode": grpclib.const.Handler(
+                self.__rpc_remove_node,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                RemoveNodeRequest,
+                RemoveNodeReply,
+            ),
+            "/llmgw.v1.AdminService/RestartReplica": grpclib.const.Handler(
+                self.__rpc_restart_replica,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                RestartReplicaRequest,
+                RestartReplicaReply,
+            ),
+            "/llmgw.v1.AdminService/Warnings": grpclib.const.Handler(
+                self.__rpc_warnings,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                WarningsRequest,
+                WarningsReply,
             ),
             "/llmgw.v1.AdminService/Watch": grpclib.const.Handler(
                 self.__rpc_watch,

@@ -1,0 +1,72 @@
+"""The console's frame around every screen: a header with the cluster's state, and tabs.
+
+``ShellHeader`` shows "llmgw · <cluster>" with the cluster's state beside it
+(the app's title and sub-title, kept current by the app), and under it one
+tab per screen with the key that opens it; a click on a tab opens it too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import Static
+
+
+@dataclass(frozen=True)
+class ScreenEntry:
+    mode: str
+    key: str
+    title: str
+    # The ``llmgw ctl`` command that prints what the screen shows.
+    command: str
+
+
+SCREENS: tuple[ScreenEntry, ...] = (
+    ScreenEntry("overview", "o", "Overview", "llmgw ctl status / nodes / models / warnings"),
+    ScreenEntry("nodes", "n", "Nodes", "llmgw ctl nodes / engines"),
+    ScreenEntry("models", "m", "Models", "llmgw ctl models"),
+    ScreenEntry("replicas", "p", "Replicas", "llmgw ctl replicas"),
+    ScreenEntry("keys", "k", "Keys", "llmgw ctl keys / org / team / project"),
+    ScreenEntry("usage", "u", "Usage", "llmgw ctl usage"),
+)
+
+
+def tabs_markup(current: str) -> str:
+    """One tab per screen, its key first; the current one marked. Clicking one opens it."""
+    parts = []
+    for s in SCREENS:
+        label = f" [b]{s.key}[/b] {s.title} "
+        if s.mode == current:
+            label = f"[reverse]{label}[/reverse]"
+        parts.append(f"[@click=app.switch_mode('{s.mode}')]{label}[/]")
+    return "".join(parts)
+
+
+class ShellHeader(Vertical):
+    """The cluster's name and state on one line, the screens as tabs on the next."""
+
+    def __init__(self, mode: str) -> None:
+        super().__init__(id="shell-header")
+        self._mode = mode
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="shell-title")
+        yield Static(tabs_markup(self._mode), id="shell-tabs")
+
+    def on_mount(self) -> None:
+        self.watch(self.app, "title", self._retitle, init=False)
+        self.watch(self.app, "sub_title", self._retitle)
+
+    def _retitle(self, _: str = "") -> None:
+        # The app's sub-title is the cluster's state, or what keeps it from being read.
+        problem = bool(getattr(self.app, "cluster_problem", ""))
+        line = Table.grid(expand=True)
+        line.add_column(no_wrap=True)
+        line.add_column(justify="right", no_wrap=True, overflow="ellipsis")
+        state = Text(self.app.sub_title, style="bold red" if problem else "")
+        line.add_row(Text(self.app.title, style="bold"), state)
+        self.query_one("#shell-title", Static).update(line)
