@@ -22,6 +22,16 @@ if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
   fi
 fi
 
+# The console's real-terminal test drives llmgw in tmux; install it where it is missing.
+if ! command -v tmux >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "== installing tmux for the console's terminal test"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tmux >/dev/null
+  else
+    echo "tmux is not installed; the console's terminal test will be skipped (install the tmux package)" >&2
+  fi
+fi
+
 echo "== generated code matches proto/*.proto"
 gen=$(mktemp -d)
 trap 'rm -rf "$gen"' EXIT

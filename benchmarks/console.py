@@ -1,0 +1,598 @@
+"""How quickly the console paints and answers keys, with a big cluster changing under it.
+
+The real ``llmgw`` console runs in a pseudo-terminal of its own (a separate
+process, as an operator runs it), pointed by its LLMGW_HOME at a fake admin
+server in this process: a real grpclib server with the admin token check,
+holding N nodes (mixed GPU and CPU), M models and a replica per model, and
+streaming changes to every open ``Watch`` (node heartbeats, models and
+replicas changing) at a steady rate.
+
+Two figures, read against the goal "start to first painted screen under 1 s;
+with 1,000 nodes and 500 models streaming updates, a key press answered
+within 100 ms":
+
+- **start**: from spawning ``llmgw`` to its first frame (the footer drawn),
+  and to the whole cluster shown (the header's "N/N nodes ready" over the
+  Overview);
+  ``--starts`` runs, each a fresh process, Python imports included, with the
+  cluster quiet.
+- **keys**: with the updates streaming, the time from a key written to the
+  terminal to the first output of the screen it switches to (n, m, p, k, u, o
+  in turn; each screen's own status line is the mark). Screens are visited once
+  before measuring, so the figure is a switch, not a first load.
+
+The console's frames are read from the terminal as they come (no terminal
+emulator in between); the marks are plain text Textual writes in one piece.
+Figures are printed (and written with ``--json``), never asserted.
+
+    .venv/bin/python benchmarks/console.py [--nodes 1000] [--models 500] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import fcntl
+import json
+import os
+import platform
+import random
+import shutil
+import signal
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import termios
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+from grpclib.const import Status
+from grpclib.events import RecvRequest, listen
+from grpclib.exceptions import GRPCError
+from grpclib.server import Server
+
+from llmgw.cluster_init import init_server
+from llmgw.config import dump_yaml, load_server_config
+from llmgw.fsutil import write_atomic
+from llmgw.paths import Paths
+from proto.llmgw.v1 import (
+    AdminServiceBase,
+    GetModelRequest,
+    GetNodeRequest,
+    Gpu,
+    HostFacts,
+    ListEnginesReply,
+    ListEnginesRequest,
+    ListKeysReply,
+    ListKeysRequest,
+    ListModelsReply,
+    ListModelsRequest,
+    ListNodesReply,
+    ListNodesRequest,
+    ListReplicasReply,
+    ListReplicasRequest,
+    ListTenantsReply,
+    ListTenantsRequest,
+    ModelProfile,
+    ModelSpec,
+    ModelView,
+    NodeView,
+    ReplicaView,
+    StatusReply,
+    StatusRequest,
+    UsageReply,
+    UsageRequest,
+    WarningsReply,
+    WarningsRequest,
+    WatchEvent,
+    WatchRequest,
+)
+
+GIB = 2**30
+# What each key switches to, and the text that screen's status line starts with:
+# the first time it is read after the key, that screen has been painted.
+SWITCHES = [
+    ("n", b"Nodes: "),
+    ("m", b"Models: "),
+    ("p", b"Replicas: "),
+    ("k", b"No organizations yet"),
+    ("u", b"Usage by "),
+    ("o", b"Live from "),
+]
+# gatewayd's default heartbeat interval: each heartbeat is announced on "nodes".
+HEARTBEAT_INTERVAL_S = 2.0
+# A key not answered in this long is counted as missed (and the run goes on).
+KEY_TIMEOUT_S = 10.0
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime())
+
+
+# -- the fake control plane ------------------------------------------------------------
+
+
+class FakeCluster(AdminServiceBase):
+    """N nodes, M models with a replica each, answered as gatewayd would; ``churn``
+    changes them at a steady rate and tells every open Watch."""
+
+    def __init__(self, nodes: int, models: int) -> None:
+        rng = random.Random(7)
+        self.nodes = {}
+        for i in range(nodes):
+            gpus = rng.choice((0, 1, 4, 8))
+            node_id = f"node-{i:04d}"
+            self.nodes[node_id] = NodeView(
+                node_id=node_id,
+                hostname=f"{node_id}.lab",
+                state="ready",
+                version="0.1.0",
+                address=f"10.{i // 250}.{i % 250}.1",
+                last_heartbeat_at=_now(),
+                host=HostFacts(
+                    hostname=f"{node_id}.lab",
+                    os_id="ubuntu",
+                    os_version_id="22.04",
+                    arch="x86_64",
+                    cpu_count=64,
+                    memory_total_bytes=512 * GIB,
+                    gpu_note="" if gpus else "no NVIDIA driver",
+                ),
+                gpus=[
+                    Gpu(index=g, name="NVIDIA H100 80GB HBM3", memory_total_bytes=80 * GIB)
+                    for g in range(gpus)
+                ],
+            )
+        node_ids = list(self.nodes)
+        self.models, self.replicas = {}, {}
+        for i in range(models):
+            name = f"model-{i:03d}"
+            self.models[name] = ModelView(
+                spec=ModelSpec(
+                    name=name,
+                    source=f"hf:org/{name}-GGUF:q4_k_m.gguf",
+                    profiles=[ModelProfile(name="default", engine="llama.cpp")],
+                    replicas_min=1,
+                    replicas_max=1,
+                ),
+                replicas_desired=1,
+                replicas_ready=1,
+                state="serving",
+            )
+            rid = f"{name}-r1"
+            self.replicas[rid] = ReplicaView(
+                replica_id=rid,
+                model=name,
+                profile="default",
+                node_id=node_ids[i % len(node_ids)] if node_ids else "",
+                state="ready",
+                since=_now(),
+            )
+        self.watchers: set[_Watcher] = set()
+        self.events_published = 0
+        self.events_sent = 0
+
+    def publish(self, event: WatchEvent) -> None:
+        self.events_published += 1
+        for watcher in self.watchers:
+            watcher.offer(event)
+
+    async def churn(self, node_events_per_s: float, model_events_per_s: float) -> None:
+        """Heartbeats on random nodes; models and replicas going ready ↔ starting."""
+        rng = random.Random(11)
+        node_ids, names = list(self.nodes), list(self.models)
+        tick_s = 0.05
+        node_debt = model_debt = 0.0
+        while True:
+            await asyncio.sleep(tick_s)
+            node_debt += node_events_per_s * tick_s
+            model_debt += model_events_per_s * tick_s
+            while node_ids and node_debt >= 1:
+                node_debt -= 1
+                n = self.nodes[rng.choice(node_ids)]
+                n.last_heartbeat_at = _now()
+                n.heartbeat_seq += 1
+                self.publish(WatchEvent(topic="nodes", key=n.node_id, node=n))
+            while names and model_debt >= 1:
+                model_debt -= 1
+                m = self.models[rng.choice(names)]
+                ready = m.replicas_ready == 0
+                m.replicas_ready = 1 if ready else 0
+                m.state = "serving" if ready else "starting"
+                m.reason = "" if ready else "1 replica starting"
+                r = self.replicas[f"{m.spec.name}-r1"]
+                r.state, r.since = ("ready" if ready else "starting"), _now()
+                self.publish(WatchEvent(topic="models", key=m.spec.name, model=m))
+                self.publish(WatchEvent(topic="replicas", key=r.replica_id, replica=r))
+
+    # -- the admin calls the console makes ------------------------------------------
+
+    async def status(self, message: StatusRequest) -> StatusReply:
+        ready = sum(1 for n in self.nodes.values() if n.state == "ready")
+        return StatusReply(
+            version="0.1.0",
+            cluster_name="bench",
+            leader=True,
+            store_backend="sqlite",
+            nodes_total=len(self.nodes),
+            nodes_ready=ready,
+        )
+
+    async def list_nodes(self, message: ListNodesRequest) -> ListNodesReply:
+        return ListNodesReply(nodes=list(self.nodes.values()))
+
+    async def get_node(self, message: GetNodeRequest) -> NodeView:
+        if message.node_id not in self.nodes:
+            raise GRPCError(Status.NOT_FOUND, f"no node named {message.node_id!r}")
+        return self.nodes[message.node_id]
+
+    async def list_models(self, message: ListModelsRequest) -> ListModelsReply:
+        return ListModelsReply(models=list(self.models.values()))
+
+    async def get_model(self, message: GetModelRequest) -> ModelView:
+        if message.name not in self.models:
+            raise GRPCError(Status.NOT_FOUND, f"no model named {message.name!r}")
+        return self.models[message.name]
+
+    async def list_replicas(self, message: ListReplicasRequest) -> ListReplicasReply:
+        return ListReplicasReply(
+            replicas=[
+                r for r in self.replicas.values() if r.model == message.model or not message.model
+            ]
+        )
+
+    async def list_engines(self, message: ListEnginesRequest) -> ListEnginesReply:
+        return ListEnginesReply()
+
+    async def warnings(self, message: WarningsRequest) -> WarningsReply:
+        return WarningsReply()
+
+    async def list_tenants(self, message: ListTenantsRequest) -> ListTenantsReply:
+        return ListTenantsReply()
+
+    async def list_keys(self, message: ListKeysRequest) -> ListKeysReply:
+        return ListKeysReply()
+
+    async def usage(self, message: UsageRequest) -> UsageReply:
+        return UsageReply(from_=message.from_, to=message.to, series_step_s=3600)
+
+    async def watch(self, message: WatchRequest) -> AsyncIterator[WatchEvent]:
+        watcher = _Watcher(frozenset(message.topics))
+        self.watchers.add(watcher)
+        try:
+            while True:
+                await watcher.wake.wait()
+                watcher.wake.clear()
+                batch, watcher.pending = list(watcher.pending.values()), {}
+                for event in batch:
+                    self.events_sent += 1
+                    yield event
+        finally:
+            self.watchers.discard(watcher)
+
+
+class _Watcher:
+    """One open Watch. As gatewayd's does (gatewayd/nodes/watch.py), it keeps only the
+    latest change of each key not yet sent: a console that falls behind gets one notice
+    per node per drain, not a backlog."""
+
+    def __init__(self, topics: frozenset[str]) -> None:
+        self.topics = topics
+        self.pending: dict[tuple[str, str], WatchEvent] = {}
+        self.wake = asyncio.Event()
+
+    def offer(self, event: WatchEvent) -> None:
+        if event.topic in self.topics:
+            self.pending[(event.topic, event.key)] = event
+            self.wake.set()
+
+
+async def serve(cluster: FakeCluster, token: str) -> tuple[Server, int]:
+    server = Server([cluster])
+
+    async def check_token(event: RecvRequest) -> None:
+        if event.metadata.get("authorization") != f"Bearer {token}":
+            raise GRPCError(Status.UNAUTHENTICATED, "the admin token was refused")
+
+    listen(server, RecvRequest, check_token)
+    await server.start("127.0.0.1", 0)
+    return server, server._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+
+def make_home(root: Path, admin_port: int) -> Paths:
+    """An LLMGW_HOME whose server.yaml sends the console to the fake server."""
+    paths = Paths.under(root / "home")
+    init_server(paths, hosts=["localhost"], cluster_name="bench")
+    cfg = load_server_config(paths.server_yaml)
+    cfg.listen.admin = f"127.0.0.1:{admin_port}"
+    write_atomic(paths.server_yaml, dump_yaml(cfg))
+    return paths
+
+
+# -- the console in a terminal ---------------------------------------------------------
+
+
+def llmgw_command() -> list[str]:
+    script = Path(sys.executable).with_name("llmgw")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "llmgw"]
+
+
+@dataclass
+class Terminal:
+    """``llmgw`` on the slave side of a pty; everything it writes is kept with when it came."""
+
+    proc: subprocess.Popen
+    master: int
+    output: bytearray = field(default_factory=bytearray)
+    arrived: list[tuple[float, int]] = field(default_factory=list)  # (time, output length)
+    started: float = 0.0
+
+    @classmethod
+    def spawn(cls, home: Path, size: tuple[int, int]) -> Terminal:
+        master, slave = os.openpty()
+        cols, rows = size
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+        env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+        env.update(LLMGW_HOME=str(home), TERM="xterm-256color")
+        started = time.perf_counter()
+        proc = subprocess.Popen(
+            llmgw_command(),
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            env=env,
+            start_new_session=True,
+            close_fds=True,
+        )
+        os.close(slave)
+        os.set_blocking(master, False)
+        term = cls(proc, master, started=started)
+        asyncio.get_running_loop().add_reader(master, term._read)
+        return term
+
+    def _read(self) -> None:
+        try:
+            chunk = os.read(self.master, 65536)
+        except OSError:  # the console exited: EIO on the master
+            asyncio.get_running_loop().remove_reader(self.master)
+            return
+        if chunk:
+            self.output += chunk
+            self.arrived.append((time.perf_counter(), len(self.output)))
+
+    async def wait_for(self, mark: bytes, *, after: int = 0, timeout_s: float = 30) -> float:
+        """When ``mark`` first arrived past output offset ``after`` (perf_counter seconds)."""
+        deadline = time.perf_counter() + timeout_s
+        while time.perf_counter() < deadline:
+            at = self.output.find(mark, after)
+            if at >= 0:
+                end = at + len(mark)
+                return next(t for t, n in self.arrived if n >= end)
+            if self.proc.poll() is not None:
+                tail = bytes(self.output[-2000:]).decode(errors="replace")
+                raise RuntimeError(f"the console exited ({self.proc.returncode}): {tail}")
+            await asyncio.sleep(0.002)
+        raise TimeoutError(mark)
+
+    def press(self, key: str) -> tuple[float, int]:
+        """Type ``key``; when, and how much output had come before it."""
+        offset = len(self.output)
+        os.write(self.master, key.encode())
+        return time.perf_counter(), offset
+
+    async def close(self) -> None:
+        with contextlib.suppress(OSError):
+            os.write(self.master, b"q")
+        try:
+            await asyncio.wait_for(asyncio.to_thread(self.proc.wait), 10)
+        except TimeoutError:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        with contextlib.suppress(ValueError, OSError):
+            asyncio.get_running_loop().remove_reader(self.master)
+        os.close(self.master)
+
+
+# -- the runs --------------------------------------------------------------------------
+
+
+def _ms(seconds: float) -> float:
+    return round(seconds * 1000, 1)
+
+
+def _summary(samples_ms: list[float]) -> dict:
+    if not samples_ms:
+        return {"n": 0}
+    ordered = sorted(samples_ms)
+    p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+    return {
+        "n": len(ordered),
+        "p50_ms": round(statistics.median(ordered), 1),
+        "p95_ms": round(p95, 1),
+        "max_ms": round(ordered[-1], 1),
+    }
+
+
+async def measure_starts(home: Path, size, runs: int, nodes: int) -> dict:
+    first, rows = [], []
+    for _ in range(runs):
+        term = Terminal.spawn(home, size)
+        try:
+            first.append(_ms(await term.wait_for(b"Quit") - term.started))
+            shown = f"{nodes}/{nodes} nodes ready".encode()
+            rows.append(_ms(await term.wait_for(shown) - term.started))
+        finally:
+            await term.close()
+    return {"first_frame": _summary(first), "cluster_shown": _summary(rows)}
+
+
+async def measure_keys(home: Path, size, presses: int, settle_s: float) -> dict:
+    term = Terminal.spawn(home, size)
+    proc = psutil.Process(term.proc.pid)
+    try:
+        await term.wait_for(b"Live from ")
+        # Visit every screen once: first visits read whole lists; then they are live.
+        first_visit: dict[str, float | None] = {}
+        for key, mark in SWITCHES:
+            sent, offset = term.press(key)
+            try:
+                shown = await term.wait_for(mark, after=offset, timeout_s=3 * KEY_TIMEOUT_S)
+                first_visit[key] = _ms(shown - sent)
+            except TimeoutError:
+                first_visit[key] = None  # reported; the timed presses still run
+        await asyncio.sleep(settle_s)
+        samples: dict[str, list[float]] = {key: [] for key, _ in SWITCHES}
+        missed = 0
+        proc.cpu_percent()
+        started = time.perf_counter()
+        for i in range(presses):
+            key, mark = SWITCHES[i % len(SWITCHES)]
+            sent, offset = term.press(key)
+            try:
+                shown = await term.wait_for(mark, after=offset, timeout_s=KEY_TIMEOUT_S)
+            except TimeoutError:
+                missed += 1
+                continue
+            samples[key].append(_ms(shown - sent))
+            # A person does not type faster than the screen answers; a pause between keys
+            # lets the updates pile up as they would.
+            await asyncio.sleep(0.15)
+        window_s = time.perf_counter() - started
+        cpu = proc.cpu_percent()
+    finally:
+        await term.close()
+    every = [s for v in samples.values() for s in v]
+    return {
+        "first_visit_ms": first_visit,
+        "all": _summary(every),
+        "per_key": {k: _summary(v) for k, v in samples.items()},
+        "missed": missed,
+        "console_cpu_percent": round(cpu, 1),
+        "window_s": round(window_s, 1),
+    }
+
+
+async def run(args) -> dict:
+    cluster = FakeCluster(args.nodes, args.models)
+    with tempfile.TemporaryDirectory(prefix="llmgw-console-bench-") as tmp:
+        root = Path(tmp)
+        # The token is the one init_server writes; the server is started before the file
+        # names its port, so the home is made twice: once for the token, once for the port.
+        paths = Paths.under(root / "home")
+        init_server(paths, hosts=["localhost"], cluster_name="bench")
+        token = paths.admin_token_file.read_text().strip()
+        server, port = await serve(cluster, token)
+        make_home(root, port)
+        # Start with the cluster quiet (the goal says nothing of updates), then stream.
+        churn = None
+        try:
+            starts = await measure_starts(paths.home, args.size, args.starts, args.nodes)
+            churn = asyncio.create_task(
+                cluster.churn(args.node_events_per_s, args.model_events_per_s)
+            )
+            keys = await measure_keys(paths.home, args.size, args.presses, args.settle_s)
+        finally:
+            if churn is not None:
+                churn.cancel()
+            server.close()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(server.wait_closed(), 2)
+    return {
+        "machine": {
+            "python": platform.python_version(),
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+        },
+        "cluster": {
+            "nodes": args.nodes,
+            "models": args.models,
+            "replicas": len(cluster.replicas),
+            "node_events_per_s": args.node_events_per_s,
+            "model_events_per_s": args.model_events_per_s,
+            "events_published": cluster.events_published,
+            "events_sent": cluster.events_sent,
+        },
+        "terminal": f"{args.size[0]}x{args.size[1]}",
+        "start": starts,
+        "keys": keys,
+    }
+
+
+def report(result: dict) -> str:
+    c, s, k = result["cluster"], result["start"], result["keys"]
+
+    def line(name: str, f: dict) -> str:
+        if not f.get("n"):
+            return f"  {name:<22} no samples"
+        return (
+            f"  {name:<22} p50 {f['p50_ms']:>7.1f} ms  p95 {f['p95_ms']:>7.1f} ms"
+            f"  max {f['max_ms']:>7.1f} ms  (n={f['n']})"
+        )
+
+    head = (
+        f"console benchmark: {c['nodes']} nodes, {c['models']} models, {c['replicas']} replicas,"
+        f" {c['node_events_per_s']:g} node + {c['model_events_per_s']:g} model events/s"
+        f" ({c['events_published']} published, {c['events_sent']} sent after coalescing),"
+        f" terminal {result['terminal']}, {result['machine']['cpus']} CPUs"
+    )
+    out = [
+        head,
+        "start (spawn → …, cluster quiet):",
+        line("first frame", s["first_frame"]),
+        line("whole cluster shown", s["cluster_shown"]),
+        "key press → the screen it switches to:",
+        line("all keys", k["all"]),
+    ]
+    out += [line(f"  {key}", f) for key, f in k["per_key"].items()]
+    firsts = ", ".join(
+        f"{key} {'not shown' if ms is None else f'{ms:.0f} ms'}"
+        for key, ms in k["first_visit_ms"].items()
+    )
+    out.append(f"  first visits (whole lists read): {firsts}")
+    out.append(f"  missed (>{KEY_TIMEOUT_S:g} s): {k['missed']}")
+    out.append(f"  console CPU while streaming: {k['console_cpu_percent']}% of one core")
+    return "\n".join(out)
+
+
+def _size(text: str) -> tuple[int, int]:
+    cols, _, rows = text.partition("x")
+    return int(cols), int(rows)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--models", type=int, default=500)
+    parser.add_argument(
+        "--node-events-per-s",
+        type=float,
+        default=None,
+        help="node changes a second (default: every node's heartbeat, one per 2 s each,"
+        " as gatewayd announces them)",
+    )
+    parser.add_argument("--model-events-per-s", type=float, default=50.0)
+    parser.add_argument("--starts", type=int, default=5, help="console starts to time")
+    parser.add_argument("--presses", type=int, default=40, help="key presses to time")
+    parser.add_argument("--settle-s", type=float, default=2.0, help="streaming before the keys")
+    parser.add_argument("--size", type=_size, default=(200, 50), help="terminal COLSxROWS")
+    parser.add_argument("--json", type=Path, help="write the figures here too")
+    args = parser.parse_args()
+    if args.node_events_per_s is None:
+        args.node_events_per_s = args.nodes / HEARTBEAT_INTERVAL_S
+    if shutil.which("llmgw") is None and not Path(sys.executable).with_name("llmgw").exists():
+        print("note: no llmgw script beside this Python; running python -m llmgw", file=sys.stderr)
+    result = asyncio.run(run(args))
+    print(report(result))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    return 0 if result["keys"]["missed"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

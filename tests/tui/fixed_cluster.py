@@ -1,0 +1,462 @@
+"""A cluster with fixed data: ``FixedAdmin`` answers as ``AdminClient`` does, always the same.
+
+Four nodes (one not ready, one cordoned), three models and their replicas, a
+project with keys, a day of usage, two warnings: what the cluster console's
+snapshots and docs/console.md show. Its ``watch`` never sends anything, so
+nothing changes while a screen is drawn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+from proto.llmgw.v1 import (
+    CardNeed,
+    EngineView,
+    Gpu,
+    GpuSample,
+    HostFacts,
+    KeyView,
+    Layout,
+    LimitsView,
+    ListEnginesReply,
+    ListKeysReply,
+    ListModelsReply,
+    ListNodesReply,
+    ListReplicasReply,
+    ListTenantsReply,
+    ModelFacts,
+    ModelProfile,
+    ModelSpec,
+    ModelView,
+    NodeReason,
+    NodeView,
+    PlacementChoice,
+    PlacementReply,
+    PlanModelRequest,
+    PlanReply,
+    ReplicaEvent,
+    ReplicaLogsReply,
+    ReplicaView,
+    StatusReply,
+    TenantView,
+    UsageGroup,
+    UsageReply,
+    WarningsReply,
+    WarningView,
+    WatchEvent,
+)
+
+GIB = 2**30
+ADDRESS = "cp-1.lab:7702"
+DAY = "2025-03-02"
+
+
+def _at(time_of_day: str) -> str:
+    return f"{DAY}T{time_of_day}+00:00"
+
+
+# -- the cluster -----------------------------------------------------------------------
+
+
+def _node(node_id: str, *, gpus: int, state: str = "ready", reason: str = "", **kw) -> NodeView:
+    return NodeView(
+        node_id=node_id,
+        hostname=f"{node_id}.lab",
+        state=state,
+        reason=reason,
+        state_since=_at("09:12:40"),
+        version="0.1.0",
+        address="10.0.0.7" if gpus else "10.0.0.9",
+        registered_at=_at("09:12:38"),
+        last_heartbeat_at=_at("14:03:05"),
+        host=HostFacts(
+            hostname=f"{node_id}.lab",
+            os_id="ubuntu",
+            os_id_like=["debian"],
+            os_version_id="22.04",
+            arch="x86_64",
+            cpu_count=64 if gpus else 16,
+            memory_total_bytes=(512 if gpus else 64) * GIB,
+            disk_free_bytes=1800 * GIB,
+            nvidia_driver_version="550.54.15" if gpus else "",
+            gpu_note="" if gpus else "no NVIDIA driver",
+            avx2=True,
+            probe="nvml" if gpus else "none",
+        ),
+        gpus=[
+            Gpu(
+                index=i,
+                uuid=f"GPU-{node_id}-{i}",
+                name="NVIDIA H100 80GB HBM3",
+                memory_total_bytes=80 * GIB,
+                compute_capability="9.0",
+                pci_bus_id=f"0000:{0x18 + i:02x}:00.0",
+            )
+            for i in range(gpus)
+        ],
+        **kw,
+    )
+
+
+NODES = [
+    _node("cpu-01", gpus=0),
+    # What gpu-01 measured on its cards: the two llama replicas' weights and cache.
+    _node(
+        "gpu-01",
+        gpus=8,
+        gpu_samples=[
+            GpuSample(index=i, memory_used_bytes=9 * GIB if i < 2 else 0) for i in range(8)
+        ],
+    ),
+    _node("gpu-02", gpus=8, cordoned=True),
+    _node("gpu-03", gpus=4, state="not_ready", reason="no heartbeat for 31 s"),
+]
+
+
+def _model(name: str, source: str, engine: str, *, replicas: int, ready: int, state: str, **kw):
+    return ModelView(
+        spec=ModelSpec(
+            name=name,
+            source=source,
+            profiles=[ModelProfile(name="default", engine=engine)],
+            replicas_min=replicas,
+            replicas_max=replicas,
+        ),
+        replicas_desired=replicas,
+        replicas_ready=ready,
+        state=state,
+        created_at=_at("09:20:00"),
+        updated_at=_at("13:58:10"),
+        **kw,
+    )
+
+
+MODELS = [
+    _model(
+        "llama-3.1-8b",
+        "hf:meta-llama/Llama-3.1-8B-Instruct-GGUF:q4_k_m.gguf",
+        "llama.cpp",
+        replicas=2,
+        ready=2,
+        state="serving",
+    ),
+    _model(
+        "qwen2.5-72b",
+        "hf:Qwen/Qwen2.5-72B-Instruct",
+        "vllm",
+        replicas=1,
+        ready=0,
+        state="starting",
+        reason="1 replica fetching weights",
+    ),
+    _model(
+        "embed-small",
+        "/models/bge-small-en.gguf",
+        "llama.cpp",
+        replicas=1,
+        ready=1,
+        state="serving",
+    ),
+]
+
+
+def _history(*steps: tuple[str, str, str]) -> list[ReplicaEvent]:
+    return [ReplicaEvent(at=_at(t), state=s, reason=r) for t, s, r in steps]
+
+
+REPLICAS = [
+    ReplicaView(
+        replica_id="llama-3.1-8b-7c1f",
+        model="llama-3.1-8b",
+        profile="default",
+        node_id="gpu-01",
+        gpu_indexes=[0],
+        state="ready",
+        since=_at("09:21:14"),
+        port=41201,
+        pid=20311,
+        endpoint="http://10.0.0.7:41201",
+        history=_history(
+            ("09:20:01", "pending", "new"),
+            ("09:20:01", "placed", "gpu-01 GPUs [0]"),
+            ("09:20:02", "fetching", "weights to the node's cache"),
+            ("09:20:58", "starting", "llama-server on port 41201"),
+            ("09:21:14", "ready", "health check passed"),
+        ),
+    ),
+    ReplicaView(
+        replica_id="llama-3.1-8b-a93e",
+        model="llama-3.1-8b",
+        profile="default",
+        node_id="gpu-01",
+        gpu_indexes=[1],
+        state="ready",
+        since=_at("09:21:16"),
+        port=41202,
+        pid=20340,
+        restarts=1,
+        endpoint="http://10.0.0.7:41202",
+        history=_history(("09:20:01", "pending", "new"), ("09:21:16", "ready", "")),
+    ),
+    ReplicaView(
+        replica_id="qwen2.5-72b-05d2",
+        model="qwen2.5-72b",
+        profile="default",
+        node_id="gpu-02",
+        gpu_indexes=[0, 1, 2, 3],
+        state="fetching",
+        since=_at("13:58:10"),
+        deadline=_at("14:28:10"),
+        fetch=None,
+        history=_history(("13:58:09", "pending", "new"), ("13:58:10", "fetching", "")),
+    ),
+    ReplicaView(
+        replica_id="embed-small-e410",
+        model="embed-small",
+        profile="default",
+        node_id="cpu-01",
+        state="ready",
+        since=_at("09:20:31"),
+        port=41100,
+        pid=9120,
+        endpoint="http://10.0.0.9:41100",
+        history=_history(("09:20:01", "pending", "new"), ("09:20:31", "ready", "")),
+    ),
+]
+
+LOG_TAIL = [
+    "llama_model_loader: loaded meta data with 29 key-value pairs",
+    "llm_load_tensors: offloaded 33/33 layers to GPU",
+    "main: server is listening on http://10.0.0.7:41201 - starting the main loop",
+    "srv  update_slots: all slots are idle",
+]
+
+PLAN = PlanReply(
+    facts=ModelFacts(
+        format="gguf",
+        architecture="llama",
+        layers=32,
+        quantisation="Q4_K_M",
+        weights_bytes=4_920_000_000,
+        trained_context=131072,
+    ),
+    context=8192,
+    kv_bytes_per_token=131072,
+    layouts=[
+        Layout(
+            kind="gpu",
+            gpus=1,
+            tensor_parallel=1,
+            per_card=CardNeed(weights_bytes=4_920_000_000, kv_bytes=GIB, overhead_bytes=GIB),
+            context=8192,
+            tokens_per_s=118,
+            card_name="NVIDIA H100 80GB HBM3",
+        ),
+        Layout(
+            kind="cpu",
+            host_memory_bytes=7 * GIB,
+            context=8192,
+            tokens_per_s=9,
+            notes=["CPU only: slow"],
+        ),
+    ],
+)
+
+PLACEMENT = PlacementReply(
+    model="llama-3.1-8b",
+    placement=PlacementChoice(node_id="gpu-01", gpu_indexes=[2], host_memory_bytes=0),
+    reasons=[
+        NodeReason(node_id="cpu-01", reason="no GPU: the profile needs 1"),
+        NodeReason(node_id="gpu-02", reason="cordoned"),
+        NodeReason(node_id="gpu-03", reason="not ready: no heartbeat for 31 s"),
+    ],
+)
+
+SEARCH = "Acme/ml/search"
+TENANTS = [
+    TenantView(kind="org", path="Acme", created_at=_at("09:00:00"), keys=3),
+    TenantView(kind="team", path="Acme/ml", created_at=_at("09:00:00"), keys=3),
+    TenantView(
+        kind="project",
+        path=SEARCH,
+        created_at=_at("09:00:00"),
+        keys=2,
+        limits=LimitsView(scope=SEARCH, rpm=600),
+    ),
+    TenantView(kind="project", path="Acme/ml/chat", created_at=_at("09:00:00"), keys=1),
+    TenantView(kind="org", path="Beta", created_at=_at("10:30:00"), keys=0),
+]
+KEYS = [
+    KeyView(
+        key_id="key_3fa81c",
+        project=SEARCH,
+        name="web",
+        prefix="sk-llmgw-3fa8",
+        kind="service",
+        created_at=_at("09:01:00"),
+        last_used_at=_at("14:02:59"),
+        limits=LimitsView(scope="key_3fa81c", rpm=60, tpm=100_000),
+    ),
+    KeyView(
+        key_id="key_77d0e2",
+        project=SEARCH,
+        name="batch",
+        prefix="sk-llmgw-77d0",
+        kind="service",
+        models=["llama-3.1-8b"],
+        created_at=_at("09:02:00"),
+        limits=LimitsView(scope="key_77d0e2", budget_month_micros=25_000_000),
+    ),
+    KeyView(
+        key_id="key_c01a44",
+        project="Acme/ml/chat",
+        name="old-bot",
+        prefix="sk-llmgw-c01a",
+        kind="service",
+        created_at=_at("09:03:00"),
+        revoked_at=_at("11:40:00"),
+    ),
+]
+
+USAGE = UsageReply(
+    from_="2025-03-01T14:03:00+00:00",
+    to="2025-03-02T14:03:00+00:00",
+    series_step_s=3600,
+    series=[3, 5, 2, 0, 0, 1, 4, 9, 14, 22, 31, 28, 30, 26, 24, 19, 17, 12, 8, 6, 4, 3, 2, 1],
+    groups=[
+        UsageGroup(
+            group={"project": SEARCH},
+            requests=241,
+            errors=3,
+            prompt_tokens=182_400,
+            cached_tokens=40_100,
+            completion_tokens=51_230,
+            cost_micros=1_260_000,
+            latency_ms_avg=840.0,
+            ttft_ms_avg=110.0,
+        ),
+        UsageGroup(
+            group={"project": "Acme/ml/chat"},
+            requests=31,
+            errors=1,
+            prompt_tokens=12_300,
+            completion_tokens=8_100,
+            cost_micros=95_000,
+            latency_ms_avg=1_520.0,
+            ttft_ms_avg=190.0,
+        ),
+    ],
+)
+
+ENGINES = [
+    EngineView(node_id="cpu-01", engine="llama.cpp", version="b4604", state="installed"),
+    EngineView(node_id="gpu-01", engine="llama.cpp", version="b4604", state="installed"),
+    EngineView(node_id="gpu-01", engine="vllm", version="0.8.4", state="installed"),
+    EngineView(node_id="gpu-02", engine="vllm", state="installing", message="downloading"),
+]
+
+WARNINGS = WarningsReply(
+    since=_at("13:03:07"),
+    warnings=[
+        WarningView(
+            at=_at("14:02:34"),
+            severity="error",
+            kind="node",
+            subject="gpu-03",
+            message="no heartbeat for 31 s",
+            hint="is its agent running? see: llmgw ctl node show gpu-03",
+            current=True,
+        ),
+        WarningView(
+            at=_at("13:41:10"),
+            severity="warning",
+            kind="replica",
+            subject="llama-3.1-8b-a93e",
+            message="exited with code 1; restarted",
+            hint="its log: llmgw ctl logs llama-3.1-8b-a93e",
+            current=False,
+        ),
+    ],
+)
+
+STATUS = StatusReply(
+    version="0.1.0",
+    cluster_name="lab",
+    leader=True,
+    store_backend="sqlite",
+    started_at=_at("09:00:00"),
+    agent_listen="0.0.0.0:7701",
+    http_listen="0.0.0.0:8080",
+    nodes_total=4,
+    nodes_ready=3,
+    nodes_not_ready=1,
+    gateway_url="http://cp-1.lab:8080/v1",
+    requests_total=272,
+    errors_total=4,
+)
+
+
+class FixedAdmin:
+    """Answers as ``AdminClient`` does, always with the replies above; changes nothing."""
+
+    address = ADDRESS
+
+    def __init__(self) -> None:
+        self.nodes = {n.node_id: n for n in NODES}
+        self.models = {m.spec.name: m for m in MODELS}
+
+    async def status(self) -> StatusReply:
+        return STATUS
+
+    async def list_nodes(self) -> ListNodesReply:
+        return ListNodesReply(nodes=list(self.nodes.values()))
+
+    async def get_node(self, node_id: str) -> NodeView:
+        return self.nodes[node_id]
+
+    async def list_models(self) -> ListModelsReply:
+        return ListModelsReply(models=list(self.models.values()))
+
+    async def get_model(self, name: str) -> ModelView:
+        return self.models[name]
+
+    async def plan_model(self, request: PlanModelRequest) -> PlanReply:
+        return PLAN
+
+    async def explain_placement(self, name: str) -> PlacementReply:
+        return PlacementReply(
+            model=name,
+            placement=PLACEMENT.placement,
+            reasons=PLACEMENT.reasons,
+            refused=PLACEMENT.refused,
+        )
+
+    async def list_replicas(self, model: str = "") -> ListReplicasReply:
+        return ListReplicasReply(replicas=[r for r in REPLICAS if not model or r.model == model])
+
+    async def replica_logs(self, replica_id: str, lines: int = 100) -> ReplicaLogsReply:
+        return ReplicaLogsReply(replica_id=replica_id, lines=LOG_TAIL[-lines:])
+
+    async def list_engines(self) -> ListEnginesReply:
+        return ListEnginesReply(engines=ENGINES)
+
+    async def warnings(self, since_s: int = 0) -> WarningsReply:
+        return WARNINGS
+
+    async def list_tenants(self, kind: str = "", under: str = "") -> ListTenantsReply:
+        return ListTenantsReply(tenants=[t for t in TENANTS if not kind or t.kind == kind])
+
+    async def list_keys(self, project: str = "") -> ListKeysReply:
+        return ListKeysReply(keys=[k for k in KEYS if not project or k.project == project])
+
+    async def usage(self, by: list[str], *, from_: str = "", to: str = "", **kw) -> UsageReply:
+        return USAGE
+
+    async def watch(self, topics: list[str]) -> AsyncIterator[WatchEvent]:
+        await asyncio.Event().wait()  # nothing changes in a fixed cluster
+        yield WatchEvent()
+
+    def close(self) -> None:
+        pass
