@@ -31,6 +31,7 @@ from llmgw.config import (
 from llmgw.errors import AdminError, LlmgwError
 from llmgw.output import stdout as console
 from llmgw.paths import ENV_HOME, Paths, user_home
+from llmgw.setup_run import choose_ports as setup_ports
 from proto.llmgw.v1 import LimitsView
 
 STOP_TIMEOUT_S = 10.0
@@ -40,37 +41,13 @@ RESTART_DELAY_MAX_S = 30.0
 STARTER_WAIT_S = 300
 
 
-def _port_free(port: int) -> bool:
-    with socket.socket() as s:
-        # As the servers will: a port held only by closed connections is free.
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("0.0.0.0", port))
-        except OSError:
-            return False
-    return True
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def choose_ports() -> dict[str, int]:
     """The default ports, or free ones where a default is taken (said aloud)."""
-    ports = {}
-    defaults = {
-        "agent": DEFAULT_AGENT_PORT,
-        "admin": DEFAULT_ADMIN_PORT,
-        "http": DEFAULT_HTTP_PORT,
-        "metrics": DEFAULT_METRICS_PORT,
-    }
+    ports = setup_ports()
+    defaults = {"agent": DEFAULT_AGENT_PORT, "admin": DEFAULT_ADMIN_PORT}
+    defaults |= {"http": DEFAULT_HTTP_PORT, "metrics": DEFAULT_METRICS_PORT}
     for name, port in defaults.items():
-        if _port_free(port):
-            ports[name] = port
-        else:
-            ports[name] = _free_port()
+        if ports[name] != port:
             console.print(f"port {port} ({name}) is taken; using {ports[name]}")
     return ports
 
