@@ -18,6 +18,7 @@ from grpclib.events import RecvRequest, listen
 from grpclib.server import Server
 
 from gatewayd.admin.service import AdminService, token_guard
+from gatewayd.agents.revocations import Revocations
 from gatewayd.agents.service import AgentService
 from gatewayd.catalog.catalog import Catalog
 from gatewayd.controller.reconciler import Reconciler
@@ -120,8 +121,12 @@ class GatewayServer:
         )
         await self.gateway.start()
 
+        self.revocations = Revocations(self.store)
+        await self.revocations.load()
         self._agent_service = AgentService(
-            self.registry, heartbeat_interval_s=self.cfg.nodes.heartbeat_interval_s
+            self.registry,
+            heartbeat_interval_s=self.cfg.nodes.heartbeat_interval_s,
+            revocations=self.revocations,
         )
         agent = Server([self._agent_service], config=keepalive_config())
         host, port = split_host_port(self.cfg.listen.agent)
@@ -140,6 +145,7 @@ class GatewayServer:
                     store=self.store,
                     info=self.info,
                     metrics=self.metrics,
+                    revocations=self.revocations,
                 )
             ]
         )
@@ -159,6 +165,7 @@ class GatewayServer:
         self._tasks.append(asyncio.create_task(self.keys.run(), name="keys"))
         self._tasks.append(asyncio.create_task(self.usage.run(), name="usage"))
         self._tasks.append(asyncio.create_task(self.scraper.run(), name="scrape"))
+        self._tasks.append(asyncio.create_task(self.revocations.run(), name="revocations"))
         log.info(
             "gatewayd up: agent :%s admin :%s http :%s (store %s)",
             self.ports["agent"],

@@ -63,6 +63,8 @@ from proto.llmgw.v1 import (
     RestartReplicaReply,
     RestartReplicaRequest,
     RevokeKeyRequest,
+    RevokeNodeReply,
+    RevokeNodeRequest,
     RotateKeyRequest,
     ScaleModelRequest,
     SetLimitsRequest,
@@ -326,6 +328,15 @@ class AdminClient:
         return await self._call(
             self._stub.remove_node(RemoveNodeRequest(node_id=node_id), timeout=self._timeout_s)
         )
+
+    async def revoke_node(
+        self, node_id: str, *, serial: str = "", fingerprint_sha256: str = "", reason: str = ""
+    ) -> RevokeNodeReply:
+        """Revoke a node's certificate (by serial; empty: the one its stream presents)."""
+        request = RevokeNodeRequest(
+            node_id=node_id, serial=serial, fingerprint_sha256=fingerprint_sha256, reason=reason
+        )
+        return await self._call(self._stub.revoke_node(request, timeout=self._timeout_s))
 
     async def restart_replica(self, replica_id: str) -> RestartReplicaReply:
         """Stop a replica so another takes its place, or try a failed one again now."""

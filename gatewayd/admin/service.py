@@ -18,9 +18,11 @@ from grpclib.exceptions import GRPCError
 from gatewayd.admin.keys import KeyAdmin
 from gatewayd.admin.models import ModelAdmin
 from gatewayd.admin.ops import OpsAdmin
+from gatewayd.admin.revoke import RevokeAdmin
 from gatewayd.admin.tenancy import TenancyAdmin
 from gatewayd.admin.usage import UsageAdmin
 from gatewayd.admin.views import replica_view
+from gatewayd.agents.revocations import Revocations
 from gatewayd.catalog.catalog import Catalog
 from gatewayd.controller.reconciler import Reconciler
 from gatewayd.gateway.keys import KeyCache
@@ -61,7 +63,9 @@ def token_guard(token: str):
     return check
 
 
-class AdminService(ModelAdmin, KeyAdmin, TenancyAdmin, UsageAdmin, OpsAdmin, AdminServiceBase):
+class AdminService(
+    ModelAdmin, KeyAdmin, TenancyAdmin, UsageAdmin, OpsAdmin, RevokeAdmin, AdminServiceBase
+):
     def __init__(
         self,
         registry: NodeRegistry,
@@ -72,8 +76,10 @@ class AdminService(ModelAdmin, KeyAdmin, TenancyAdmin, UsageAdmin, OpsAdmin, Adm
         store: Store,
         info: dict,
         metrics: GatewayMetrics | None = None,
+        revocations: Revocations | None = None,
     ):
         self._registry = registry
+        self._revocations = revocations
         self._store = store
         self._keys = keys
         self._catalog = catalog

@@ -2,7 +2,8 @@
 
 The stream must open with Register. The node id it claims must equal the
 common name of the client certificate the TLS layer verified against the
-cluster CA: a node can only ever speak for itself.
+cluster CA: a node can only ever speak for itself. A certificate revoked by
+``llmgw node remove`` is refused, and a stream open with it is closed.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from grpclib.const import Status
 from grpclib.exceptions import GRPCError, StreamTerminatedError
 from grpclib.server import Stream
 
+from gatewayd.agents.revocations import Revocations, peer_serial
 from gatewayd.nodes.registry import NodeRegistry
 from llmgw.config import check_name
 from llmgw.tlsconf import peer_common_name
@@ -41,8 +43,15 @@ class AgentService:
     directions of the stream.
     """
 
-    def __init__(self, registry: NodeRegistry, *, heartbeat_interval_s: float):
+    def __init__(
+        self,
+        registry: NodeRegistry,
+        *,
+        heartbeat_interval_s: float,
+        revocations: Revocations | None = None,
+    ):
         self._registry = registry
+        self._revocations = revocations
         self._heartbeat_interval_ms = int(heartbeat_interval_s * 1000)
         self.stopping = False
 
@@ -59,7 +68,15 @@ class AgentService:
     async def connect(self, stream: Stream[AgentMessage, ControlMessage]) -> None:
         peer_addr = stream.peer.addr()
         host = peer_addr[0] if peer_addr else ""
-        cn = peer_common_name(stream.peer.cert())
+        peercert = stream.peer.cert()
+        cn = peer_common_name(peercert)
+        serial = peer_serial(peercert)
+        revocations = self._revocations
+        if revocations is not None and revocations.is_revoked(serial):
+            log.warning(
+                "refused an agent stream from %s: the certificate of %r is revoked", host, cn
+            )
+            raise GRPCError(Status.PERMISSION_DENIED, _revoked_words(cn or ""))
         try:
             first = await asyncio.wait_for(stream.recv_message(), REGISTER_TIMEOUT_S)
         except TimeoutError:
@@ -96,16 +113,24 @@ class AgentService:
         outbox: asyncio.Queue[ControlMessage] = asyncio.Queue()
         receiver = asyncio.create_task(self._receive(stream, reg.node_id, session))
         sender = asyncio.create_task(self._send(stream, outbox))
-        why = {"text": ""}
+        why = {"text": "", "revoked": False}
 
         def close(reason: str) -> None:
             why["text"] = reason
             receiver.cancel()
 
+        def revoked(reason: str) -> None:
+            why["revoked"] = True
+            close(reason)
+
         self._registry.bind_session(reg.node_id, session, close, outbox.put_nowait)
+        if revocations is not None and serial:
+            revocations.opened(reg.node_id, serial, revoked)
         try:
             why["text"] = await receiver
         except asyncio.CancelledError:
+            if why["revoked"]:
+                raise GRPCError(Status.PERMISSION_DENIED, _revoked_words(reg.node_id)) from None
             if why["text"]:  # closed by the registry (superseded): not our own cancellation
                 return
             # grpclib cancels the handler when the connection drops (keepalive
@@ -117,6 +142,8 @@ class AgentService:
         finally:
             for task in (receiver, sender):
                 task.cancel()
+            if revocations is not None and serial:
+                revocations.closed(serial, revoked)
             # Shielded: grpclib may cancel this handler more than once as the
             # connection goes, and the node's new state must still be written.
             await asyncio.shield(self._registry.disconnected(reg.node_id, session, why["text"]))
@@ -154,3 +181,10 @@ class AgentService:
         except (ConnectionError, OSError) as e:
             return f"the connection failed ({e.__class__.__name__})"
         return "the agent stopped"
+
+
+def _revoked_words(node_id: str) -> str:
+    return (
+        f"the certificate of node {node_id!r} was revoked (llmgw node remove); "
+        "to bring the machine back, add it again: llmgw node add HOST"
+    )

@@ -17,6 +17,7 @@ from gatewayd.store.records import (
     ReplicaRecord,
     TenantRecord,
 )
+from gatewayd.store.revoked_records import RevokedCert
 from gatewayd.store.usage_records import UsageFields, UsageRecord, UsageSum
 
 
@@ -137,3 +138,11 @@ class Store(Protocol):
 
     async def usage_first_at(self, project: str = "", key_id: str = "") -> datetime | None:
         """When the first request (of the project or key) was recorded; None if never."""
+
+    # ---- revoked node certificates ---------------------------------------------
+
+    async def revoke_cert(self, rec: RevokedCert) -> bool:
+        """Record a revoked certificate; False when its serial was revoked already."""
+
+    async def list_revoked_certs(self) -> list[RevokedCert]:
+        """Every revoked certificate, oldest first."""

@@ -19,6 +19,7 @@ import asyncpg
 from gatewayd.store.migrate import Migration, load_migrations, migrations_dir, run_migrations
 from gatewayd.store.postgres_catalog import PostgresCatalog, _aware
 from gatewayd.store.postgres_keys import PostgresKeys
+from gatewayd.store.postgres_revoked import PostgresRevoked
 from gatewayd.store.postgres_tenants import PostgresTenants
 from gatewayd.store.postgres_usage import PostgresUsage
 from gatewayd.store.records import HeartbeatRow, NodeRecord
@@ -122,7 +123,7 @@ async def _init_connection(conn: asyncpg.Connection) -> None:
     )
 
 
-class PostgresStore(PostgresCatalog, PostgresKeys, PostgresTenants, PostgresUsage):
+class PostgresStore(PostgresCatalog, PostgresKeys, PostgresTenants, PostgresUsage, PostgresRevoked):
     """The store in a PostgreSQL database."""
 
     backend = "postgres"

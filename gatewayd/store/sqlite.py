@@ -22,6 +22,7 @@ from gatewayd.store.records import HeartbeatRow, NodeRecord
 from gatewayd.store.sqlite_catalog import SqliteCatalog
 from gatewayd.store.sqlite_codec import _from_text, _json, _to_text
 from gatewayd.store.sqlite_keys import SqliteKeys
+from gatewayd.store.sqlite_revoked import SqliteRevoked
 from gatewayd.store.sqlite_tenants import SqliteTenants
 from gatewayd.store.sqlite_usage import SqliteUsage
 from llmgw.errors import StoreError
@@ -79,7 +80,7 @@ def split_statements(sql: str) -> list[str]:
     return statements
 
 
-class SqliteStore(SqliteCatalog, SqliteKeys, SqliteTenants, SqliteUsage):
+class SqliteStore(SqliteCatalog, SqliteKeys, SqliteTenants, SqliteUsage, SqliteRevoked):
     """The store in one SQLite file, in WAL mode."""
 
     backend = "sqlite"

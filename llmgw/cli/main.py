@@ -12,6 +12,7 @@ from llmgw import __version__, output
 from llmgw.cli import ctl, ctl_keys, ctl_models, ctl_tenancy, ctl_usage  # noqa: F401  (they add their commands)
 from llmgw.cli.doctor_cmd import doctor
 from llmgw.cli.init_cmds import node_cert, server_init
+from llmgw.cli.node_cmds import node_add, node_remove
 from llmgw.errors import LlmgwError, UsageError
 from llmgw.paths import resolve
 
@@ -31,6 +32,8 @@ server_app.command(
 node_app.command("cert", help="Issue a node certificate bundle signed by the cluster CA.")(
     node_cert
 )
+node_app.command("add")(node_add)
+node_app.command("remove")(node_remove)
 app.command(help="Check this machine is ready to be a node (AVX2, driver, NVML, OS, disk, glibc).")(
     doctor
 )

@@ -72,6 +72,8 @@ __all__ = (
     "RestartReplicaReply",
     "RestartReplicaRequest",
     "RevokeKeyRequest",
+    "RevokeNodeReply",
+    "RevokeNodeRequest",
     "RotateKeyRequest",
     "ScaleModelRequest",
     "SetLimitsRequest",
@@ -1312,6 +1314,54 @@ default_message_pool.register_message("llmgw.v1", "RevokeKeyRequest", RevokeKeyR
 
 
 @dataclass(eq=False, repr=False)
+class RevokeNodeReply(betterproto2.Message):
+    node_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    serial: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    Upper-case hex, no leading zeros.
+    """
+
+    revoked: "bool" = betterproto2.field(3, betterproto2.TYPE_BOOL)
+    """
+    False: that serial was revoked already (nothing changed).
+    """
+
+    stream_closed: "bool" = betterproto2.field(4, betterproto2.TYPE_BOOL)
+    """
+    The node's stream was open with that certificate and has been closed.
+    """
+
+    note: "str" = betterproto2.field(5, betterproto2.TYPE_STRING)
+
+
+default_message_pool.register_message("llmgw.v1", "RevokeNodeReply", RevokeNodeReply)
+
+
+@dataclass(eq=False, repr=False)
+class RevokeNodeRequest(betterproto2.Message):
+    """
+    Revoke a node's certificate: the agent port refuses it from now on, and a
+    stream open with it is closed. A node added again gets a new certificate.
+    """
+
+    node_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    serial: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    The certificate's serial in hex; empty: the one the node's stream presents
+    now (or presented last, since this control plane started).
+    """
+
+    fingerprint_sha256: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+
+    reason: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+
+
+default_message_pool.register_message("llmgw.v1", "RevokeNodeRequest", RevokeNodeRequest)
+
+
+@dataclass(eq=False, repr=False)
 class RotateKeyRequest(betterproto2.Message):
     key_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
 
@@ -2294,6 +2344,24 @@ class AdminServiceStub(betterproto2_grpclib.ServiceStub):
             metadata=metadata,
         )
 
+    async def revoke_node(
+        self,
+        message: "RevokeNodeRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "RevokeNodeReply":
+
+        return await self._unary_unary(
+            "/llmgw.v1.AdminService/RevokeNode",
+            message,
+            RevokeNodeReply,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
     async def restart_replica(
         self,
         message: "RestartReplicaRequest",
@@ -2487,6 +2555,10 @@ class AdminServiceBase(betterproto2_grpclib.ServiceBase):
         yield UsageRowView()
 
     async def remove_node(self, message: "RemoveNodeRequest") -> "RemoveNodeReply":
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def revoke_node(self, message: "RevokeNodeRequest") -> "RevokeNodeReply":
 
         raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
 
@@ -2736,6 +2808,14 @@ class AdminServiceBase(betterproto2_grpclib.ServiceBase):
         response = await self.remove_node(request)
         await stream.send_message(response)
 
+    async def __rpc_revoke_node(
+        self, stream: "grpclib.server.Stream[RevokeNodeRequest, RevokeNodeReply]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.revoke_node(request)
+        await stream.send_message(response)
+
     async def __rpc_restart_replica(
         self, stream: "grpclib.server.Stream[RestartReplicaRequest, RestartReplicaReply]"
     ) -> None:
@@ -2936,6 +3016,12 @@ class AdminServiceBase(betterproto2_grpclib.ServiceBase):
                 grpclib.const.Cardinality.UNARY_UNARY,
                 RemoveNodeRequest,
                 RemoveNodeReply,
+            ),
+            "/llmgw.v1.AdminService/RevokeNode": grpclib.const.Handler(
+                self.__rpc_revoke_node,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                RevokeNodeRequest,
+                RevokeNodeReply,
             ),
             "/llmgw.v1.AdminService/RestartReplica": grpclib.const.Handler(
                 self.__rpc_restart_replica,
