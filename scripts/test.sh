@@ -32,6 +32,31 @@ if ! command -v tmux >/dev/null; then
   fi
 fi
 
+# `llmgw node add`'s end-to-end test onboards a real OpenSSH sshd that it runs
+# in a network namespace of its own; install the server where it is missing.
+# Only its binary is wanted: the package's postinst would start sshd on the
+# host's port 22 (invoke-rc.d ssh start), so a policy-rc.d refuses every start
+# during the install, and sshd_not_to_be_run keeps the ssh service from ever
+# starting here (both the init script and the systemd unit honour it).
+if [ ! -x /usr/sbin/sshd ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "== installing openssh-server for node add's end-to-end test (the ssh service stays off)"
+    policy=/usr/sbin/policy-rc.d
+    own_policy=
+    if [ ! -e "$policy" ]; then
+      printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod 755 "$policy" && own_policy=1
+    fi
+    mkdir -p /etc/ssh && touch /etc/ssh/sshd_not_to_be_run
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server >/dev/null
+    if [ -n "$own_policy" ]; then rm -f "$policy"; fi
+    if [ -d /run/systemd/system ]; then
+      systemctl disable --now -q ssh.service ssh.socket 2>/dev/null || true
+    fi
+  else
+    echo "openssh-server is not installed; node add's end-to-end test will be skipped (install the openssh-server package)" >&2
+  fi
+fi
+
 echo "== generated code matches proto/*.proto"
 gen=$(mktemp -d)
 trap 'rm -rf "$gen"' EXIT

@@ -179,11 +179,13 @@ async def _detached(
         await shell.run(["sh", "-c", f'kill "$(cat {pidfile})"; sleep 1'])
     log_dir = shlex.quote(str(Path(layout.log_file).parent))
     start = (
+        # The folders first, then only the agent in the background: `a && b & c` would
+        # send the whole chain to the background and write the pidfile before them.
         f"mkdir -p {log_dir} {shlex.quote(str(Path(layout.pidfile).parent))} && cd / && "
-        "umask 077 && "
+        "umask 077 && { "
         f"setsid {shlex.quote(layout.llmgw)} agent --config "
         f"{shlex.quote(str(layout.paths.agent_yaml))} "
-        f"</dev/null >>{shlex.quote(layout.log_file)} 2>&1 & echo $! > {pidfile}"
+        f"</dev/null >>{shlex.quote(layout.log_file)} 2>&1 & echo $! > {pidfile}; }}"
     )
     await _must(shell, ["sh", "-c", start], env=layout.agent_env)
     yield StepEvent(
