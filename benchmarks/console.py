@@ -35,6 +35,7 @@ import asyncio
 import contextlib
 import fcntl
 import json
+import multiprocessing
 import os
 import platform
 import random
@@ -478,8 +479,39 @@ async def measure_keys(home: Path, size, presses: int, settle_s: float) -> dict:
     }
 
 
+def _server_main(conn, nodes: int, models: int, token: str, node_eps: float, model_eps: float):
+    """The fake cluster, in a process of its own: the console and the clock reading its
+    terminal must not wait for the events being made and encoded."""
+
+    async def serve_until_stopped() -> None:
+        cluster = FakeCluster(nodes, models)
+        server, port = await serve(cluster, token)
+        conn.send(port)
+        loop = asyncio.get_running_loop()
+        churn = None
+        while True:
+            command = await loop.run_in_executor(None, conn.recv)
+            if command == "churn":
+                churn = asyncio.create_task(cluster.churn(node_eps, model_eps))
+            elif command == "stop":
+                break
+        if churn is not None:
+            churn.cancel()
+        server.close()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(server.wait_closed(), 2)
+        conn.send(
+            {
+                "replicas": len(cluster.replicas),
+                "events_published": cluster.events_published,
+                "events_sent": cluster.events_sent,
+            }
+        )
+
+    asyncio.run(serve_until_stopped())
+
+
 async def run(args) -> dict:
-    cluster = FakeCluster(args.nodes, args.models)
     with tempfile.TemporaryDirectory(prefix="llmgw-console-bench-") as tmp:
         root = Path(tmp)
         # The token is the one init_server writes; the server is started before the file
@@ -487,22 +519,26 @@ async def run(args) -> dict:
         paths = Paths.under(root / "home")
         init_server(paths, hosts=["localhost"], cluster_name="bench")
         token = paths.admin_token_file.read_text().strip()
-        server, port = await serve(cluster, token)
+        ours, theirs = multiprocessing.Pipe()
+        server = multiprocessing.get_context("spawn").Process(
+            target=_server_main,
+            args=(theirs, args.nodes, args.models, token)
+            + (args.node_events_per_s, args.model_events_per_s),
+            daemon=True,
+        )
+        server.start()
+        loop = asyncio.get_running_loop()
+        port = await loop.run_in_executor(None, ours.recv)
         make_home(root, port)
         # Start with the cluster quiet (the goal says nothing of updates), then stream.
-        churn = None
         try:
             starts = await measure_starts(paths.home, args.size, args.starts, args.nodes)
-            churn = asyncio.create_task(
-                cluster.churn(args.node_events_per_s, args.model_events_per_s)
-            )
+            ours.send("churn")
             keys = await measure_keys(paths.home, args.size, args.presses, args.settle_s)
         finally:
-            if churn is not None:
-                churn.cancel()
-            server.close()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(server.wait_closed(), 2)
+            ours.send("stop")
+            counts = await loop.run_in_executor(None, ours.recv)
+            server.join(5)
     return {
         "machine": {
             "python": platform.python_version(),
@@ -512,11 +548,9 @@ async def run(args) -> dict:
         "cluster": {
             "nodes": args.nodes,
             "models": args.models,
-            "replicas": len(cluster.replicas),
             "node_events_per_s": args.node_events_per_s,
             "model_events_per_s": args.model_events_per_s,
-            "events_published": cluster.events_published,
-            "events_sent": cluster.events_sent,
+            **counts,
         },
         "terminal": f"{args.size[0]}x{args.size[1]}",
         "start": starts,

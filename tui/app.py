@@ -34,6 +34,7 @@ from llmgw.admin_client import AdminClient
 from llmgw.errors import AdminUnauthenticated, AdminUnreachable, LlmgwError
 from llmgw.paths import Paths
 from proto.llmgw.v1 import WatchEvent
+from tui.screens.batched import Flag
 from tui.screens.cluster_feed import (
     SLOW_READ_EVERY_S,
     TOPICS,
@@ -84,7 +85,8 @@ class LlmgwApp(App[LlmgwError | None]):
     the event loop the app runs on: grpclib binds a channel to the loop current
     when it is made, so a client made before ``App.run()`` starts its loop could
     never connect. A client the app made is closed by the app; one it was given
-    stays the caller's. ``first_screen`` is the mode it opens on.
+    stays the caller's. ``first_screen`` is the mode it opens on; ``paths``, the
+    control plane's files where the console runs on one (for Add node).
 
     If making the client fails, the app ends before it draws anything and its
     ``return_value`` is the ``LlmgwError`` (``run_console`` raises it).
@@ -95,17 +97,27 @@ class LlmgwApp(App[LlmgwError | None]):
     # One mode per screen; the app opens on the first.
     DEFAULT_MODE = "overview"
     BINDINGS: ClassVar[list[BindingType]] = [
-        *(Binding(s.key, f"switch_mode('{s.mode}')", s.title, group=SCREEN_KEYS) for s in SCREENS),
+        # The header's tabs name these keys; the footer leaves them out for the screen's own.
+        *(
+            Binding(s.key, f"switch_mode('{s.mode}')", s.title, group=SCREEN_KEYS, show=False)
+            for s in SCREENS
+        ),
         # Every screen is live; r is for after a refused token is sorted (in the palette).
         Binding("r", "refresh", "Refresh", show=False),
-        Binding("ctrl+t", "toggle_theme", "Theme"),
+        # In the palette ("Dark or light theme"), not the footer: 80 columns go to the screen's keys.
+        Binding("ctrl+t", "toggle_theme", "Theme", show=False),
         Binding("q", "quit", "Quit"),
     ]
 
-    def __init__(self, client: ClientSource, *, first_screen: str = "overview") -> None:
+    def __init__(
+        self, client: ClientSource, *, first_screen: str = "overview", paths: Paths | None = None
+    ) -> None:
         # Read by App.__init__: the mode the app opens on.
         self.DEFAULT_MODE = first_screen
         super().__init__()
+        # This control plane's files (node add issues certificates from its CA); None
+        # when the console was given only a client (the Add node dialog then says so).
+        self.paths = paths
         self._make_client = client if callable(client) else None
         self._client: AdminClient | None = None if callable(client) else client
         self.summary = ClusterSummary()
@@ -114,6 +126,7 @@ class LlmgwApp(App[LlmgwError | None]):
         self._counters_due = False
         self._counters_read_at = 0.0
         self._redraw_due = False
+        self._changed = Flag()
         self._overview: OverviewScreen | None = None
         # Screens are made when first shown, after on_load has made the client.
         self.add_mode("overview", self._make_overview)
@@ -205,13 +218,17 @@ class LlmgwApp(App[LlmgwError | None]):
                 # Refused (a token, an older gatewayd): the same call would be refused again.
                 self.post_message(ClusterUnread(e))
                 return
-        self.post_message(read)
+        self.post_message(self._load_summary(read))
 
         async def resync() -> Message:
-            return await read_cluster(self.client)
+            return self._load_summary(await read_cluster(self.client))
 
         async def on_event(event: WatchEvent) -> Message | None:
-            return ClusterChanged(event)
+            # Recorded here, in the order events come; one message at a time draws them.
+            if not self.summary.loaded:
+                return None
+            self.summary.apply(event)
+            return ClusterChanged(event) if self._changed.up() else None
 
         await follow_watch(self, self.client, TOPICS, resync=resync, on_event=on_event)
 
@@ -224,23 +241,27 @@ class LlmgwApp(App[LlmgwError | None]):
 
     # -- message handlers ----------------------------------------------------------------
 
-    def on_cluster_read(self, message: ClusterRead) -> None:
+    def _load_summary(self, read: ClusterRead) -> ClusterRead:
+        # Loaded before the message goes, so that no event that follows is undone.
         self.summary.load(
-            message.status,
-            list(message.nodes.nodes),
-            list(message.models.models),
-            list(message.replicas.replicas),
-            list(message.engines.engines),
-            list(message.warnings.warnings),
+            read.status,
+            list(read.nodes.nodes),
+            list(read.models.models),
+            list(read.replicas.replicas),
+            list(read.engines.engines),
+            list(read.warnings.warnings),
             now=time.monotonic(),
         )
+        return read
+
+    def on_cluster_read(self, message: ClusterRead) -> None:
         self._counters_read_at = time.monotonic()
         self._show(problem="")
 
     def on_cluster_changed(self, message: ClusterChanged) -> None:
+        self._changed.down()
         if not self.summary.loaded:
             return
-        self.summary.apply(message.event)
         # What no event carries (the counters, warnings, engines) is read again
         # at most every few seconds: events are the clock, not a timer.
         if not self._counters_due:
@@ -299,7 +320,7 @@ def run_console(paths: Paths) -> None:
     Raises the ``LlmgwError`` of a missing or broken server.yaml or admin
     token before anything is drawn.
     """
-    app = LlmgwApp(partial(AdminClient.from_paths, paths))
+    app = LlmgwApp(partial(AdminClient.from_paths, paths), paths=paths)
     app.run()
     if isinstance(app.return_value, LlmgwError):
         raise app.return_value

@@ -169,8 +169,10 @@ async def test_new_usage_shows_without_a_key_press(cluster, monkeypatch):
             await wait_until(pilot, lambda: isinstance(app.screen, NodesScreen))
             await pilot.press("k")
             await wait_until(pilot, lambda: isinstance(app.screen, KeysScreen))
-            keys = {b.binding.key for b in app.screen.active_bindings.values() if b.binding.show}
-            assert {"a", "c", "x", "o", "l", "e", "d", "k", "u"} <= keys
+            shown = {b.binding.key for b in app.screen.active_bindings.values() if b.binding.show}
+            assert {"a", "c", "x", "l", "e", "d"} <= shown
+            # The screens' keys work everywhere; the header's tabs name them, not the footer.
+            assert {"o", "k", "u"} <= set(app.screen.active_bindings)
             await pilot.press("u")
             assert app.screen is s
 

@@ -55,7 +55,7 @@ class ClusterRead(Message):
 
 
 class ClusterChanged(Message):
-    """One ``Watch`` event for the header and the Overview."""
+    """``Watch`` events were recorded in the summary (``event``: the first of them)."""
 
     def __init__(self, event: WatchEvent) -> None:
         super().__init__()

@@ -84,6 +84,8 @@ async def follow_watch(
                 message = await on_event(event)
                 if message is not None:
                     target.post_message(message)
+                # Events already read arrive without a pause: let a key press in between.
+                await asyncio.sleep(0)
             error: LlmgwError = AdminUnreachable(
                 f"gatewayd at {client.address} ended the live updates",
                 hint="it may be restarting",

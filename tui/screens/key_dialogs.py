@@ -32,6 +32,7 @@ from llmgw.keyfmt import (
 )
 from proto.llmgw.v1 import KeyView, LimitsView, TenantView
 from tui.screens.common import describe
+from tui.screens.shell import KeyFooter
 
 T = TypeVar("T")
 
@@ -88,6 +89,7 @@ class FormDialog(ModalScreen[T | None]):
             with Horizontal(classes="dialog-buttons"):
                 yield Button(self.OK_LABEL, variant="primary", id="form-ok")
                 yield Button("Cancel", id="form-cancel")
+        yield KeyFooter()
 
     def fields(self) -> ComposeResult:
         yield from ()
@@ -321,6 +323,7 @@ class SecretShown(ModalScreen[None]):
             with Horizontal(classes="dialog-buttons"):
                 yield Button("Copy", id="secret-copy")
                 yield Button("I have saved it", variant="primary", id="secret-close")
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.query_one("#secret-box").border_title = "Shown once"
@@ -355,6 +358,7 @@ class Confirm(ModalScreen[bool]):
             with Horizontal(classes="dialog-buttons"):
                 yield Button(self._yes, variant="error", id="confirm-yes")
                 yield Button("Cancel", id="confirm-no")
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.query_one("#confirm-box").border_title = self._title

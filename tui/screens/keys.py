@@ -28,7 +28,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Static, Tree
+from textual.widgets import DataTable, Static, Tree
 from textual.worker import Worker
 
 from llmgw.admin_client import AdminClient
@@ -56,7 +56,7 @@ from tui.screens.key_dialogs import (
     RotateDialog,
     SecretShown,
 )
-from tui.screens.shell import ShellHeader
+from tui.screens.shell import KeyFooter, ShellHeader
 
 # DataTable column keys: the command's headings, lower case ("key", "last_used", …).
 COLUMN_KEYS = tuple(c.lower().replace(" ", "_") for c in KEY_COLUMNS)
@@ -137,7 +137,7 @@ class KeysScreen(Screen[None]):
                     table.add_column(heading, key=key)
                 yield table
                 yield Static(id="keys-empty")
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.query_one("#keys-empty").display = False

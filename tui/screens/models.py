@@ -18,6 +18,7 @@ touch the widgets.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import ClassVar
 
@@ -28,7 +29,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.screen import ModalScreen, Screen
-from textual.widgets import Button, DataTable, Footer, Input, Static
+from textual.widgets import Button, DataTable, Input, Static
 from textual.worker import Worker
 
 from llmgw.admin_client import AdminClient
@@ -48,9 +49,10 @@ from proto.llmgw.v1 import (
     RemoveModelReply,
     WatchEvent,
 )
+from tui.screens.batched import DrawLater, Flag, LiveRows, selected_key
 from tui.screens.common import AdminFailed, describe, follow_watch, show_worker_error
 from tui.screens.serve import ServeDialog
-from tui.screens.shell import ShellHeader
+from tui.screens.shell import KeyFooter, ShellHeader
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +60,8 @@ log = logging.getLogger(__name__)
 COLUMN_KEYS = tuple(c.lower() for c in MODEL_COLUMNS)
 # The most replicas a model may ask for (the catalog's own bound).
 MAX_REPLICAS = 1000
+# Replicas' changes re-read their models at most this often.
+REREAD_S = 0.25
 
 
 class ModelsLoaded(Message):
@@ -75,6 +79,10 @@ class ModelChanged(Message):
         super().__init__()
         self.name = name
         self.view = view
+
+
+class ModelsChanged(Message):
+    """Watch events were recorded: draw them."""
 
 
 class ModelScaled(Message):
@@ -119,6 +127,7 @@ class ScaleDialog(ModalScreen[int | None]):
             yield Static(f"How many replicas of {self.model_name}? (now {self._now})")
             yield Input(str(self._now), type="integer", id="scale-replicas")
             yield Static("Enter scales · Esc cancels", id="scale-status", classes="dialog-status")
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.query_one("#scale-box").border_title = f"Scale {self.model_name}"
@@ -158,6 +167,7 @@ class ConfirmRemove(ModalScreen[bool]):
             with Horizontal(classes="dialog-buttons"):
                 yield Button("Remove", variant="error", id="remove-confirm")
                 yield Button("Cancel", id="remove-cancel")
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.query_one("#remove-box").border_title = f"Remove {self.model_name}"
@@ -192,6 +202,7 @@ class ExplainPlacement(ModalScreen[None]):
                 reasons.add_column(heading, key=heading.lower().replace(" ", "_"))
             yield reasons
             yield Static("Esc closes · r asks again", id="explain-status", classes="dialog-status")
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.query_one("#explain-box").border_title = f"Placement of {self.model_name}"
@@ -235,8 +246,13 @@ class ExplainPlacement(ModalScreen[None]):
 # -- the screen ------------------------------------------------------------------
 
 
-class ModelsScreen(Screen[None]):
-    """Every model in a table keyed by name, kept current by the admin ``Watch``."""
+class ModelsScreen(DrawLater, Screen[None]):
+    """Every model in a table keyed by name, kept current by the admin ``Watch``.
+
+    Events only record the new views; rows and counts are drawn together
+    (``DrawLater``). A replica's change re-reads its model (``get_model``), at
+    most once per ``REREAD_S`` for however many of its replicas changed.
+    """
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("a", "serve", "Serve"),
@@ -250,7 +266,11 @@ class ModelsScreen(Screen[None]):
     def __init__(self, client: AdminClient) -> None:
         super().__init__()
         self._client = client
-        self._views: dict[str, ModelView] = {}
+        self._rows: LiveRows[ModelView] = LiveRows(COLUMN_KEYS, model_cells)
+        self._changed = Flag()
+        # Models whose replicas changed since they were last read.
+        self._stale: set[str] = set()
+        self._rereading = False
         # "No models yet" only once gatewayd said so, never while it cannot be reached.
         self._loaded = False
 
@@ -262,7 +282,7 @@ class ModelsScreen(Screen[None]):
             table.add_column(heading, key=key)
         yield table
         yield Static(f"{NO_MODELS} (or press a here)", id="empty")
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.query_one("#empty").display = False
@@ -331,7 +351,7 @@ class ModelsScreen(Screen[None]):
         except LlmgwError as e:
             self.post_message(AdminFailed(e))
             return
-        self.post_message(ModelsLoaded(reply))
+        self.post_message(self._loaded_message(reply))
 
     @work(exclusive=True, exit_on_error=False, group="models-watch")
     async def follow_models(self) -> None:
@@ -339,27 +359,49 @@ class ModelsScreen(Screen[None]):
         model_of: dict[str, str] = {}
 
         async def resync() -> Message:
-            return ModelsLoaded(await self._client.list_models())
+            return self._loaded_message(await self._client.list_models())
 
         async def on_event(event: WatchEvent) -> Message | None:
             if event.topic == "models":
-                return ModelChanged(event.key, event.model)
+                # Recorded here, in the order events come; drawn by one message at a time.
+                self._record(event.key, event.model)
+                return ModelsChanged() if self._changed.up() else None
             if event.topic != "replicas":
                 return None
             if event.replica is not None:
                 name = model_of[event.key] = event.replica.model
             else:
                 name = model_of.pop(event.key, "")
-            if not name:
-                return None
-            try:
-                return ModelChanged(name, await self._client.get_model(name))
-            except NotFoundError:
-                return None  # removed: its own "models" event drops the row
+            if name:
+                self._stale.add(name)
+                if not self._rereading:
+                    self._rereading = True
+                    self.reread_models()
+            return None
 
         await follow_watch(
             self, self._client, ["models", "replicas"], resync=resync, on_event=on_event
         )
+
+    @work(exclusive=True, exit_on_error=False, group="models-reread")
+    async def reread_models(self) -> None:
+        # Replicas change in bursts (a rollout, a node lost): gather them first.
+        try:
+            while self._stale:
+                await asyncio.sleep(REREAD_S)
+                names, self._stale = self._stale, set()
+                for name in sorted(names):
+                    try:
+                        self._record(name, await self._client.get_model(name))
+                        if self._changed.up():
+                            self.post_message(ModelsChanged())
+                    except NotFoundError:
+                        pass  # removed: its own "models" event drops the row
+                    except LlmgwError as e:
+                        self.post_message(AdminFailed(e))
+                        return
+        finally:
+            self._rereading = False
 
     @work(exclusive=True, exit_on_error=False, group="models-action")
     async def run_scale(self, name: str, replicas: int) -> None:
@@ -381,23 +423,37 @@ class ModelsScreen(Screen[None]):
 
     # -- message handlers: widgets only ----------------------------------------
 
+    @property
+    def _views(self) -> dict[str, ModelView]:
+        return self._rows.views
+
+    def _loaded_message(self, reply: ListModelsReply) -> ModelsLoaded:
+        # Recorded before the message goes, so that no event that follows is undone.
+        self._rows.replace((m.spec.name, m) for m in reply.models)
+        return ModelsLoaded(reply)
+
+    def _record(self, name: str, view: ModelView | None) -> None:
+        if view is None:
+            self._rows.drop(name)
+        else:
+            self._rows.put(name, view)
+
     def on_models_loaded(self, message: ModelsLoaded) -> None:
-        table = self.query_one("#models", DataTable)
-        selected = self._selected_name()
-        self._views = {m.spec.name: m for m in message.reply.models}
-        table.clear()
-        for m in message.reply.models:
-            table.add_row(*model_cells(m), key=m.spec.name)
-        if selected in self._views:
-            table.move_cursor(row=table.get_row_index(selected))
         self._loaded = True
-        self._show_counts()
+        self.draw_now()
 
     def on_model_changed(self, message: ModelChanged) -> None:
-        if message.view is None:
-            self._drop(message.name)
-        else:
-            self._put(message.view)
+        self._record(message.name, message.view)
+        self.draw_later()
+
+    def on_models_changed(self, message: ModelsChanged) -> None:
+        self._changed.down()
+        self.draw_later()
+
+    def draw(self) -> None:
+        self._rows.flush(self.query_one("#models", DataTable))
+        if self._loaded:
+            self._show_counts()
 
     def on_model_scaled(self, message: ModelScaled) -> None:
         self._put(message.view)
@@ -422,30 +478,17 @@ class ModelsScreen(Screen[None]):
     # -- rows ----------------------------------------------------------------------
 
     def _put(self, view: ModelView) -> None:
-        table = self.query_one("#models", DataTable)
-        name = view.spec.name
-        if name in self._views:
-            for key, cell in zip(COLUMN_KEYS, model_cells(view), strict=True):
-                table.update_cell(name, key, cell, update_width=True)
-        else:
-            table.add_row(*model_cells(view), key=name)
-        self._views[name] = view
-        if self._loaded:
-            self._show_counts()
+        """A model the operator's own action changed: drawn at once."""
+        self._rows.put(view.spec.name, view)
+        self.draw_now()
 
     def _drop(self, name: str) -> None:
-        if name in self._views:
-            del self._views[name]
-            self.query_one("#models", DataTable).remove_row(name)
-        if self._loaded:
-            self._show_counts()
+        self._rows.drop(name)
+        self.draw_now()
 
     def _selected_name(self) -> str | None:
-        tables = self.query("#models").results(DataTable)
-        table = next(tables, None)  # none before compose (the footer may ask first)
-        if table is None or not table.row_count:
-            return None
-        return table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+        table = next(self.query("#models").results(DataTable), None)  # none before compose
+        return None if table is None else selected_key(table)
 
     def selected_model(self) -> ModelView | None:
         """The model under the cursor, as last read."""
@@ -462,4 +505,4 @@ class ModelsScreen(Screen[None]):
         status.set_class(False, "-error")
         self.query_one("#empty").display = not self._views
         self.query_one("#models").display = bool(self._views)
-        self.refresh_bindings()
+        self.bindings_for(self._selected_name())

@@ -28,7 +28,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
 from textual.message import Message
 from textual.screen import ModalScreen, Screen
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import DataTable, Static
 from textual.worker import Worker
 
 from llmgw.admin_client import AdminClient
@@ -36,10 +36,11 @@ from llmgw.errors import LlmgwError
 from llmgw.nodefmt import NO_NODES, NODE_COLUMNS, node_cells, node_details
 from llmgw.opsfmt import removed_node_text
 from proto.llmgw.v1 import EngineView, ListNodesReply, NodeView, ReplicaView, WatchEvent
+from tui.screens.batched import DrawLater, Flag, LiveRows, selected_key
 from tui.screens.common import AdminFailed, describe, follow_watch, show_worker_error
 from tui.screens.node_actions import NodeActed, NodeActionFailed, NodeActions, NodeRemoved
 from tui.screens.node_pane import Drain, drain_of, node_pane
-from tui.screens.shell import ShellHeader
+from tui.screens.shell import KeyFooter, ShellHeader
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +63,10 @@ class NodeChanged(Message):
         super().__init__()
         self.node_id = node_id
         self.view = view
+
+
+class NodesChanged(Message):
+    """Watch events were recorded (nodes, replicas): draw them."""
 
 
 class NodeFetched(Message):
@@ -111,6 +116,7 @@ class NodeDetails(ModalScreen[None]):
         with Vertical(id="details-box"):
             yield Static(id="details-body")
             yield Static("Esc closes · r reads it again", id="details-status")
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.query_one("#details-box").border_title = f"Node {self.node_id}"
@@ -147,15 +153,20 @@ class NodeDetails(ModalScreen[None]):
         show_worker_error(self.query_one("#details-status", Static), event)
 
 
-class NodesScreen(NodeActions, Screen[None]):
-    """Every node in a table keyed by node id, kept current by the admin ``Watch`` stream."""
+class NodesScreen(NodeActions, DrawLater, Screen[None]):
+    """Every node in a table keyed by node id, kept current by the admin ``Watch`` stream.
+
+    Events only record the new views; the table, counts and pane are drawn
+    together (``DrawLater``), and not at all while another screen is shown.
+    """
 
     BINDINGS: ClassVar[list[BindingType]] = NodeActions.NODE_BINDINGS
 
     def __init__(self, client: AdminClient) -> None:
         super().__init__()
         self._client = client
-        self._views: dict[str, NodeView] = {}
+        self._rows: LiveRows[NodeView] = LiveRows(COLUMN_KEYS, node_cells)
+        self._changed = Flag()
         self._replicas: dict[str, ReplicaView] = {}
         self._engines: list[EngineView] | None = None
         self._pane_note = ""
@@ -175,7 +186,7 @@ class NodesScreen(NodeActions, Screen[None]):
         with VerticalScroll(id="node-pane"):
             yield Static(id="node-pane-body")
         yield Static(NO_NODES, id="empty")
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.query_one("#empty").display = False
@@ -198,7 +209,7 @@ class NodesScreen(NodeActions, Screen[None]):
         except LlmgwError as e:
             self.post_message(AdminFailed(e))
             return
-        self.post_message(NodesLoaded(reply))
+        self.post_message(self._loaded_message(reply))
         self.post_message(await self._read_placement())
 
     async def _read_placement(self) -> PlacementLoaded:
@@ -224,55 +235,73 @@ class NodesScreen(NodeActions, Screen[None]):
         # Not "watch_nodes": Textual calls watch_<name> methods when a reactive changes.
         async def resync() -> Message:
             self.post_message(await self._read_placement())
-            return NodesLoaded(await self._client.list_nodes())
+            return self._loaded_message(await self._client.list_nodes())
 
         async def on_event(event: WatchEvent) -> Message | None:
+            # Recorded here, in the order events come; drawn by one message at a time.
             if event.topic == "nodes":
-                return NodeChanged(event.key, event.node)
-            if event.topic == "replicas":
-                return ReplicaMoved(event.key, event.replica)
-            if event.topic == "engines":
+                self._record_node(event.key, event.node)
+            elif event.topic == "replicas":
+                self._record_replica(event.key, event.replica)
+            elif event.topic == "engines":
                 self.load_engines()  # the event names the node only: read them again
-            return None
+                return None
+            return NodesChanged() if self._changed.up() else None
 
         topics = ["nodes", "replicas", "engines"]
         await follow_watch(self, self._client, topics, resync=resync, on_event=on_event)
 
+    def _loaded_message(self, reply: ListNodesReply) -> NodesLoaded:
+        # Recorded before the message goes, so that no event that follows is undone.
+        self._rows.replace((n.node_id, n) for n in reply.nodes)
+        return NodesLoaded(reply)
+
+    def _record_node(self, node_id: str, view: NodeView | None) -> None:
+        if view is None:
+            self._rows.drop(node_id)
+        else:
+            self._rows.put(node_id, view)
+
+    def _record_replica(self, replica_id: str, view: ReplicaView | None) -> None:
+        if view is None:
+            self._replicas.pop(replica_id, None)
+        else:
+            self._replicas[replica_id] = view
+
     # -- message handlers: widgets only ----------------------------------------
 
+    @property
+    def _views(self) -> dict[str, NodeView]:
+        return self._rows.views
+
     def on_nodes_loaded(self, message: NodesLoaded) -> None:
-        table = self.query_one("#nodes", DataTable)
-        selected = self.selected_node_id()
-        self._views = {n.node_id: n for n in message.reply.nodes}
-        table.clear()
-        for n in message.reply.nodes:
-            table.add_row(*node_cells(n), key=n.node_id)
-        if selected in self._views:
-            table.move_cursor(row=table.get_row_index(selected))
         self._loaded = True
-        self._show_counts()
+        self.draw_now()
 
     def on_node_changed(self, message: NodeChanged) -> None:
-        table = self.query_one("#nodes", DataTable)
-        node_id, view = message.node_id, message.view
-        if view is None:
-            if node_id in self._views:
-                del self._views[node_id]
-                table.remove_row(node_id)
-        elif node_id in self._views:
-            changed = self._views[node_id]
-            self._views[node_id] = view
-            if node_cells(changed) != node_cells(view):  # a heartbeat changes no cell
-                for key, cell in zip(COLUMN_KEYS, node_cells(view), strict=True):
-                    table.update_cell(node_id, key, cell, update_width=True)
-        else:
-            self._views[node_id] = view
-            table.add_row(*node_cells(view), key=node_id)
+        self._record_node(message.node_id, message.view)
+        self._show_details()
+        self.draw_later()
+
+    def on_nodes_changed(self, message: NodesChanged) -> None:
+        self._changed.down()
+        self._show_details()
+        self.draw_later()
+
+    def _show_details(self) -> None:
+        """An open node's details follow it live (the screen under them does not draw)."""
         details = self.app.screen
-        if view is not None and isinstance(details, NodeDetails) and details.node_id == node_id:
-            details.show(view)
+        if isinstance(details, NodeDetails):
+            view = self._views.get(details.node_id)
+            if view is not None:
+                details.show(view)
+
+    def draw(self) -> None:
+        self._rows.flush(self.query_one("#nodes", DataTable))
         if self._loaded:
             self._show_counts()
+        else:
+            self._show_pane()
 
     def on_placement_loaded(self, message: PlacementLoaded) -> None:
         if message.replicas is not None:
@@ -281,14 +310,11 @@ class NodesScreen(NodeActions, Screen[None]):
             self._engines = message.engines
         if message.replicas is not None or message.note:
             self._pane_note = message.note
-        self._show_pane()
+        self.draw_later()
 
     def on_replica_moved(self, message: ReplicaMoved) -> None:
-        if message.view is None:
-            self._replicas.pop(message.replica_id, None)
-        else:
-            self._replicas[message.replica_id] = message.view
-        self._show_pane()
+        self._record_replica(message.replica_id, message.view)
+        self.draw_later()
 
     def on_admin_failed(self, message: AdminFailed) -> None:
         status = self.query_one("#status", Static)
@@ -300,10 +326,12 @@ class NodesScreen(NodeActions, Screen[None]):
 
     def on_node_acted(self, message: NodeActed) -> None:
         self.on_node_changed(NodeChanged(message.view.node_id, message.view))
+        self.draw_now()
         self._say(message.text)
 
     def on_node_removed(self, message: NodeRemoved) -> None:
         self.on_node_changed(NodeChanged(message.reply.node_id, None))
+        self.draw_now()
         self._say(removed_node_text(message.reply))
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
@@ -337,9 +365,7 @@ class NodesScreen(NodeActions, Screen[None]):
 
     def selected_node_id(self) -> str | None:
         table = next(self.query("#nodes").results(DataTable), None)  # none before compose
-        if table is None or not table.row_count:
-            return None
-        return table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+        return None if table is None else selected_key(table)
 
     def selected_node(self) -> NodeView | None:
         """The node under the cursor, as last read."""
@@ -380,4 +406,5 @@ class NodesScreen(NodeActions, Screen[None]):
         self.query_one("#empty").display = not self._views
         self.query_one("#nodes").display = bool(self._views)
         self._show_pane()
-        self.refresh_bindings()
+        view = self.selected_node()
+        self.bindings_for(view and (view.node_id, view.state, view.cordoned, view.draining))

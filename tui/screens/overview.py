@@ -19,15 +19,18 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from llmgw.nodefmt import NO_NODES
 from llmgw.opsfmt import NO_WARNINGS, warning_line
 from tui.screens.bars import bar, gib, memory_bar
-from tui.screens.shell import ShellHeader
+from tui.screens.shell import KeyFooter, ShellHeader
 from tui.screens.summary import ClusterSummary
 
 CARDS = ("nodes", "gpus", "models", "requests")
+# An overview, not a list: the Nodes screen has every node (its table draws only
+# the rows in sight; this list is drawn whole at every change).
+GPU_ROWS_MAX = 100
 
 
 def nodes_card(s: ClusterSummary) -> Text:
@@ -80,18 +83,23 @@ def gpu_memory(s: ClusterSummary) -> RenderableType:
     """One line per node: its cards, the memory in use on them, how many hold replicas."""
     if not s.nodes:
         return Text(NO_NODES)
-    cards = s.gpus()
+    by_node: dict[str, list] = {}
+    for c in s.gpus():
+        by_node.setdefault(c.node_id, []).append(c)
     t = Table.grid(padding=(0, 2))
     t.add_column(style="bold", no_wrap=True)
     t.add_column(no_wrap=True, overflow="ellipsis", max_width=20)
     t.add_column(no_wrap=True)
     t.add_column(no_wrap=True)
-    for node_id in sorted(s.nodes):
-        mine = [c for c in cards if c.node_id == node_id]
+    ready_on: dict[str, int] = {}
+    for r in s.replicas.values():
+        if r.state == "ready":
+            ready_on[r.node_id] = ready_on.get(r.node_id, 0) + 1
+    ordered = sorted(s.nodes)
+    for node_id in ordered[:GPU_ROWS_MAX]:
+        mine = by_node.get(node_id)
         if not mine:
-            on_node = [r for r in s.replicas.values() if r.node_id == node_id]
-            ready = sum(1 for r in on_node if r.state == "ready")
-            t.add_row(node_id, "CPU only", "", f"{ready} replicas ready")
+            t.add_row(node_id, "CPU only", "", f"{ready_on.get(node_id, 0)} replicas ready")
             continue
         names: dict[str, int] = {}
         for c in mine:
@@ -104,6 +112,10 @@ def gpu_memory(s: ClusterSummary) -> RenderableType:
             ),
             f"{sum(1 for c in mine if c.replicas)}/{len(mine)} in use",
         )
+    if len(ordered) > GPU_ROWS_MAX:
+        more = Text(f"… and {len(ordered) - GPU_ROWS_MAX} more nodes: ", style="dim")
+        more.append("Nodes (n) lists every one", style="dim bold")
+        return Group(t, more)
     return t
 
 
@@ -121,6 +133,8 @@ class OverviewScreen(Screen[None]):
         self._summary = summary
         self._address = address
         self._problem = ""
+        # Changes arrived while another screen was shown: drawn on return.
+        self._stale = False
 
     def compose(self) -> ComposeResult:
         yield ShellHeader("overview")
@@ -134,13 +148,17 @@ class OverviewScreen(Screen[None]):
         yield Static("Warnings of the last hour", classes="section")
         with VerticalScroll(id="warn-list"):
             yield Static(id="warn-body")
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         titles = {"nodes": "Nodes", "gpus": "GPUs", "models": "Models", "requests": "Requests"}
         for name, title in titles.items():
             self.query_one(f"#card-{name}").border_title = title
-        self.show()
+        self._draw()
+
+    def on_screen_resume(self) -> None:
+        if self._stale:
+            self._draw()
 
     def reload(self) -> None:
         """The r key: the app reads the whole cluster again."""
@@ -154,6 +172,13 @@ class OverviewScreen(Screen[None]):
             self._problem = problem
         if not self.is_mounted:
             return
+        if not self.is_current:
+            self._stale = True  # nobody is looking: drawn when shown again
+            return
+        self._draw()
+
+    def _draw(self) -> None:
+        self._stale = False
         s = self._summary
         status = self.query_one("#status", Static)
         if self._problem:

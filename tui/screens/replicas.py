@@ -30,7 +30,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.message import Message
 from textual.screen import ModalScreen, Screen
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import DataTable, Static
 from textual.worker import Worker
 
 from llmgw.admin_client import AdminClient
@@ -47,9 +47,10 @@ from llmgw.modelfmt import (
 from llmgw.opsfmt import restart_text
 from proto.llmgw.v1 import ListReplicasReply, ReplicaView, RestartReplicaReply, WatchEvent
 from tui.screens.bars import bar
+from tui.screens.batched import DrawLater, Flag, LiveRows, selected_key
 from tui.screens.common import AdminFailed, describe, follow_watch, show_worker_error
 from tui.screens.key_dialogs import Confirm
-from tui.screens.shell import ShellHeader
+from tui.screens.shell import KeyFooter, ShellHeader
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +65,10 @@ class ReplicasLoaded(Message):
     def __init__(self, reply: ListReplicasReply) -> None:
         super().__init__()
         self.reply = reply
+
+
+class ReplicasChanged(Message):
+    """Watch events were recorded: draw them."""
 
 
 class ReplicaChanged(Message):
@@ -176,6 +181,7 @@ class ReplicaDetails(ModalScreen[None]):
                 " the replica live",
                 classes="dialog-status",
             )
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.query_one("#replica-box").border_title = f"Replica {self.replica_id}"
@@ -237,13 +243,17 @@ class ReplicaDetails(ModalScreen[None]):
             history.move_cursor(row=len(view.history) - 1)
 
 
-class ReplicasScreen(Screen[None]):
-    """Every replica in a table keyed by replica id, kept current by the admin ``Watch``."""
+class ReplicasScreen(DrawLater, Screen[None]):
+    """Every replica in a table keyed by replica id, kept current by the admin ``Watch``.
+
+    Events only record the new views; rows and counts are drawn together
+    (``DrawLater``); an open history is fed at once.
+    """
 
     # Enter on the table selects its row (which opens the history); this binding
     # puts it in the footer and opens it when the table does not have the focus.
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("enter", "history", "History"),
+        Binding("enter", "history", "History", priority=True),
         Binding("l", "history", "Log tail", show=False),
         Binding("R", "restart", "Restart"),
     ]
@@ -252,7 +262,9 @@ class ReplicasScreen(Screen[None]):
     def __init__(self, client: AdminClient) -> None:
         super().__init__()
         self._client = client
-        self._views: dict[str, ReplicaView] = {}
+        self._rows: LiveRows[ReplicaView] = LiveRows(COLUMN_KEYS, replica_cells)
+        self._changed = Flag()
+        self._changed_ids: set[str] = set()
         self._details: ReplicaDetails | None = None  # the open history, fed by the watch
         # "No replicas" only once gatewayd said so, never while it cannot be reached.
         self._loaded = False
@@ -266,7 +278,7 @@ class ReplicasScreen(Screen[None]):
             table.add_column(heading, key=key)
         yield table
         yield Static(f"{NO_REPLICAS} Serve a model on the Models screen (m).", id="empty")
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.query_one("#empty").display = False
@@ -288,52 +300,63 @@ class ReplicasScreen(Screen[None]):
         except LlmgwError as e:
             self.post_message(AdminFailed(e))
             return
-        self.post_message(ReplicasLoaded(reply))
+        self.post_message(self._loaded_message(reply))
 
     @work(exclusive=True, exit_on_error=False, group="replicas-watch")
     async def follow_replicas(self) -> None:
         async def resync() -> Message:
-            return ReplicasLoaded(await self._client.list_replicas())
+            return self._loaded_message(await self._client.list_replicas())
 
         async def on_event(event: WatchEvent) -> Message | None:
             if event.topic != "replicas":
                 return None
-            return ReplicaChanged(event.key, event.replica)
+            # Recorded here, in the order events come; drawn by one message at a time.
+            self._record(event.key, event.replica)
+            self._changed_ids.add(event.key)
+            return ReplicasChanged() if self._changed.up() else None
 
         await follow_watch(self, self._client, ["replicas"], resync=resync, on_event=on_event)
 
     # -- message handlers: widgets only ----------------------------------------
 
+    @property
+    def _views(self) -> dict[str, ReplicaView]:
+        return self._rows.views
+
+    def _loaded_message(self, reply: ListReplicasReply) -> ReplicasLoaded:
+        # Recorded before the message goes, so that no event that follows is undone.
+        self._rows.replace((r.replica_id, r) for r in reply.replicas)
+        return ReplicasLoaded(reply)
+
+    def _record(self, replica_id: str, view: ReplicaView | None) -> None:
+        if view is None:
+            self._rows.drop(replica_id)
+        else:
+            self._rows.put(replica_id, view)
+
+    def on_replicas_changed(self, message: ReplicasChanged) -> None:
+        self._changed.down()
+        changed, self._changed_ids = self._changed_ids, set()
+        if self._details is not None and self._details.replica_id in changed:
+            replica_id = self._details.replica_id
+            self._show_details(replica_id, self._views.get(replica_id))
+        self.draw_later()
+
     def on_replicas_loaded(self, message: ReplicasLoaded) -> None:
-        table = self.query_one("#replicas", DataTable)
-        selected = self._selected_replica_id()
-        self._views = {r.replica_id: r for r in message.reply.replicas}
-        table.clear()
-        for r in message.reply.replicas:
-            table.add_row(*replica_cells(r), key=r.replica_id)
-        if selected in self._views:
-            table.move_cursor(row=table.get_row_index(selected))
         self._loaded = True
-        self._show_counts()
+        self.draw_now()
         if self._details is not None:
             replica_id = self._details.replica_id
             self._show_details(replica_id, self._views.get(replica_id))
 
     def on_replica_changed(self, message: ReplicaChanged) -> None:
-        table = self.query_one("#replicas", DataTable)
         replica_id, view = message.replica_id, message.view
-        if view is None:
-            if replica_id in self._views:
-                del self._views[replica_id]
-                table.remove_row(replica_id)
-        elif replica_id in self._views:
-            self._views[replica_id] = view
-            for key, cell in zip(COLUMN_KEYS, replica_cells(view), strict=True):
-                table.update_cell(replica_id, key, cell, update_width=True)
-        else:
-            self._views[replica_id] = view
-            table.add_row(*replica_cells(view), key=replica_id)
+        self._record(replica_id, view)
         self._show_details(replica_id, view)
+        self.draw_later()
+
+    def draw(self) -> None:
+        self._rows.flush(self.query_one("#replicas", DataTable))
         if self._loaded:
             self._show_counts()
 
@@ -364,6 +387,7 @@ class ReplicasScreen(Screen[None]):
         view = message.reply.replica
         if view is not None:
             self.on_replica_changed(ReplicaChanged(view.replica_id, view))
+            self.draw_now()
 
     def on_restart_failed(self, message: RestartFailed) -> None:
         self._say(describe(message.error), error=True)
@@ -402,9 +426,7 @@ class ReplicasScreen(Screen[None]):
 
     def _selected_replica_id(self) -> str | None:
         table = next(self.query("#replicas").results(DataTable), None)  # none before compose
-        if table is None or not table.row_count:
-            return None
-        return table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+        return None if table is None else selected_key(table)
 
     def _show_counts(self) -> None:
         replicas = self._views.values()
@@ -416,4 +438,4 @@ class ReplicasScreen(Screen[None]):
         status.set_class(False, "-error")
         self.query_one("#empty").display = not self._views
         self.query_one("#replicas").display = bool(self._views)
-        self.refresh_bindings()
+        self.bindings_for(self._selected_replica_id())

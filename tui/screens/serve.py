@@ -28,6 +28,7 @@ from llmgw.errors import LlmgwError, UsageError
 from llmgw.modelfmt import PLAN_COLUMNS, layout_cells, name_from_source, plan_head, serve_spec
 from proto.llmgw.v1 import ModelSpec, ModelView, PlanModelRequest, PlanReply
 from tui.screens.common import describe, show_worker_error
+from tui.screens.shell import KeyFooter
 
 SOURCE_HINT = "/models/x.gguf · file:///… · https://…/x.gguf · hf:org/repo[@rev]:file"
 
@@ -112,6 +113,7 @@ class ServeDialog(ModalScreen[ModelView | None]):
                 yield Button("Plan", id="serve-plan-button")
                 yield Button("Serve", variant="primary", id="serve-button")
                 yield Button("Cancel", id="serve-cancel")
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.query_one("#serve-box").border_title = "Serve a model"

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.containers import Vertical
-from textual.widgets import Static
+from textual.containers import Horizontal, Vertical
+from textual.widgets import Footer, Static
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,33 @@ def tabs_markup(current: str) -> str:
     return "".join(parts)
 
 
+class KeyFooter(Footer):
+    """The footer of every cluster-console screen and dialog: its keys, compact.
+
+    Compact, so that the busiest screen's keys and Quit fit 80 columns; the
+    screens' own keys (o n m p k u) are on the header's tabs, not repeated here.
+    """
+
+    def __init__(self) -> None:
+        # The palette's key is on the header's tab line instead (``PALETTE_HINT``).
+        super().__init__(compact=True, show_command_palette=False)
+
+    def compose(self) -> ComposeResult:
+        # Textual's footer keys watch the footer's ``compact`` afresh at every
+        # recompose (each time the keys are checked) and the watch outlives them:
+        # the list grows without end and each new key scans it whole. Forget the
+        # watches of keys that are gone before making new ones.
+        watchers = getattr(self, "__watchers", None)
+        if watchers:
+            for entries in watchers.values():
+                entries[:] = [(node, f) for node, f in entries if node.is_attached]
+        yield from super().compose()
+
+
+# Right of the tabs: the command palette, which lists every screen and action.
+PALETTE_HINT = "[@click=app.command_palette][b]^p[/b] commands[/]"
+
+
 class ShellHeader(Vertical):
     """The cluster's name and state on one line, the screens as tabs on the next."""
 
@@ -55,7 +82,9 @@ class ShellHeader(Vertical):
 
     def compose(self) -> ComposeResult:
         yield Static(id="shell-title")
-        yield Static(tabs_markup(self._mode), id="shell-tabs")
+        with Horizontal(id="shell-tab-line"):
+            yield Static(tabs_markup(self._mode), id="shell-tabs")
+            yield Static(PALETTE_HINT, id="shell-palette")
 
     def on_mount(self) -> None:
         self.watch(self.app, "title", self._retitle, init=False)

@@ -23,7 +23,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Label, Select, Sparkline, Static
+from textual.widgets import DataTable, Label, Select, Sparkline, Static
 from textual.worker import Worker
 
 from llmgw.admin_client import AdminClient
@@ -40,7 +40,7 @@ from llmgw.usagefmt import (
 )
 from proto.llmgw.v1 import UsageReply
 from tui.screens.common import AdminFailed, describe, show_worker_error
-from tui.screens.shell import ShellHeader
+from tui.screens.shell import KeyFooter, ShellHeader
 
 # 5 s: a request shows within one usage flush (1 s) and one refresh, without a
 # screen left open all day asking gatewayd more than once every few seconds.
@@ -114,7 +114,7 @@ class UsageScreen(Screen[None]):
         yield Static(id="usage-empty")
         yield Static(id="usage-series-label")
         yield Sparkline([], summary_function=max, id="usage-series")
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.query_one("#usage-empty").display = False
