@@ -155,6 +155,20 @@ def test_node_add_onboards_the_host_and_node_remove_takes_it_out_for_good(
 
     agent_pid = int(Path(layout.pidfile).read_text().split()[0])
     assert agent_pid in node_host.pids()  # node add started it over ssh: it lives in the namespace
+
+    # Again, on the joined node: what is in place is kept, nothing is installed twice,
+    # the certificate is not reissued, and the agent running is left running.
+    cert = Path(layout.node_crt)
+    cert_before = cert.read_bytes()
+    again = run_node_add(plane, node_host, NODE_ID, install_root, warm_wheelhouse)
+    assert again.returncode == 0, f"node add (again) failed:\n{again.stdout}\n{again.stderr}"
+    second = parse_ndjson(again.stdout)
+    last_of = {e["step"]: e for e in second if e.get("step") != "result"}
+    assert last_of["install"]["status"] == "kept", again.stdout
+    assert all(e["status"] != "fail" for e in second), again.stdout
+    assert cert.read_bytes() == cert_before
+    assert int(Path(layout.pidfile).read_text().split()[0]) == agent_pid
+    assert agent_pid in node_host.pids()
     # A copy of the node's certificate, as a machine that was removed could keep one.
     kept_home = node_host.workdir / "kept"
     kept = _keep_node_identity(layout, kept_home)
