@@ -10,7 +10,9 @@ import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import grpclib.const
 import pytest
+from grpclib.client import Channel
 
 from agentd.agent import Agent
 from agentd.discovery import probe_for
@@ -19,6 +21,8 @@ from llmgw.admin_client import AdminClient
 from llmgw.cluster_init import init_server, issue_node_bundle
 from llmgw.config import AgentConfig, HardwareConfig, ServerConfig, StoreConfig, load_server_config
 from llmgw.paths import Paths
+from llmgw.tlsconf import client_context
+from proto.llmgw.v1 import AgentMessage, ControlMessage
 
 
 async def wait_for(predicate, *, attempts: int = 200, interval_s: float = 0.05):
@@ -123,3 +127,27 @@ async def cluster(request, tmp_path):
         store = StoreConfig(dsn=request.getfixturevalue("fresh_postgres_dsn"))
     async with running_cluster(tmp_path, store=store) as c:
         yield c
+
+
+class RawAgentStream:
+    """A hand-driven agent stream, for what a well-behaved agent never does."""
+
+    def __init__(self, cluster, cfg):
+        self._ssl = client_context(cfg.pki.ca_cert, cfg.pki.cert, cfg.pki.key)
+        self._port = cluster.server.ports["agent"]
+
+    async def __aenter__(self):
+        self._channel = Channel("127.0.0.1", self._port, ssl=self._ssl)
+        self._cm = self._channel.request(
+            "/llmgw.v1.AgentService/Connect",
+            grpclib.const.Cardinality.STREAM_STREAM,
+            AgentMessage,
+            ControlMessage,
+        )
+        return await self._cm.__aenter__()
+
+    async def __aexit__(self, *exc):
+        try:
+            return await self._cm.__aexit__(*exc)
+        finally:
+            self._channel.close()

@@ -42,6 +42,20 @@ class StepEvent(BaseModel):
         return self.model_dump_json(exclude_none=True)
 
 
+def result_event(
+    status: str, detail: str, fix: str, total: Clock, code: ExitCode, **fields: Any
+) -> StepEvent:
+    """The last event of ``node add`` or ``node remove``: how it ended, for scripts too."""
+    return StepEvent(
+        step="result",
+        status=status,  # type: ignore[arg-type]
+        detail=detail,
+        fix=fix,
+        elapsed_s=total.elapsed(),
+        result={"ok": status == "ok", "exit_code": int(code), **fields},
+    )
+
+
 class OnboardError(LlmgwError):
     """A step failed: ``message`` says what, ``hint`` what to do about it."""
 

@@ -17,7 +17,7 @@ from llmgw.cluster_init import _default_control_planes
 from llmgw.config import check_name
 from llmgw.errors import ExitCode, LlmgwError, UsageError
 from llmgw.onboard.checks import node_checks
-from llmgw.onboard.events import Clock, OnboardError, StepEvent
+from llmgw.onboard.events import Clock, OnboardError, StepEvent, result_event
 from llmgw.onboard.install import install_llmgw
 from llmgw.onboard.join import join_node
 from llmgw.onboard.layout import NodeLayout
@@ -183,20 +183,16 @@ def _result(
     state: dict,
     code: ExitCode = ExitCode.OK,
 ) -> StepEvent:
-    return StepEvent(
-        step="result",
-        status=status,  # type: ignore[arg-type]
-        detail=detail,
-        fix=fix,
-        elapsed_s=total.elapsed(),
-        result={
-            "ok": status == "ok",
-            "exit_code": int(code),
-            "node_id": node_id,
-            "host": plan.target.host,
-            "install_root": plan.install_root,
-            "warnings": state.get("warnings", []),
-            "node": state.get("node"),
-            "next_step": NEXT_STEP if status == "ok" else "",
-        },
+    return result_event(
+        status,
+        detail,
+        fix,
+        total,
+        code,
+        node_id=node_id,
+        host=plan.target.host,
+        install_root=plan.install_root,
+        warnings=state.get("warnings", []),
+        node=state.get("node"),
+        next_step=NEXT_STEP if status == "ok" else "",
     )

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 from llmgw import pki
 from llmgw.admin_client import AdminClient
 from llmgw.errors import ExitCode, LlmgwError, NotFoundError
-from llmgw.onboard.events import Clock, StepEvent
+from llmgw.onboard.events import Clock, StepEvent, result_event
 from llmgw.onboard.layout import UNIT_NAME, NodeLayout
 from llmgw.onboard.plan import RemovePlan, forget_record, load_record
 from llmgw.onboard.ssh import connect
@@ -174,16 +174,4 @@ def _local_serial(plan: RemovePlan, node_id: str, rec) -> tuple[str, str]:
 
 
 def _result(node_id, status, detail, fix, total: Clock, warnings, code: ExitCode) -> StepEvent:
-    return StepEvent(
-        step="result",
-        status=status,
-        detail=detail,
-        fix=fix,
-        elapsed_s=total.elapsed(),
-        result={
-            "ok": status == "ok",
-            "exit_code": int(code),
-            "node_id": node_id,
-            "warnings": warnings,
-        },
-    )
+    return result_event(status, detail, fix, total, code, node_id=node_id, warnings=warnings)

@@ -12,14 +12,12 @@ from pathlib import Path
 import grpclib.const
 import pytest
 from cryptography import x509
-from grpclib.client import Channel
 from grpclib.exceptions import GRPCError
 
 from gatewayd.agents.revocations import Revocations, peer_serial
 from gatewayd.store.revoked_records import RevokedCert, canonical_serial
-from llmgw.tlsconf import client_context
 from proto.llmgw.v1 import AgentMessage, ControlMessage, Register
-from tests.cluster_fixture import wait_for
+from tests.cluster_fixture import RawAgentStream, wait_for
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -68,30 +66,6 @@ def test_serials_are_compared_in_one_spelling():
 # ---- the agent port: real grpclib over mutual TLS -------------------------------
 
 
-class _AgentStream:
-    """A hand-driven agent stream with a node's own certificate."""
-
-    def __init__(self, cluster, cfg):
-        self._ssl = client_context(cfg.pki.ca_cert, cfg.pki.cert, cfg.pki.key)
-        self._port = cluster.server.ports["agent"]
-
-    async def __aenter__(self):
-        self._channel = Channel("127.0.0.1", self._port, ssl=self._ssl)
-        self._cm = self._channel.request(
-            "/llmgw.v1.AgentService/Connect",
-            grpclib.const.Cardinality.STREAM_STREAM,
-            AgentMessage,
-            ControlMessage,
-        )
-        return await self._cm.__aenter__()
-
-    async def __aexit__(self, *exc):
-        try:
-            return await self._cm.__aexit__(*exc)
-        finally:
-            self._channel.close()
-
-
 async def _register(stream, node_id: str) -> ControlMessage | None:
     await stream.send_message(AgentMessage(register=Register(node_id=node_id, hostname=node_id)))
     return await asyncio.wait_for(stream.recv_message(), 10)
@@ -103,7 +77,7 @@ async def test_a_revoked_node_certificate_is_refused_by_the_agent_port(cluster):
         reply = await admin.revoke_node("gpu-r", serial=_serial_of(cfg.pki.cert))
     assert reply.revoked and not reply.stream_closed
     with pytest.raises(GRPCError) as err:
-        async with _AgentStream(cluster, cfg) as stream:
+        async with RawAgentStream(cluster, cfg) as stream:
             await _register(stream, "gpu-r")
     assert err.value.status is grpclib.const.Status.PERMISSION_DENIED
     assert "was revoked" in err.value.message
@@ -114,7 +88,7 @@ async def test_a_revoked_node_certificate_is_refused_by_the_agent_port(cluster):
 async def test_a_live_stream_of_a_revoked_node_is_closed(cluster):
     cfg = cluster.agent_config("gpu-live")
     with pytest.raises(GRPCError) as err:
-        async with _AgentStream(cluster, cfg) as stream:
+        async with RawAgentStream(cluster, cfg) as stream:
             assert (await _register(stream, "gpu-live")).registered is not None
             async with cluster.admin() as admin:
                 # No serial given: the one the open stream presents.
@@ -142,6 +116,6 @@ async def test_a_node_added_again_gets_a_fresh_certificate_that_connects(cluster
         await admin.revoke_node("gpu-again", serial=old_serial)
     fresh = cluster.agent_config("gpu-again")  # issues a new certificate, as node add does
     assert _serial_of(fresh.pki.cert) != old_serial
-    async with _AgentStream(cluster, fresh) as stream:
+    async with RawAgentStream(cluster, fresh) as stream:
         assert (await _register(stream, "gpu-again")).registered is not None
         await stream.end()

@@ -7,15 +7,13 @@ import logging
 
 import grpclib.const
 import pytest
-from grpclib.client import Channel
 from grpclib.exceptions import GRPCError, StreamTerminatedError
 
 from llmgw import pki
 from llmgw.errors import AdminUnauthenticated, NotFoundError
 from llmgw.fsutil import write_atomic, write_secret
-from llmgw.tlsconf import client_context
 from proto.llmgw.v1 import AgentMessage, ControlMessage, Heartbeat, HostFacts, Register
-from tests.cluster_fixture import running_cluster, wait_for
+from tests.cluster_fixture import RawAgentStream, running_cluster, wait_for
 
 
 async def node_state(cluster, node_id):
@@ -105,7 +103,7 @@ async def test_an_agent_certificate_from_another_ca_is_refused(cluster, tmp_path
 async def test_a_silent_node_becomes_not_ready_and_ready_again_when_it_speaks(tmp_path):
     async with running_cluster(tmp_path, not_ready_grace_s=0.5, heartbeat_interval_s=60) as c:
         cfg = c.agent_config("quiet")
-        async with _raw_stream(c, cfg) as stream:
+        async with RawAgentStream(c, cfg) as stream:
             await stream.send_message(
                 AgentMessage(
                     register=Register(
@@ -172,32 +170,8 @@ async def _beat_after(cluster, node_id, seq):
     return n if n is not None and n.heartbeat_seq > seq else None
 
 
-class _raw_stream:
-    """A hand-driven agent stream, for what a well-behaved agent never does."""
-
-    def __init__(self, cluster, cfg):
-        self._ssl = client_context(cfg.pki.ca_cert, cfg.pki.cert, cfg.pki.key)
-        self._port = cluster.server.ports["agent"]
-
-    async def __aenter__(self):
-        self._channel = Channel("127.0.0.1", self._port, ssl=self._ssl)
-        self._cm = self._channel.request(
-            "/llmgw.v1.AgentService/Connect",
-            grpclib.const.Cardinality.STREAM_STREAM,
-            AgentMessage,
-            ControlMessage,
-        )
-        return await self._cm.__aenter__()
-
-    async def __aexit__(self, *exc):
-        try:
-            return await self._cm.__aexit__(*exc)
-        finally:
-            self._channel.close()
-
-
 async def _register_raw(cluster, cfg, node_id):
-    async with _raw_stream(cluster, cfg) as stream:
+    async with RawAgentStream(cluster, cfg) as stream:
         await stream.send_message(AgentMessage(register=Register(node_id=node_id)))
         msg = await asyncio.wait_for(stream.recv_message(), 10)
         if msg is None:
@@ -206,7 +180,7 @@ async def _register_raw(cluster, cfg, node_id):
 
 
 async def test_the_agent_acknowledges_commands_by_id_and_takes_a_new_control_plane_list(cluster):
-    from proto.llmgw.v1 import AgentSettings, ControlMessage, ControlPlanes
+    from proto.llmgw.v1 import AgentSettings, ControlPlanes
 
     agent, _, _ = await cluster.start_agent("cmd")
     await wait_for(lambda: _ready(cluster, "cmd"))
