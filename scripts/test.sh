@@ -57,6 +57,16 @@ if [ ! -x /usr/sbin/sshd ]; then
   fi
 fi
 
+# The same test makes its namespace and veth pair with iproute2's ip.
+if ! command -v ip >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "== installing iproute2 for node add's end-to-end test"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 >/dev/null
+  else
+    echo "iproute2 is not installed; node add's end-to-end test will be skipped" >&2
+  fi
+fi
+
 echo "== generated code matches proto/*.proto"
 gen=$(mktemp -d)
 trap 'rm -rf "$gen"' EXIT
