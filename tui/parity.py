@@ -1,4 +1,4 @@
-"""What each screen and action of the cluster console mirrors: the ``llmgw ctl`` command.
+"""What each screen and action of the cluster console mirrors: the ``llmgw`` command (``ctl`` mostly).
 
 Screens ≡ commands: every screen of the cluster console (``tui.app`` and
 ``tui.screens``) and every action it offers (a key in ``BINDINGS`` or an
@@ -16,6 +16,8 @@ command with no screen is fine. The command palette offers the same actions
 
 Commands are written as after ``llmgw ctl``, with ``{placeholders}`` for what
 the screen supplies: ``"cordon {node}"``, ``"model scale {model} {replicas}"``.
+The few outside ``ctl`` (Add node is ``llmgw node add {host}``, run on the
+control plane) are declared with ``cmd()``, written as after ``llmgw``.
 """
 
 from __future__ import annotations
@@ -43,7 +45,8 @@ Item = tuple[str, str | None]  # (class name, action name) — None: the screen 
 class Mirror:
     """What one screen or action mirrors.
 
-    ``commands``: what it shows or does, as ``llmgw ctl`` argv templates.
+    ``commands``: what it shows or does, as ``llmgw`` argv templates (``("ctl", …)``
+    for most; ``OUTSIDE_CTL`` names the others).
     ``shown_by``: for an action that changes something, the command whose
     ``--json`` shows the change (``cordon {node}`` is shown by ``nodes``).
     ``opens``: the action opens that screen and shows what the screen mirrors.
@@ -67,6 +70,18 @@ def ctl(*commands: str, shown_by: str = "") -> Mirror:
         commands=tuple(("ctl", *c.split()) for c in commands),
         shown_by=("ctl", *shown_by.split()) if shown_by else (),
     )
+
+
+# The commands outside `llmgw ctl` a screen may mirror: their --json prints step events.
+OUTSIDE_CTL = (("node", "add"),)
+
+
+def cmd(command: str, *, shown_by: str = "") -> Mirror:
+    """Mirrors ``llmgw COMMAND`` (one of ``OUTSIDE_CTL``); ``shown_by`` is a ``ctl`` command."""
+    argv = tuple(command.split())
+    if argv[:2] not in OUTSIDE_CTL:
+        raise ValueError(f"`llmgw {command}`: use ctl() for ctl commands, or add it to OUTSIDE_CTL")
+    return Mirror(commands=(argv,), shown_by=("ctl", *shown_by.split()) if shown_by else ())
 
 
 def opens(screen: str) -> Mirror:
@@ -112,6 +127,12 @@ PARITY: dict[Item, Mirror] = {
     ("NodesScreen", "details"): opens("NodeDetails"),
     ("NodeDetails", None): ctl("node show {node}"),
     ("NodeDetails", "dismiss"): _CLOSES,
+    # Add node runs node add itself (the console is on the control plane, with its CA):
+    # the dialog shows each step event as the command prints it; the node's row follows.
+    ("NodesScreen", "add_node"): opens("AddNodeDialog"),
+    ("AddNodeDialog", None): _FORM,
+    ("AddNodeDialog", "add"): cmd("node add {host}", shown_by="nodes"),
+    ("AddNodeDialog", "cancel"): _CLOSES,
     # -- models --------------------------------------------------------------------
     ("ModelsScreen", None): ctl("models"),
     ("ModelsScreen", "serve"): opens("ServeDialog"),

@@ -15,20 +15,10 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.text import Text
 
 from llmgw.onboard import AddPlan, RemovePlan, SshTarget, StepEvent, add_node, remove_node
+from llmgw.onboard.words import event_lines
 from llmgw.paths import resolve
-
-_MARK = {
-    "running": ("·", "dim"),
-    "waiting": ("…", "yellow"),
-    "ok": ("✓", "green"),
-    "kept": ("=", "green"),
-    "skipped": ("-", "dim"),
-    "warn": ("!", "yellow"),
-    "fail": ("✗", "bold red"),
-}
 
 
 def node_add(
@@ -165,19 +155,9 @@ def _drive(events: AsyncIterator[StepEvent], json_output: bool) -> int:
 
 
 def _print(console: Console, ev: StepEvent) -> None:
-    if ev.step == "result":
-        style = "green" if ev.status == "ok" else "bold red"
-        console.print(Text(f"{ev.detail} ({ev.elapsed_s:.0f} s)", style=style))
-        if ev.fix:
-            console.print(Text(ev.fix))
-        return
-    mark, style = _MARK.get(ev.status, ("·", ""))
-    what = f"{ev.item}: " if ev.item else ""
-    line = Text(f"{mark} {ev.step:<9} ", style=style)
-    line.append(Text(what + ev.detail, style=style if ev.status in ("warn", "fail") else ""))
-    console.print(line)
-    if ev.fix and ev.status in ("warn", "fail"):
-        console.print(Text(f"  {'':<9} fix: {ev.fix}", style=style))
+    # The console's Add node dialog shows the same lines (llmgw.onboard.words).
+    for line in event_lines(ev):
+        console.print(line)
 
 
 def _usage(message: str, json_output: bool) -> None:

@@ -34,6 +34,8 @@ from llmgw.agent_status import (
     EngineReport,
     ShardReport,
 )
+from llmgw.onboard import StepEvent
+from llmgw.onboard.flow import NEXT_STEP
 from llmgw.paths import Paths
 from llmgw.setup_plan import Machine, default_plan
 from tests.tui.fixed_cluster import GIB, LOG_TAIL, NODES, FixedAdmin
@@ -260,6 +262,82 @@ async def open_serve(pilot: Pilot) -> None:
 PLAN_SOURCE = "hf:meta-llama/Llama-3.1-8B-Instruct-GGUF:q4_k_m.gguf"
 
 
+def _step(step: str, status: str, detail: str, elapsed_s: float, **more) -> StepEvent:
+    return StepEvent(step=step, status=status, detail=detail, elapsed_s=elapsed_s, **more)  # type: ignore[arg-type]
+
+
+# node add of gpu-04, as the command reports it: a GPU machine with systemd, one warning.
+ADD_NODE_EVENTS = [
+    _step("connect", "running", "connecting to root@gpu-04.lab", 0.0),
+    _step("connect", "ok", "logged in as root", 0.4),
+    *(
+        _step("doctor", status, detail, 1.2, item=item, fix=fix)
+        for item, status, detail, fix in (
+            ("os", "ok", "ubuntu 22.04 (Debian family)", ""),
+            ("package manager", "ok", "apt-get", ""),
+            ("cpu", "ok", "vector extensions: sse4_2, avx, avx2, fma, f16c", ""),
+            ("nvidia driver", "ok", "550.54.15 (proprietary kernel module)", ""),
+            ("gpus", "ok", "4 GPU(s): 4× NVIDIA L40S", ""),
+            ("disk", "ok", "812.4 GiB free for /var/lib/llmgw-agent", ""),
+            ("glibc", "ok", "glibc 2.35", ""),
+            ("libstdc++", "ok", "GLIBCXX_3.4.30", ""),
+            ("python", "ok", "Python 3.11.9", ""),
+            (
+                "clock",
+                "warn",
+                (
+                    "2.4 s ahead of the control plane's clock: usage times and heartbeat "
+                    "deadlines will be off"
+                ),
+                "turn on time sync on the node (timedatectl set-ntp true)",
+            ),
+            ("systemd", "ok", "the agent runs as llmgw-agent.service", ""),
+            ("control plane", "ok", "cp-1.lab:7701 reachable", ""),
+        )
+    ),
+    _step("doctor", "ok", "12 checks, 1 warning(s)", 1.3),
+    _step("install", "running", "copying llmgw-0.1.0-py3-none-any.whl (0.6 MB)", 0.1),
+    _step("install", "running", "creating /opt/llmgw/venv", 0.9),
+    _step("install", "running", "installing llmgw and its dependencies from PyPI", 4.2),
+    _step("install", "ok", "llmgw 0.1.0 installed in /opt/llmgw/venv", 48.7),
+    _step("packages", "kept", "libgomp1 is installed already", 0.3),
+    _step(
+        "join",
+        "running",
+        "wrote ca.crt, node.crt, node.key, agent.yaml (certificate 3F:8A:11:C0:5E:92:7B:D4…)",
+        0.6,
+    ),
+    _step("join", "ok", "llmgw-agent.service enabled and (re)started", 1.9),
+    _step("register", "running", "waiting for gpu-04 to register", 0.0),
+    _step(
+        "register",
+        "ok",
+        "gpu-04 is ready: ubuntu 22.04, x86_64, 48 CPUs, 384 GiB memory, GPUs: 4× NVIDIA L40S",
+        3.1,
+    ),
+    _step(
+        "result",
+        "ok",
+        "gpu-04 joined the cluster",
+        61.0,
+        fix=NEXT_STEP,
+        result={"ok": True, "exit_code": 0, "node_id": "gpu-04", "warnings": [{"check": "clock"}]},
+    ),
+]
+
+
+async def open_add_node(pilot: Pilot) -> None:
+    await open_nodes(pilot)
+    await pilot.press("a")
+    await until(pilot, lambda: _on(pilot, "AddNodeDialog"))
+    # The run's events, as the worker would post them (no machine is reached).
+    dialog = pilot.app.screen
+    dialog.show_started("root@gpu-04.lab")
+    for event in ADD_NODE_EVENTS:
+        dialog.show_event(event)
+    await pilot.pause()
+
+
 async def open_explain(pilot: Pilot) -> None:
     await open_models(pilot)
     await pilot.press("e")
@@ -319,19 +397,29 @@ class Scene:
     console: str  # "cluster", "node" or "setup"
     title: str
     open: Callable[[Pilot], Awaitable[None]]
+    # The console runs on the control plane (with its files: Add node needs them).
+    on_control_plane: bool = False
 
     def make(self, workdir: Path) -> App:
         if self.console == "node":
             return node_console(workdir)
         if self.console == "setup":
             return setup_console()
-        return LlmgwApp(FixedAdmin())  # type: ignore[arg-type]
+        paths = Paths.under(workdir / "cp") if self.on_control_plane else None
+        return LlmgwApp(FixedAdmin(), paths=paths)  # type: ignore[arg-type]
 
 
 SCENES = [
     Scene("overview", "cluster", "Overview (o)", open_overview),
     Scene("nodes", "cluster", "Nodes (n)", open_nodes),
     Scene("node-details", "cluster", "A node's details (Enter on Nodes)", open_node_details),
+    Scene(
+        "add-node",
+        "cluster",
+        "Add a node (a on Nodes), joined",
+        open_add_node,
+        on_control_plane=True,
+    ),
     Scene("models", "cluster", "Models (m)", open_models),
     Scene("serve", "cluster", "Serve a model (a on Models), planned", open_serve),
     Scene("explain", "cluster", "Explain placement (e on Models)", open_explain),

@@ -24,6 +24,7 @@ from proto.llmgw.v1 import (
     PlanReply,
 )
 from tests.cluster_fixture import wait_for
+from tests.llmgw.onboard.fake_node import FakeNode, Scenario, start_fake_node, stop_fake_node
 from tests.tui.parity_kit import (
     READY_ATTEMPTS,
     RESTARTED,
@@ -47,6 +48,7 @@ from tests.tui.parity_kit import (
     static_text,
     table_list,
     table_rows,
+    to_add_node,
     to_keys,
     to_models,
     to_nodes,
@@ -57,7 +59,8 @@ from tests.tui.parity_kit import (
     tree_levels,
     until,
 )
-from tui.parity import Item
+from tui.parity import PARITY, Item
+from tui.screens.add_node import steps_table
 
 # -- actions: perform through the pilot, read back with the command ------------------------
 
@@ -321,6 +324,69 @@ async def do_remove_node(app, pilot, live):
     await nodes_agree(app, pilot, live, item)
 
 
+# node add builds its wheel (once, seconds), then the agent registers (a second or two):
+# 60 s covers a loaded machine.
+ONBOARD_TRIES = 1200
+
+
+def _node_options(node: FakeNode) -> dict[str, str]:
+    return {
+        "port": str(node.port),
+        "user": "root",
+        "identity": str(node.client_key_file),
+        "known-hosts": str(node.known_hosts_file),
+        "install-root": str(node.root / "installed"),
+    }
+
+
+async def do_add_node(app, pilot, live):
+    item = ("AddNodeDialog", "add")
+    where = live.cluster.paths.home.parent / "added"
+    # One fake machine each for the dialog and the command: both onboard a fresh one.
+    # Each starts a real agent where the node would, killed when the node stops.
+    nodes = [await start_fake_node(where / n, Scenario(real_agent=True)) for n in ("tui", "cli")]
+    try:
+        await to_add_node(app, pilot, live)
+        dialog = app.screen
+        fields = {f"#add-{k}": v for k, v in _node_options(nodes[0]).items()}
+        fields["#add-root"] = fields.pop("#add-install-root")
+        fields |= {
+            "#add-host": "127.0.0.1",
+            "#add-node-id": "added-tui",
+            "#add-planes": live.cluster.agent_address,
+        }
+        for selector, value in fields.items():
+            dialog.query_one(selector, Input).value = value
+        await pilot.pause()
+        await pilot.click("#add-button")
+        ended = lambda: bool(dialog.events) and dialog.events[-1].step == "result"
+        await until(pilot, ended, tries=ONBOARD_TRIES)
+        shown = static_text(app, "#add-log") + static_text(app, "#add-result")
+        assert dialog.events[-1].status == "ok", shown
+
+        # The command, on the other machine: the same steps, each with the same status.
+        options = [word for k, v in _node_options(nodes[1]).items() for word in (f"--{k}", v)]
+        options += ["--node-id", "added-cli", "--control-plane", live.cluster.agent_address]
+        said = await live.steps(PARITY[item].commands[0], *options, host="127.0.0.1")
+        assert said[-1]["status"] == "ok", said[-2:]
+        assert [(e.step, e.status, e.item) for e in dialog.events] == [
+            (e["step"], e["status"], e.get("item", "")) for e in said
+        ]
+        # Each in the command's words (llmgw.onboard.words), the fix under a warning.
+        assert static_text(app, "#add-log") == plain(steps_table(dialog.events[:-1]))
+        assert "added-tui joined the cluster" in static_text(app, "#add-result")
+
+        # Closed, the Nodes screen shows the new row by itself, as `ctl nodes` does.
+        await pilot.press("escape")
+        await until(pilot, lambda: "added-tui" in table_rows(app, "#nodes"))
+        views = await nodes_json(live, item)
+        assert views["added-tui"].state == views["added-cli"].state == "ready"
+        await nodes_agree(app, pilot, live, item)
+    finally:
+        for node in nodes:
+            await stop_fake_node(node)
+
+
 async def _restarted(app, pilot, live, item: Item, replica_id: str) -> None:
     """The replica stops as the command's restart stops it, and both the screen and
     `ctl replicas --json` say so."""
@@ -386,6 +452,7 @@ ACTIONS: dict[Item, Step] = {
     ("NodesScreen", "uncordon"): do_uncordon,
     ("NodesScreen", "drain"): do_drain,
     ("NodesScreen", "remove"): do_remove_node,
+    ("AddNodeDialog", "add"): do_add_node,
     ("ReplicasScreen", "restart"): do_restart,
     ("ReplicaDetails", "restart"): do_restart_in_details,
     ("ModelsScreen", "scale"): do_scale,

@@ -89,6 +89,21 @@ class Live:
         assert result.exit_code == 0, f"llmgw {' '.join(args)}: {result.output}"
         return json.loads(result.stdout)  # the whole of stdout is the admin reply
 
+    async def steps(self, argv: tuple[str, ...], *options: str, **values: Any) -> list[dict]:
+        """Run a declared command outside ``ctl`` (``node add {host}``) with ``options`` and
+        --json: its step events, one JSON object a line, the last the result."""
+        args = [word.format(**values) for word in argv] + [*options, "--json"]
+        env = {"LLMGW_HOME": str(self.cluster.paths.home), "COLUMNS": "200"}
+
+        def run():
+            return CliRunner().invoke(llmgw_cli, args, env=env)
+
+        result = await asyncio.to_thread(run)
+        events = [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
+        assert events and events[-1]["step"] == "result", f"llmgw {' '.join(args)}: {result.output}"
+        assert result.exit_code == events[-1]["result"]["exit_code"]
+        return events
+
     async def said(self, item: Item, index: int = 0, **values: Any) -> dict:
         """What the ``index``-th command declared for ``item`` answers."""
         return await self.ctl(PARITY[item].commands[index], **values)
@@ -206,6 +221,7 @@ MODE_OF = {
     "ModelsScreen": "models",
     "ExplainPlacement": "models",
     "ServeDialog": "models",
+    "AddNodeDialog": "nodes",
     "ReplicasScreen": "replicas",
     "ReplicaDetails": "replicas",
     "KeysScreen": "keys",
@@ -374,6 +390,11 @@ async def check_explain(app, pilot, live):
 async def to_serve(app, pilot, live):
     await to_models(app, pilot, live)
     await press(pilot, "ModelsScreen", "serve", "ServeDialog")
+
+
+async def to_add_node(app, pilot, live):
+    await to_nodes(app, pilot, live)
+    await press(pilot, "NodesScreen", "add_node", "AddNodeDialog")
 
 
 async def to_replicas(app, pilot, live):
@@ -549,6 +570,7 @@ SCREENS: dict[str, tuple[Step, Step | None]] = {
     "ModelsScreen": (to_models, check_models),
     "ExplainPlacement": (to_explain, check_explain),
     "ServeDialog": (to_serve, None),
+    "AddNodeDialog": (to_add_node, None),
     "ReplicasScreen": (to_replicas, check_replicas),
     "ReplicaDetails": (to_replica_details, check_replica_details),
     "KeysScreen": (to_keys, check_keys),

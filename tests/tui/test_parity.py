@@ -5,13 +5,17 @@ command it mirrors. Here the declarations are held to it:
 
 - every screen and action the console offers is declared (a new one without
   a declaration fails here, by name), and no declaration names one gone;
-- every declared command is a real ``llmgw ctl`` command taking ``--json``;
+- every declared command is a real ``llmgw ctl`` command taking ``--json``
+  (or one of the few outside ``ctl`` a screen runs itself: ``node add``);
 - against one live cluster (gatewayd, four agents on recorded hardware, sim
   models, a project with keys, recorded usage), each screen is opened
   through the pilot and its rows are compared with the declared command's
   ``--json`` reply, drawn with the same cell helpers; each action is
   performed through the pilot and its result read back with the command
-  that shows it (cordon → ``ctl nodes --json`` says cordoned).
+  that shows it (cordon → ``ctl nodes --json`` says cordoned). Add node
+  onboards an in-process SSH node that starts a real agent, as ``llmgw node
+  add --json`` onboards another: both report the same steps, and
+  ``ctl nodes --json`` then shows the nodes ready.
 
 The commands run through Typer's CliRunner with LLMGW_HOME set to the
 cluster's, in a thread: the cluster answers on this test's event loop. How
@@ -109,7 +113,8 @@ def _declared_commands() -> list[tuple[str, ...]]:
 
 @pytest.mark.parametrize("argv", _declared_commands(), ids=" ".join)
 def test_each_declared_command_is_a_real_ctl_command_with_json(argv):
-    assert argv[0] == "ctl"
+    # `ctl` commands, and the few outside it a screen runs itself (node add).
+    assert argv[0] == "ctl" or argv[:2] in parity.OUTSIDE_CTL, f"`llmgw {' '.join(argv)}`"
     cmd = _command(argv)
     options = {o for p in cmd.params if p.param_type_name == "option" for o in p.opts}
     assert "--json" in options, f"`llmgw {' '.join(argv)}` has no --json"
@@ -180,7 +185,8 @@ def _live_items() -> list[Item]:
 async def test_the_console_shows_what_its_declared_command_says(live, item):
     mirror: Mirror = PARITY[item]
     cls, action = item
-    app = LlmgwApp(live.client, first_screen=first_mode(item))
+    # The console runs on the control plane, with its files: Add node issues certificates.
+    app = LlmgwApp(live.client, first_screen=first_mode(item), paths=live.cluster.paths)
     async with app.run_test(size=SIZE) as pilot:
         if action is None:
             if cls not in SCREENS:
@@ -221,6 +227,7 @@ def test_every_opens_declaration_goes_through_its_own_key():
         "KeysScreen": ("LlmgwApp", "switch_mode('keys')"),
         "UsageScreen": ("LlmgwApp", "switch_mode('usage')"),
         "ServeDialog": ("ModelsScreen", "serve"),
+        "AddNodeDialog": ("NodesScreen", "add_node"),
         "ExplainPlacement": ("ModelsScreen", "explain"),
         "ReplicaDetails": ("ReplicasScreen", "history"),
     }

@@ -1,9 +1,10 @@
-"""What the Nodes screen does to the selected node: cordon, uncordon, drain, remove.
+"""What the Nodes screen does to the selected node (cordon, uncordon, drain, remove), and Add node.
 
 Each action calls the admin client method its command calls: ``c`` is
 ``llmgw ctl cordon NODE`` (or ``uncordon`` on a cordoned node), ``d`` is
 ``llmgw ctl drain NODE``, ``x`` is ``llmgw ctl node rm NODE``. Drain and
-remove ask first. A refusal ("drain it first …") lands on the status line
+remove ask first. ``a`` opens the Add node dialog (``llmgw node add HOST``,
+with each step's progress); it needs no selected node, nor any node at all. A refusal ("drain it first …") lands on the status line
 with what to do; what changed shows in the row and the pane as the watch
 reports it, the drain's progress with it.
 """
@@ -20,6 +21,7 @@ from textual.message import Message
 from llmgw.admin_client import AdminClient
 from llmgw.errors import LlmgwError
 from proto.llmgw.v1 import NodeView, RemoveNodeReply
+from tui.screens.add_node import AddNodeDialog
 from tui.screens.key_dialogs import Confirm
 from tui.screens.node_pane import replicas_on
 
@@ -59,7 +61,9 @@ class NodeActions:
         Binding("c", "uncordon", "Uncordon"),
         Binding("d", "drain", "Drain"),
         Binding("x,delete", "remove", "Remove"),
-        Binding("enter", "details", "Details"),
+        Binding("a", "add_node", "Add node"),
+        # Before the table's own Enter (select), so that the footer shows it.
+        Binding("enter", "details", "Details", priority=True),
     ]
     ON_A_NODE: ClassVar[frozenset[str]] = frozenset(
         {"cordon", "uncordon", "drain", "remove", "details"}
@@ -137,6 +141,18 @@ class NodeActions:
                 self.run_remove(node_id)
 
         self.app.push_screen(Confirm(f"Remove {node_id}", question, "Remove"), confirmed)
+
+    def action_add_node(self) -> None:
+        # The new node's row comes by itself (the screen follows the watch); the line
+        # above the table says it joined, read back with get_node like `ctl node show`.
+        def added(node_id: str | None) -> None:
+            if node_id:
+                self.run_node_action(
+                    self._client.get_node(node_id),
+                    f"Added {node_id}. Next: serve a model on it (m, then a).",
+                )
+
+        self.app.push_screen(AddNodeDialog(getattr(self.app, "paths", None)), added)
 
     # -- workers ---------------------------------------------------------------------
 

@@ -7,6 +7,12 @@ os-release and /proc from a scenario's folder (LLMGW_PROBE_ROOT); file commands
 test's tmp dir; package managers, pip, venv, systemctl and the agent's start
 are played, and recorded. Anything else answers 127, so a new remote command
 shows up in a test instead of running on this machine.
+
+With ``Scenario(real_agent=True)`` the detached agent start (no systemd) is
+not played: a real agent runs, with this venv's python (``python -m llmgw
+agent --config …`` and LLMGW_HOME as the command sets it), on the agent.yaml
+and certificates onboarding wrote, so the node registers with a real
+gatewayd. ``stop_fake_node`` stops those agents.
 """
 
 from __future__ import annotations
@@ -14,7 +20,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shlex
+import signal
 import subprocess
 import sys
 import tempfile
@@ -43,6 +51,15 @@ class Scenario:
     probe_patch: dict = field(default_factory=dict)
     apt_lock_failures: int = 0
     installed: set[str] = field(default_factory=set)
+    # Start a real agent where the node would start one detached (see the module's doc).
+    real_agent: bool = False
+
+
+# The detached start join.py sends (`setsid LLMGW agent --config YAML <… >>LOG … > PIDFILE`).
+DETACHED_START = re.compile(
+    r"setsid (?P<llmgw>\S+) agent --config (?P<config>\S+) </dev/null >>(?P<log>\S+) 2>&1 "
+    r"& echo \$! > (?P<pidfile>\S+);"
+)
 
 
 @dataclass
@@ -55,6 +72,8 @@ class FakeNode:
     host_key: asyncssh.SSHKey | None = None
     commands: list[str] = field(default_factory=list)
     server: asyncssh.SSHAcceptor | None = None
+    # Real agents started for the node (Scenario.real_agent), stopped by stop_fake_node.
+    agents: list[subprocess.Popen] = field(default_factory=list)
 
     @property
     def sysroot(self) -> Path:
@@ -86,9 +105,12 @@ class FakeNode:
             if not s.sudo_ok:
                 return "", "sudo: a password is required\n", 1
             argv = argv[3:]
+        env: dict[str, str] = {}
         if argv and argv[0] == "env":
             argv = argv[1:]
             while argv and "=" in argv[0]:
+                key, _, value = argv[0].partition("=")
+                env[key] = value
                 argv = argv[1:]
         prog = argv[0] if argv else ""
         if prog == "id":
@@ -122,10 +144,51 @@ class FakeNode:
             if argv[1] == "install":
                 s.installed.update(a for a in argv[2:] if not a.startswith("-"))
             return "", "", 0
+        if prog == "sh" and s.real_agent:
+            return self._agent(" ".join(argv[1:]), env)
         if prog in ("systemctl", "sh"):
             # The agent's start and stop: played (there is no agent here).
             return "", "", 1 if "kill -0" in " ".join(argv) else 0
         return "", f"fake node: no part for {shlex.join(argv)}\n", 127
+
+    def _agent(self, script: str, env: dict[str, str]) -> tuple[str, str, int]:
+        """The agent's detached start, its liveness check and its stop, with a real agent."""
+        if "kill -0" in script:
+            return "", "", 0 if any(p.poll() is None for p in self.agents) else 1
+        if script.startswith("-c kill"):
+            self.stop_agents()
+            return "", "", 0
+        start = DETACHED_START.search(script)
+        if start is None:
+            return "", f"fake node: no part for sh {script}\n", 127
+        for path in (start["log"], start["pidfile"]):
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        with open(start["log"], "ab") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "llmgw", "agent", "--config", start["config"]],
+                env={**os.environ, **env},
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd="/",
+                start_new_session=True,
+            )
+        self.agents.append(proc)
+        Path(start["pidfile"]).write_text(f"{proc.pid}\n")
+        return "", "", 0
+
+    def stop_agents(self) -> None:
+        """Stop every real agent this node started (SIGTERM, then SIGKILL after 10 s)."""
+        for proc in self.agents:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in self.agents:
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)
+        self.agents.clear()
 
     def _probe(self, argv: list[str]) -> tuple[str, str, int]:
         env = dict(os.environ, LLMGW_PROBE_ROOT=str(self.sysroot))
@@ -170,6 +233,7 @@ async def start_fake_node(tmp: Path, scenario: Scenario, *, known: bool = True) 
 
 
 async def stop_fake_node(node: FakeNode) -> None:
+    await asyncio.to_thread(node.stop_agents)
     if node.server is not None:
         node.server.close()
         await asyncio.wait_for(node.server.wait_closed(), 10)
