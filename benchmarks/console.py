@@ -466,6 +466,8 @@ async def measure_keys(home: Path, size, presses: int, settle_s: float) -> dict:
             await asyncio.sleep(0.15)
         window_s = time.perf_counter() - started
         cpu = proc.cpu_percent()
+        moves, moves_missed = await measure_moves(term, presses)
+        missed += moves_missed
     finally:
         await term.close()
     every = [s for v in samples.values() for s in v]
@@ -473,10 +475,31 @@ async def measure_keys(home: Path, size, presses: int, settle_s: float) -> dict:
         "first_visit_ms": first_visit,
         "all": _summary(every),
         "per_key": {k: _summary(v) for k, v in samples.items()},
+        "moves": _summary(moves),
         "missed": missed,
         "console_cpu_percent": round(cpu, 1),
         "window_s": round(window_s, 1),
     }
+
+
+async def measure_moves(term: Terminal, presses: int) -> tuple[list[float], int]:
+    """The arrow key on the Nodes table, the updates streaming: from the key to the next
+    row highlighted (its node id drawn again). The cursor starts on the first row, where
+    the first visit left it; the rows are the nodes in order."""
+    sent, offset = term.press("n")
+    await term.wait_for(b"Nodes: ", after=offset, timeout_s=3 * KEY_TIMEOUT_S)
+    samples: list[float] = []
+    missed = 0
+    for row in range(1, presses + 1):
+        sent, offset = term.press("\x1b[B")
+        try:
+            shown = await term.wait_for(f"node-{row:04d}".encode(), after=offset)
+        except TimeoutError:
+            missed += 1
+            continue
+        samples.append(_ms(shown - sent))
+        await asyncio.sleep(0.15)
+    return samples, missed
 
 
 def _server_main(conn, nodes: int, models: int, token: str, node_eps: float, model_eps: float):
@@ -584,6 +607,8 @@ def report(result: dict) -> str:
         line("all keys", k["all"]),
     ]
     out += [line(f"  {key}", f) for key, f in k["per_key"].items()]
+    out.append("arrow key on the Nodes table → the next row highlighted:")
+    out.append(line("down", k["moves"]))
     firsts = ", ".join(
         f"{key} {'not shown' if ms is None else f'{ms:.0f} ms'}"
         for key, ms in k["first_visit_ms"].items()

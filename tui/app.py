@@ -11,7 +11,9 @@ live, so coming back shows them current at once.
 
 The app itself keeps a ``ClusterSummary`` current (the header's "3/3 nodes
 ready · 2/2 models serving" and the Overview): it reads the cluster once,
-then follows ``Watch``. The command palette (ctrl+p) lists every screen and
+then follows ``Watch`` — one watch for the whole console: the Nodes, Models
+and Replicas screens listen to it (``listen``) rather than each decoding the
+same events again. The command palette (ctrl+p) lists every screen and
 the actions of the one shown; ctrl+t switches between a dark and a light theme.
 """
 
@@ -41,6 +43,7 @@ from tui.screens.cluster_feed import (
     ClusterChanged,
     ClusterRead,
     CountersRead,
+    FeedListener,
     read_cluster,
     read_counters,
 )
@@ -127,6 +130,8 @@ class LlmgwApp(App[LlmgwError | None]):
         self._counters_read_at = 0.0
         self._redraw_due = False
         self._changed = Flag()
+        # The screens following the app's watch (Nodes, Models, Replicas).
+        self._listeners: list[FeedListener] = []
         self._overview: OverviewScreen | None = None
         # Screens are made when first shown, after on_load has made the client.
         self.add_mode("overview", self._make_overview)
@@ -176,7 +181,8 @@ class LlmgwApp(App[LlmgwError | None]):
         self.theme = LIGHT if self.current_theme.dark else DARK
 
     def reload_cluster(self) -> None:
-        """Read the whole cluster again and reopen the watch (r on the Overview)."""
+        """Read the whole cluster again and reopen the watch (r on the Overview, Nodes,
+        Models and Replicas: they follow this one watch)."""
         self.follow_cluster()
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
@@ -211,11 +217,13 @@ class LlmgwApp(App[LlmgwError | None]):
                 read = await read_cluster(self.client)
                 break
             except AdminUnreachable as e:
+                self._tell_failed(e, delay_s)
                 self.post_message(ClusterUnread(e, retry_in_s=delay_s))
                 await asyncio.sleep(delay_s)
                 delay_s = min(delay_s * 2, WATCH_RETRY_MAX_S)
             except LlmgwError as e:
                 # Refused (a token, an older gatewayd): the same call would be refused again.
+                self._tell_failed(e, None)
                 self.post_message(ClusterUnread(e))
                 return
         self.post_message(self._load_summary(read))
@@ -228,9 +236,29 @@ class LlmgwApp(App[LlmgwError | None]):
             if not self.summary.loaded:
                 return None
             self.summary.apply(event)
+            for listener in self._listeners:
+                listener.feed_event(event)
             return ClusterChanged(event) if self._changed.up() else None
 
-        await follow_watch(self, self.client, TOPICS, resync=resync, on_event=on_event)
+        def failed(error: LlmgwError, retry_in_s: float | None) -> Message:
+            self._tell_failed(error, retry_in_s)
+            return ClusterUnread(error, retry_in_s=retry_in_s)
+
+        await follow_watch(
+            self, self.client, TOPICS, resync=resync, on_event=on_event, failed=failed
+        )
+
+    # -- the one watch, shared with the screens -------------------------------------
+
+    def listen(self, listener: FeedListener) -> bool:
+        """Keep ``listener`` (a screen) live from the app's watch; True when the cluster
+        was read already (the screen draws from ``summary`` at once, no call made)."""
+        self._listeners.append(listener)
+        return self.summary.loaded
+
+    def _tell_failed(self, error: LlmgwError, retry_in_s: float | None) -> None:
+        for listener in self._listeners:
+            listener.feed_failed(error, retry_in_s)
 
     @work(exclusive=True, exit_on_error=False, group="cluster-counters")
     async def read_counters(self, delay_s: float) -> None:
@@ -252,6 +280,8 @@ class LlmgwApp(App[LlmgwError | None]):
             list(read.warnings.warnings),
             now=time.monotonic(),
         )
+        for listener in self._listeners:
+            listener.feed_read(read)
         return read
 
     def on_cluster_read(self, message: ClusterRead) -> None:

@@ -3,7 +3,8 @@
 It serves the generated ``AdminServiceBase`` on 127.0.0.1 port 0 with the same
 token check gatewayd does, so the console under test goes through the real
 client, channel and wire format. ``put``/``forget`` change a node the way an
-agent's heartbeat would, and every open ``Watch`` hears of it.
+agent's heartbeat would, and every open ``Watch`` hears of it. Models,
+replicas, engines and warnings are empty; Status names the cluster "fake".
 """
 
 from __future__ import annotations
@@ -25,9 +26,19 @@ from proto.llmgw.v1 import (
     GetNodeRequest,
     Gpu,
     HostFacts,
+    ListEnginesReply,
+    ListEnginesRequest,
+    ListModelsReply,
+    ListModelsRequest,
     ListNodesReply,
     ListNodesRequest,
+    ListReplicasReply,
+    ListReplicasRequest,
     NodeView,
+    StatusReply,
+    StatusRequest,
+    WarningsReply,
+    WarningsRequest,
     WatchEvent,
     WatchRequest,
 )
@@ -56,6 +67,22 @@ class FakeAdminService(AdminServiceBase):
     def _publish(self, node_id: str) -> None:
         for q in self._watchers:
             q.put_nowait(node_id)
+
+    # What the console reads with the nodes (nothing here but nodes).
+    async def status(self, message: StatusRequest) -> StatusReply:
+        return StatusReply(cluster_name="fake")
+
+    async def list_models(self, message: ListModelsRequest) -> ListModelsReply:
+        return ListModelsReply()
+
+    async def list_replicas(self, message: ListReplicasRequest) -> ListReplicasReply:
+        return ListReplicasReply()
+
+    async def list_engines(self, message: ListEnginesRequest) -> ListEnginesReply:
+        return ListEnginesReply()
+
+    async def warnings(self, message: WarningsRequest) -> WarningsReply:
+        return WarningsReply()
 
     async def list_nodes(self, message: ListNodesRequest) -> ListNodesReply:
         return ListNodesReply(nodes=[self.nodes[k] for k in sorted(self.nodes)])

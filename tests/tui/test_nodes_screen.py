@@ -274,7 +274,7 @@ async def test_the_pane_says_what_the_host_warns_of_and_what_it_could_not_read(s
             text = pane_text(body.content)
             assert "CPU has no AVX2: llama.cpp CPU builds will be slow" in text
             # This server has no replicas or engines to tell: said, not a failure of the list.
-            assert "(replicas and engines unknown:" in text
+            assert "Engines: none reported yet" in text
             assert "Nodes: 1 (1 ready)" in status(app)
 
 

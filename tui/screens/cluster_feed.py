@@ -12,10 +12,12 @@ polling loop.
 from __future__ import annotations
 
 import asyncio
+from typing import Protocol
 
 from textual.message import Message
 
 from llmgw.admin_client import AdminClient
+from llmgw.errors import LlmgwError
 from proto.llmgw.v1 import (
     ListEnginesReply,
     ListModelsReply,
@@ -72,6 +74,32 @@ class CountersRead(Message):
         self.status = status
         self.warnings = warnings
         self.engines = engines
+
+
+class FeedFailed(Message):
+    """The app's watch was cut or refused, or the cluster could not be read."""
+
+    def __init__(self, error: LlmgwError, retry_in_s: float | None) -> None:
+        super().__init__()
+        self.error = error
+        self.retry_in_s = retry_in_s
+
+
+class FeedListener(Protocol):
+    """A screen kept live by the app's one ``Watch`` (``LlmgwApp.listen``).
+
+    Called in the app's worker, in the order things happen: record what
+    changed where the screen keeps it, and post the screen a message to draw.
+    """
+
+    def feed_read(self, read: ClusterRead) -> None:
+        """The whole cluster was read (at start, and after a cut watch reopened)."""
+
+    def feed_event(self, event: WatchEvent) -> None:
+        """One change."""
+
+    def feed_failed(self, error: LlmgwError, retry_in_s: float | None) -> None:
+        """gatewayd could not be read or followed; ``retry_in_s`` when it is tried again."""
 
 
 async def read_cluster(client: AdminClient) -> ClusterRead:

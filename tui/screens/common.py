@@ -56,6 +56,10 @@ def show_worker_error(status: Static, event: Worker.StateChanged) -> None:
         status.set_class(True, "-error")
 
 
+def _admin_failed(error: LlmgwError, retry_in_s: float | None) -> Message:
+    return AdminFailed(error, retry_in_s=retry_in_s)
+
+
 async def follow_watch(
     target: MessagePump,
     client: AdminClient,
@@ -63,6 +67,7 @@ async def follow_watch(
     *,
     resync: Callable[[], Awaitable[Message]],
     on_event: Callable[[WatchEvent], Awaitable[Message | None]],
+    failed: Callable[[LlmgwError, float | None], Message] | None = None,
 ) -> None:
     """Follow the admin ``Watch`` on ``topics`` for as long as the calling worker runs.
 
@@ -70,8 +75,11 @@ async def follow_watch(
     cut watch is reopened after 0.5, 1, 2 … 10 s; before reopening, ``resync``
     reads the whole list again, because what changed while the watch was cut
     never arrives as an event. A refused token ends it: the same token would be
-    refused again, and r tries once it is sorted.
+    refused again, and r tries once it is sorted. ``failed`` makes the message
+    that says so (``AdminFailed`` unless given).
     """
+    say = failed or _admin_failed
+
     delay_s = WATCH_RETRY_FIRST_S
     resynced = True  # on the first open the screen has just read the list
     while True:
@@ -91,12 +99,12 @@ async def follow_watch(
                 hint="it may be restarting",
             )
         except AdminUnauthenticated as e:
-            target.post_message(AdminFailed(e))
+            target.post_message(say(e, None))
             return
         except LlmgwError as e:
             error = e
         log.info("%s watch cut (%s); reopening in %s s", ",".join(topics), error, delay_s)
-        target.post_message(AdminFailed(error, retry_in_s=delay_s))
+        target.post_message(say(error, delay_s))
         await asyncio.sleep(delay_s)
         delay_s = min(delay_s * 2, WATCH_RETRY_MAX_S)
         resynced = False

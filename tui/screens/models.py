@@ -1,9 +1,9 @@
 """The Models screen: the catalog, each model's state and readiness, live — ``llmgw ctl models``.
 
-It reads the list with the same ``AdminClient.list_models()`` the command calls
-and draws each row with the same cell helpers (``llmgw.modelfmt``). It follows
-the admin ``Watch`` on "models" (a model added, changed, removed) and on
-"replicas": readiness is counted from replicas, and gatewayd announces a replica
+Its rows are the same ``list_models()`` reply the command prints (read by the
+app with the rest of the cluster), drawn with the same cell helpers
+(``llmgw.modelfmt``). The app's one admin ``Watch`` brings "models" (a model
+added, changed, removed) and "replicas": readiness is counted from replicas, and gatewayd announces a replica
 becoming ready on "replicas" only, so a replica's change has its model read
 again (``get_model``, as ``llmgw ctl model show``) and READY goes 0/1 → 1/1 live.
 
@@ -50,7 +50,8 @@ from proto.llmgw.v1 import (
     WatchEvent,
 )
 from tui.screens.batched import DrawLater, Flag, LiveRows, selected_key
-from tui.screens.common import AdminFailed, describe, follow_watch, show_worker_error
+from tui.screens.cluster_feed import ClusterRead
+from tui.screens.common import AdminFailed, describe, show_worker_error
 from tui.screens.serve import ServeDialog
 from tui.screens.shell import KeyFooter, ShellHeader
 
@@ -271,6 +272,7 @@ class ModelsScreen(DrawLater, Screen[None]):
         # Models whose replicas changed since they were last read.
         self._stale: set[str] = set()
         self._rereading = False
+        self._model_of: dict[str, str] = {}
         # "No models yet" only once gatewayd said so, never while it cannot be reached.
         self._loaded = False
 
@@ -286,13 +288,17 @@ class ModelsScreen(DrawLater, Screen[None]):
 
     def on_mount(self) -> None:
         self.query_one("#empty").display = False
-        self.load_models()
-        self.follow_models()
+        # The app reads the cluster and follows its watch once for every screen.
+        if self.app.listen(self):  # type: ignore[attr-defined]
+            s = self.app.summary  # type: ignore[attr-defined]
+            self._rows.replace(s.models.items())
+            self._model_of = {r.replica_id: r.model for r in s.replicas.values()}
+            self._loaded = True
+            self.draw()  # mounted: its widgets are there
 
     def reload(self) -> None:
-        """Read the catalog again and reopen the watch (the r key)."""
-        self.load_models()
-        self.follow_models()
+        """Read the cluster again and reopen the watch (the r key)."""
+        self.app.reload_cluster()  # type: ignore[attr-defined]
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in self.ON_A_MODEL and self.selected_model() is None:
@@ -344,44 +350,36 @@ class ModelsScreen(DrawLater, Screen[None]):
 
     # -- workers: the only code here that talks to gatewayd --------------------
 
-    @work(exclusive=True, exit_on_error=False, group="models-load")
-    async def load_models(self) -> None:
-        try:
-            reply = await self._client.list_models()
-        except LlmgwError as e:
-            self.post_message(AdminFailed(e))
+    # -- the app's watch: recorded here, in the order things happen; drawn by messages --
+
+    def feed_read(self, read: ClusterRead) -> None:
+        self._rows.replace((m.spec.name, m) for m in read.models.models)
+        self._model_of = {r.replica_id: r.model for r in read.replicas.replicas}
+        self.post_message(ModelsLoaded(read.models))
+
+    def feed_event(self, event: WatchEvent) -> None:
+        if event.topic == "models":
+            self._record(event.key, event.model)
+            if self._changed.up():
+                self.post_message(ModelsChanged())
             return
-        self.post_message(self._loaded_message(reply))
-
-    @work(exclusive=True, exit_on_error=False, group="models-watch")
-    async def follow_models(self) -> None:
+        if event.topic != "replicas":
+            return
         # Which model each replica serves: a removed replica's event carries no view.
-        model_of: dict[str, str] = {}
+        if event.replica is not None:
+            name = self._model_of[event.key] = event.replica.model
+        else:
+            name = self._model_of.pop(event.key, "")
+        if name:
+            self._stale.add(name)
+            if not self._rereading:
+                self._rereading = True
+                self.reread_models()
 
-        async def resync() -> Message:
-            return self._loaded_message(await self._client.list_models())
+    def feed_failed(self, error: LlmgwError, retry_in_s: float | None) -> None:
+        self.post_message(AdminFailed(error, retry_in_s=retry_in_s))
 
-        async def on_event(event: WatchEvent) -> Message | None:
-            if event.topic == "models":
-                # Recorded here, in the order events come; drawn by one message at a time.
-                self._record(event.key, event.model)
-                return ModelsChanged() if self._changed.up() else None
-            if event.topic != "replicas":
-                return None
-            if event.replica is not None:
-                name = model_of[event.key] = event.replica.model
-            else:
-                name = model_of.pop(event.key, "")
-            if name:
-                self._stale.add(name)
-                if not self._rereading:
-                    self._rereading = True
-                    self.reread_models()
-            return None
-
-        await follow_watch(
-            self, self._client, ["models", "replicas"], resync=resync, on_event=on_event
-        )
+    # -- workers: the only code here that talks to gatewayd --------------------
 
     @work(exclusive=True, exit_on_error=False, group="models-reread")
     async def reread_models(self) -> None:
@@ -426,11 +424,6 @@ class ModelsScreen(DrawLater, Screen[None]):
     @property
     def _views(self) -> dict[str, ModelView]:
         return self._rows.views
-
-    def _loaded_message(self, reply: ListModelsReply) -> ModelsLoaded:
-        # Recorded before the message goes, so that no event that follows is undone.
-        self._rows.replace((m.spec.name, m) for m in reply.models)
-        return ModelsLoaded(reply)
 
     def _record(self, name: str, view: ModelView | None) -> None:
         if view is None:

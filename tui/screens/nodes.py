@@ -1,8 +1,9 @@
 """The Nodes screen: every node and its state, live — what ``llmgw ctl nodes`` prints.
 
-It reads the list with the same ``AdminClient.list_nodes()`` the command calls
-and draws each row with the same cell helpers (``llmgw.nodefmt``), then follows
-the admin ``Watch`` stream so a row changes the moment its node does. Under
+Its rows are the nodes of the same ``list_nodes()`` reply the command prints
+(read by the app with the rest of the cluster, ``tui.screens.cluster_feed``),
+drawn with the same cell helpers (``llmgw.nodefmt``), and the app's one admin
+``Watch`` keeps them current: a row changes the moment its node does. Under
 the table, a pane shows the selected node's GPUs with memory bars and the
 replicas on each (``llmgw ctl replicas``), its engines and their install
 state (``llmgw ctl engines``), its host's warnings, and how a drain is going.
@@ -13,8 +14,9 @@ On the selected row (``node_actions.NodeActions``): ``c`` cordons or
 uncordons it, ``d`` drains it, ``x`` removes it — as ``llmgw ctl cordon``,
 ``uncordon``, ``drain`` and ``node rm``.
 
-Only workers talk to gatewayd; they post past-tense messages (``NodesLoaded``,
-``NodeChanged``, ``AdminFailed``) whose handlers touch the widgets.
+Only workers talk to gatewayd; what the app's watch brings is recorded in the
+screen's views as it comes (``feed_event``) and past-tense messages
+(``NodesLoaded``, ``NodesChanged``, ``AdminFailed``) have it drawn.
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ from llmgw.nodefmt import NO_NODES, NODE_COLUMNS, node_cells, node_details
 from llmgw.opsfmt import removed_node_text
 from proto.llmgw.v1 import EngineView, ListNodesReply, NodeView, ReplicaView, WatchEvent
 from tui.screens.batched import DrawLater, Flag, LiveRows, selected_key
-from tui.screens.common import AdminFailed, describe, follow_watch, show_worker_error
+from tui.screens.cluster_feed import ClusterRead
+from tui.screens.common import AdminFailed, describe, show_worker_error
 from tui.screens.node_actions import NodeActed, NodeActionFailed, NodeActions, NodeRemoved
 from tui.screens.node_pane import Drain, drain_of, node_pane
 from tui.screens.shell import KeyFooter, ShellHeader
@@ -192,35 +195,45 @@ class NodesScreen(NodeActions, DrawLater, Screen[None]):
         self.query_one("#empty").display = False
         self.query_one("#node-pane").display = False
         self.query_one("#action-line").display = False
-        self.load_nodes()
-        self.follow_nodes()
+        # The app reads the cluster and follows its watch once for every screen.
+        if self.app.listen(self):  # type: ignore[attr-defined]
+            s = self.app.summary  # type: ignore[attr-defined]
+            self._rows.replace(s.nodes.items())
+            self._replicas = dict(s.replicas)
+            self._engines = list(s.engines)
+            self._loaded = True
+            self.draw()  # mounted: its widgets are there
 
     def reload(self) -> None:
-        """Read the list again and reopen the watch (the r key)."""
-        self.load_nodes()
-        self.follow_nodes()
+        """Read the cluster again and reopen the watch (the r key)."""
+        self.app.reload_cluster()  # type: ignore[attr-defined]
+
+    # -- the app's watch: recorded here, in the order things happen; drawn by messages --
+
+    def feed_read(self, read: ClusterRead) -> None:
+        self._rows.replace((n.node_id, n) for n in read.nodes.nodes)
+        self._replicas = {r.replica_id: r for r in read.replicas.replicas}
+        self._engines = list(read.engines.engines)
+        self._pane_note = ""
+        self.post_message(NodesLoaded(read.nodes))
+
+    def feed_event(self, event: WatchEvent) -> None:
+        if event.topic == "nodes":
+            self._record_node(event.key, event.node)
+        elif event.topic == "replicas":
+            self._record_replica(event.key, event.replica)
+        elif event.topic == "engines":
+            self.load_engines()  # the event names the node only: read them again
+            return
+        else:
+            return
+        if self._changed.up():
+            self.post_message(NodesChanged())
+
+    def feed_failed(self, error: LlmgwError, retry_in_s: float | None) -> None:
+        self.post_message(AdminFailed(error, retry_in_s=retry_in_s))
 
     # -- workers: the only code here that talks to gatewayd --------------------
-
-    @work(exclusive=True, exit_on_error=False, group="nodes-load")
-    async def load_nodes(self) -> None:
-        try:
-            reply = await self._client.list_nodes()
-        except LlmgwError as e:
-            self.post_message(AdminFailed(e))
-            return
-        self.post_message(self._loaded_message(reply))
-        self.post_message(await self._read_placement())
-
-    async def _read_placement(self) -> PlacementLoaded:
-        # What runs on the nodes and their engines: the pane does without them
-        # (an older gatewayd, a refused call) and says so, the table never does.
-        try:
-            replicas = list((await self._client.list_replicas()).replicas)
-            engines = list((await self._client.list_engines()).engines)
-        except LlmgwError as e:
-            return PlacementLoaded(None, None, f"(replicas and engines unknown: {e.message})")
-        return PlacementLoaded(replicas, engines)
 
     @work(exclusive=True, exit_on_error=False, group="nodes-engines")
     async def load_engines(self) -> None:
@@ -229,32 +242,6 @@ class NodesScreen(NodeActions, DrawLater, Screen[None]):
         except LlmgwError:
             return  # the pane keeps the engines it had; r reads them again
         self.post_message(PlacementLoaded(None, engines))
-
-    @work(exclusive=True, exit_on_error=False, group="nodes-watch")
-    async def follow_nodes(self) -> None:
-        # Not "watch_nodes": Textual calls watch_<name> methods when a reactive changes.
-        async def resync() -> Message:
-            self.post_message(await self._read_placement())
-            return self._loaded_message(await self._client.list_nodes())
-
-        async def on_event(event: WatchEvent) -> Message | None:
-            # Recorded here, in the order events come; drawn by one message at a time.
-            if event.topic == "nodes":
-                self._record_node(event.key, event.node)
-            elif event.topic == "replicas":
-                self._record_replica(event.key, event.replica)
-            elif event.topic == "engines":
-                self.load_engines()  # the event names the node only: read them again
-                return None
-            return NodesChanged() if self._changed.up() else None
-
-        topics = ["nodes", "replicas", "engines"]
-        await follow_watch(self, self._client, topics, resync=resync, on_event=on_event)
-
-    def _loaded_message(self, reply: ListNodesReply) -> NodesLoaded:
-        # Recorded before the message goes, so that no event that follows is undone.
-        self._rows.replace((n.node_id, n) for n in reply.nodes)
-        return NodesLoaded(reply)
 
     def _record_node(self, node_id: str, view: NodeView | None) -> None:
         if view is None:

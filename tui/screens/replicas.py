@@ -1,8 +1,9 @@
 """The Replicas screen: every replica, its state and why, live, as ``llmgw ctl replicas`` prints.
 
-It reads the list with the same ``AdminClient.list_replicas()`` the command
-calls and draws each row with the same cell helpers (``llmgw.modelfmt``), then
-follows the admin ``Watch`` topic "replicas" so a row moves through pending,
+Its rows are the same ``list_replicas()`` reply the command prints (read by
+the app with the rest of the cluster), drawn with the same cell helpers
+(``llmgw.modelfmt``); the app's one admin ``Watch`` brings "replicas", so a
+row moves through pending,
 placed, fetching … ready the moment its replica does. Enter (or l) on a row
 opens the replica's history: every state it passed, when, and why, its deadline,
 a download's progress, and the last lines its engine wrote (``llmgw ctl logs``).
@@ -10,10 +11,9 @@ a download's progress, and the last lines its engine wrote (``llmgw ctl logs``).
 ``llmgw ctl replica restart``): a running one stops and a new one takes its
 place; a failed or unplaced one is tried again at once.
 
-Only workers talk to gatewayd; they post past-tense messages (``ReplicasLoaded``,
-``ReplicaChanged``, ``AdminFailed``) whose handlers touch the widgets.
-``follow_watch`` is the watch loop (reopen with backoff, read everything again
-after a cut) the Models screen runs too.
+Only workers talk to gatewayd; what the watch brings is recorded as it comes
+(``feed_event``) and past-tense messages (``ReplicasLoaded``,
+``ReplicasChanged``, ``AdminFailed``) have it drawn.
 """
 
 from __future__ import annotations
@@ -48,7 +48,8 @@ from llmgw.opsfmt import restart_text
 from proto.llmgw.v1 import ListReplicasReply, ReplicaView, RestartReplicaReply, WatchEvent
 from tui.screens.bars import bar
 from tui.screens.batched import DrawLater, Flag, LiveRows, selected_key
-from tui.screens.common import AdminFailed, describe, follow_watch, show_worker_error
+from tui.screens.cluster_feed import ClusterRead
+from tui.screens.common import AdminFailed, describe, show_worker_error
 from tui.screens.key_dialogs import Confirm
 from tui.screens.shell import KeyFooter, ShellHeader
 
@@ -283,50 +284,40 @@ class ReplicasScreen(DrawLater, Screen[None]):
     def on_mount(self) -> None:
         self.query_one("#empty").display = False
         self.query_one("#action-line").display = False
-        self.load_replicas()
-        self.follow_replicas()
+        # The app reads the cluster and follows its watch once for every screen.
+        if self.app.listen(self):  # type: ignore[attr-defined]
+            self._rows.replace(self.app.summary.replicas.items())  # type: ignore[attr-defined]
+            self._loaded = True
+            self.draw()  # mounted: its widgets are there
 
     def reload(self) -> None:
-        """Read the list again and reopen the watch (the r key)."""
-        self.load_replicas()
-        self.follow_replicas()
+        """Read the cluster again and reopen the watch (the r key)."""
+        self.app.reload_cluster()  # type: ignore[attr-defined]
+
+    # -- the app's watch: recorded here, in the order things happen; drawn by messages --
+
+    def feed_read(self, read: ClusterRead) -> None:
+        self._rows.replace((r.replica_id, r) for r in read.replicas.replicas)
+        self.post_message(ReplicasLoaded(read.replicas))
+
+    def feed_event(self, event: WatchEvent) -> None:
+        if event.topic != "replicas":
+            return
+        self._record(event.key, event.replica)
+        self._changed_ids.add(event.key)
+        if self._changed.up():
+            self.post_message(ReplicasChanged())
+
+    def feed_failed(self, error: LlmgwError, retry_in_s: float | None) -> None:
+        self.post_message(AdminFailed(error, retry_in_s=retry_in_s))
 
     # -- workers: the only code here that talks to gatewayd --------------------
-
-    @work(exclusive=True, exit_on_error=False, group="replicas-load")
-    async def load_replicas(self) -> None:
-        try:
-            reply = await self._client.list_replicas()
-        except LlmgwError as e:
-            self.post_message(AdminFailed(e))
-            return
-        self.post_message(self._loaded_message(reply))
-
-    @work(exclusive=True, exit_on_error=False, group="replicas-watch")
-    async def follow_replicas(self) -> None:
-        async def resync() -> Message:
-            return self._loaded_message(await self._client.list_replicas())
-
-        async def on_event(event: WatchEvent) -> Message | None:
-            if event.topic != "replicas":
-                return None
-            # Recorded here, in the order events come; drawn by one message at a time.
-            self._record(event.key, event.replica)
-            self._changed_ids.add(event.key)
-            return ReplicasChanged() if self._changed.up() else None
-
-        await follow_watch(self, self._client, ["replicas"], resync=resync, on_event=on_event)
 
     # -- message handlers: widgets only ----------------------------------------
 
     @property
     def _views(self) -> dict[str, ReplicaView]:
         return self._rows.views
-
-    def _loaded_message(self, reply: ListReplicasReply) -> ReplicasLoaded:
-        # Recorded before the message goes, so that no event that follows is undone.
-        self._rows.replace((r.replica_id, r) for r in reply.replicas)
-        return ReplicasLoaded(reply)
 
     def _record(self, replica_id: str, view: ReplicaView | None) -> None:
         if view is None:
