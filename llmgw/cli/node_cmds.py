@@ -27,7 +27,14 @@ def node_add(
         str, typer.Option("--user", help="SSH login (default: ~/.ssh/config, then yours).")
     ] = "",
     port: Annotated[
-        int, typer.Option("--port", min=0, max=65535, help="SSH port (default 22).")
+        int,
+        typer.Option(
+            "--port",
+            min=0,
+            max=65535,
+            show_default=False,
+            help="SSH port (default: ~/.ssh/config, then 22).",
+        ),
     ] = 0,
     identity: Annotated[
         str, typer.Option("--identity", help="Private key to log in with (only that key).")
@@ -96,7 +103,12 @@ def node_remove(
         str, typer.Option("--host", help="Reach it here (default: what node add used).")
     ] = "",
     user: Annotated[str, typer.Option("--user", help="SSH login.")] = "",
-    port: Annotated[int, typer.Option("--port", min=0, max=65535, help="SSH port.")] = 0,
+    port: Annotated[
+        int,
+        typer.Option(
+            "--port", min=0, max=65535, show_default=False, help="SSH port (default: as added)."
+        ),
+    ] = 0,
     identity: Annotated[str, typer.Option("--identity", help="Private key to log in with.")] = "",
     known_hosts: Annotated[str, typer.Option("--known-hosts", help="known_hosts file.")] = "",
     install_root: Annotated[
