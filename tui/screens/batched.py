@@ -18,13 +18,13 @@ from typing import Generic, TypeVar
 
 from rich.cells import cell_len
 from rich.text import Text
-from textual.widgets import DataTable
+from textual.widgets import DataTable, Static
 
 V = TypeVar("V")
 Cells = Sequence[str | Text]
 
 # While shown: changes appear within this, however many arrive meanwhile.
-DRAW_S = 0.1
+DRAW_S = 0.25
 
 
 class DrawLater:
@@ -57,7 +57,8 @@ class DrawLater:
             self.draw()
 
     def on_screen_resume(self) -> None:
-        if self._draw_stale:
+        # Back in front (another screen, or a dialog closed): what is waiting, at once.
+        if self._draw_stale or self._draw_due:
             self._draw_now()
 
     def bindings_for(self, selection: object) -> None:
@@ -162,6 +163,13 @@ class LiveRows(Generic[V]):
             changed = True
         self._pending.clear()
         return changed
+
+
+def show_text(static: Static, text: str | Text) -> None:
+    """``static.update(text)`` unless it shows that already: an update lays the whole
+    screen out again, and a live screen's counts are mostly what they were."""
+    if static.content != text:
+        static.update(text)
 
 
 def _wider(table: DataTable, column: str, cell: str | Text) -> bool:

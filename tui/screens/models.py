@@ -49,7 +49,7 @@ from proto.llmgw.v1 import (
     RemoveModelReply,
     WatchEvent,
 )
-from tui.screens.batched import DrawLater, Flag, LiveRows, selected_key
+from tui.screens.batched import DrawLater, Flag, LiveRows, selected_key, show_text
 from tui.screens.cluster_feed import ClusterRead
 from tui.screens.common import AdminFailed, describe, show_worker_error
 from tui.screens.serve import ServeDialog
@@ -492,8 +492,8 @@ class ModelsScreen(DrawLater, Screen[None]):
         models = self._views.values()
         serving = sum(1 for m in models if m.state == "serving")
         status = self.query_one("#status", Static)
-        status.update(
-            f"Models: {len(models)} ({serving} serving) · live from {self._client.address}"
+        show_text(
+            status, f"Models: {len(models)} ({serving} serving) · live from {self._client.address}"
         )
         status.set_class(False, "-error")
         self.query_one("#empty").display = not self._views

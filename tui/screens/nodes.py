@@ -38,11 +38,11 @@ from llmgw.errors import LlmgwError
 from llmgw.nodefmt import NO_NODES, NODE_COLUMNS, node_cells, node_details
 from llmgw.opsfmt import removed_node_text
 from proto.llmgw.v1 import EngineView, ListNodesReply, NodeView, ReplicaView, WatchEvent
-from tui.screens.batched import DrawLater, Flag, LiveRows, selected_key
+from tui.screens.batched import DrawLater, Flag, LiveRows, selected_key, show_text
 from tui.screens.cluster_feed import ClusterRead
 from tui.screens.common import AdminFailed, describe, show_worker_error
 from tui.screens.node_actions import NodeActed, NodeActionFailed, NodeActions, NodeRemoved
-from tui.screens.node_pane import Drain, drain_of, node_pane
+from tui.screens.node_pane import Drain, drain_of, node_pane, replicas_on
 from tui.screens.shell import KeyFooter, ShellHeader
 
 log = logging.getLogger(__name__)
@@ -170,6 +170,7 @@ class NodesScreen(NodeActions, DrawLater, Screen[None]):
         self._client = client
         self._rows: LiveRows[NodeView] = LiveRows(COLUMN_KEYS, node_cells)
         self._changed = Flag()
+        self._pane_key: object = None
         self._replicas: dict[str, ReplicaView] = {}
         self._engines: list[EngineView] | None = None
         self._pane_note = ""
@@ -375,20 +376,21 @@ class NodesScreen(NodeActions, DrawLater, Screen[None]):
         pane.display = view is not None
         if view is None:
             return
-        body = node_pane(
-            view,
-            self._replicas.values(),
-            self._engines,
-            self.drain(view.node_id),
-            self._pane_note,
-        )
+        drain = self.drain(view.node_id)
+        # Drawn again only when something it shows changed (an update lays the screen out).
+        here = tuple(replicas_on(view.node_id, self._replicas.values()))
+        key = (view, here, id(self._engines), drain, self._pane_note)
+        if key == self._pane_key:
+            return
+        self._pane_key = key
+        body = node_pane(view, self._replicas.values(), self._engines, drain, self._pane_note)
         self.query_one("#node-pane-body", Static).update(body)
 
     def _show_counts(self) -> None:
         nodes = self._views.values()
         ready = sum(1 for n in nodes if n.state == "ready")
         status = self.query_one("#status", Static)
-        status.update(f"Nodes: {len(nodes)} ({ready} ready) · live from {self._client.address}")
+        show_text(status, f"Nodes: {len(nodes)} ({ready} ready) · live from {self._client.address}")
         status.set_class(False, "-error")
         self.query_one("#empty").display = not self._views
         self.query_one("#nodes").display = bool(self._views)

@@ -24,13 +24,14 @@ from textual.widgets import Static
 from llmgw.nodefmt import NO_NODES
 from llmgw.opsfmt import NO_WARNINGS, warning_line
 from tui.screens.bars import bar, gib, memory_bar
+from tui.screens.batched import show_text
 from tui.screens.shell import KeyFooter, ShellHeader
 from tui.screens.summary import ClusterSummary
 
 CARDS = ("nodes", "gpus", "models", "requests")
 # An overview, not a list: the Nodes screen has every node (its table draws only
 # the rows in sight; this list is drawn whole at every change).
-GPU_ROWS_MAX = 100
+GPU_ROWS_MAX = 50
 
 
 def nodes_card(s: ClusterSummary) -> Text:
@@ -182,15 +183,15 @@ class OverviewScreen(Screen[None]):
         s = self._summary
         status = self.query_one("#status", Static)
         if self._problem:
-            status.update(self._problem)
+            show_text(status, self._problem)
         elif s.loaded:
-            status.update(f"Live from {self._address}")
+            show_text(status, f"Live from {self._address}")
         status.set_class(bool(self._problem), "-error")
         if not s.loaded:
             return
-        self.query_one("#card-nodes", Static).update(nodes_card(s))
-        self.query_one("#card-gpus", Static).update(gpus_card(s))
-        self.query_one("#card-models", Static).update(models_card(s))
-        self.query_one("#card-requests", Static).update(requests_card(s))
+        show_text(self.query_one("#card-nodes", Static), nodes_card(s))
+        show_text(self.query_one("#card-gpus", Static), gpus_card(s))
+        show_text(self.query_one("#card-models", Static), models_card(s))
+        show_text(self.query_one("#card-requests", Static), requests_card(s))
         self.query_one("#gpu-body", Static).update(gpu_memory(s))
         self.query_one("#warn-body", Static).update(warnings_body(s))

@@ -47,7 +47,7 @@ from llmgw.modelfmt import (
 from llmgw.opsfmt import restart_text
 from proto.llmgw.v1 import ListReplicasReply, ReplicaView, RestartReplicaReply, WatchEvent
 from tui.screens.bars import bar
-from tui.screens.batched import DrawLater, Flag, LiveRows, selected_key
+from tui.screens.batched import DrawLater, Flag, LiveRows, selected_key, show_text
 from tui.screens.cluster_feed import ClusterRead
 from tui.screens.common import AdminFailed, describe, show_worker_error
 from tui.screens.key_dialogs import Confirm
@@ -423,8 +423,8 @@ class ReplicasScreen(DrawLater, Screen[None]):
         replicas = self._views.values()
         ready = sum(1 for r in replicas if r.state == "ready")
         status = self.query_one("#status", Static)
-        status.update(
-            f"Replicas: {len(replicas)} ({ready} ready) · live from {self._client.address}"
+        show_text(
+            status, f"Replicas: {len(replicas)} ({ready} ready) · live from {self._client.address}"
         )
         status.set_class(False, "-error")
         self.query_one("#empty").display = not self._views

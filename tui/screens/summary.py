@@ -57,6 +57,8 @@ class ClusterSummary:
     # (monotonic seconds, requests_total, errors_total) from successive Status replies.
     samples: deque[tuple[float, int, int]] = field(default_factory=lambda: deque(maxlen=64))
     loaded: bool = False
+    # gpus() as last worked out; None once nodes or replicas changed.
+    _gpus: list[GpuUse] | None = field(default=None, repr=False)
 
     # -- what comes in ------------------------------------------------------------
 
@@ -79,9 +81,12 @@ class ClusterSummary:
         self.warnings = list(warnings)
         self.sample(status, now=now)
         self.loaded = True
+        self._gpus = None
 
     def apply(self, event: WatchEvent) -> bool:
         """One watch event; returns whether it changed anything counted here."""
+        if event.topic in ("nodes", "replicas"):
+            self._gpus = None
         if event.topic == "nodes":
             return _put(self.nodes, event.key, event.node)
         if event.topic == "models":
@@ -116,7 +121,14 @@ class ClusterSummary:
         return sum(m.replicas_ready for m in models), sum(m.replicas_desired for m in models)
 
     def gpus(self) -> list[GpuUse]:
-        """Every card of every node, with its measured memory and the replicas on it."""
+        """Every card of every node, with its measured memory and the replicas on it.
+
+        Worked out once per change: the Overview asks several times a draw."""
+        if self._gpus is None:
+            self._gpus = self._work_out_gpus()
+        return self._gpus
+
+    def _work_out_gpus(self) -> list[GpuUse]:
         cards: dict[tuple[str, int], GpuUse] = {}
         for n in self.nodes.values():
             used = {s.index: s.memory_used_bytes for s in n.gpu_samples}
