@@ -73,15 +73,6 @@ class ModelsLoaded(Message):
         self.reply = reply
 
 
-class ModelChanged(Message):
-    """One model changed; ``view`` is None once it was removed from the catalog."""
-
-    def __init__(self, name: str, view: ModelView | None) -> None:
-        super().__init__()
-        self.name = name
-        self.view = view
-
-
 class ModelsChanged(Message):
     """Watch events were recorded: draw them."""
 
@@ -434,10 +425,6 @@ class ModelsScreen(DrawLater, Screen[None]):
     def on_models_loaded(self, message: ModelsLoaded) -> None:
         self._loaded = True
         self.draw_now()
-
-    def on_model_changed(self, message: ModelChanged) -> None:
-        self._record(message.name, message.view)
-        self.draw_later()
 
     def on_models_changed(self, message: ModelsChanged) -> None:
         self._changed.down()

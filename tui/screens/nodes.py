@@ -80,28 +80,12 @@ class NodeFetched(Message):
         self.view = view
 
 
-class PlacementLoaded(Message):
-    """What runs where (``list_replicas``) and the engines (``list_engines``), or why not."""
+class EnginesLoaded(Message):
+    """The engines were read again (``list_engines``, as ``llmgw ctl engines``)."""
 
-    def __init__(
-        self,
-        replicas: list[ReplicaView] | None,
-        engines: list[EngineView] | None,
-        note: str = "",
-    ) -> None:
+    def __init__(self, engines: list[EngineView]) -> None:
         super().__init__()
-        self.replicas = replicas
         self.engines = engines
-        self.note = note
-
-
-class ReplicaMoved(Message):
-    """One replica changed (a ``Watch`` event on "replicas"); None: gatewayd forgot it."""
-
-    def __init__(self, replica_id: str, view: ReplicaView | None) -> None:
-        super().__init__()
-        self.replica_id = replica_id
-        self.view = view
 
 
 class NodeDetails(ModalScreen[None]):
@@ -173,7 +157,6 @@ class NodesScreen(NodeActions, DrawLater, Screen[None]):
         self._pane_key: object = None
         self._replicas: dict[str, ReplicaView] = {}
         self._engines: list[EngineView] | None = None
-        self._pane_note = ""
         # The most replicas each draining node has had to move, for its progress bar.
         self._drain_total: dict[str, int] = {}
         # "No nodes yet" only once gatewayd said so, never while it cannot be reached.
@@ -215,7 +198,6 @@ class NodesScreen(NodeActions, DrawLater, Screen[None]):
         self._rows.replace((n.node_id, n) for n in read.nodes.nodes)
         self._replicas = {r.replica_id: r for r in read.replicas.replicas}
         self._engines = list(read.engines.engines)
-        self._pane_note = ""
         self.post_message(NodesLoaded(read.nodes))
 
     def feed_event(self, event: WatchEvent) -> None:
@@ -242,7 +224,7 @@ class NodesScreen(NodeActions, DrawLater, Screen[None]):
             engines = list((await self._client.list_engines()).engines)
         except LlmgwError:
             return  # the pane keeps the engines it had; r reads them again
-        self.post_message(PlacementLoaded(None, engines))
+        self.post_message(EnginesLoaded(engines))
 
     def _record_node(self, node_id: str, view: NodeView | None) -> None:
         if view is None:
@@ -291,17 +273,8 @@ class NodesScreen(NodeActions, DrawLater, Screen[None]):
         else:
             self._show_pane()
 
-    def on_placement_loaded(self, message: PlacementLoaded) -> None:
-        if message.replicas is not None:
-            self._replicas = {r.replica_id: r for r in message.replicas}
-        if message.engines is not None:
-            self._engines = message.engines
-        if message.replicas is not None or message.note:
-            self._pane_note = message.note
-        self.draw_later()
-
-    def on_replica_moved(self, message: ReplicaMoved) -> None:
-        self._record_replica(message.replica_id, message.view)
+    def on_engines_loaded(self, message: EnginesLoaded) -> None:
+        self._engines = message.engines
         self.draw_later()
 
     def on_admin_failed(self, message: AdminFailed) -> None:
@@ -379,11 +352,11 @@ class NodesScreen(NodeActions, DrawLater, Screen[None]):
         drain = self.drain(view.node_id)
         # Drawn again only when something it shows changed (an update lays the screen out).
         here = tuple(replicas_on(view.node_id, self._replicas.values()))
-        key = (view, here, id(self._engines), drain, self._pane_note)
+        key = (view, here, id(self._engines), drain)
         if key == self._pane_key:
             return
         self._pane_key = key
-        body = node_pane(view, self._replicas.values(), self._engines, drain, self._pane_note)
+        body = node_pane(view, self._replicas.values(), self._engines, drain)
         self.query_one("#node-pane-body", Static).update(body)
 
     def _show_counts(self) -> None:
