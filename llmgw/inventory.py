@@ -36,9 +36,20 @@ class GpuInfo(_Model):
     # "" when the card does not support MIG at all.
     mig_mode: MigMode = ""
     # Indexes of the GPUs this one reaches over NVLink (directly or through
-    # an NVSwitch). Not part of the proto Gpu message yet, so it does not
-    # survive a trip through the agent stream; recorded fixtures carry it.
+    # an NVSwitch).
     nvlink_peers: list[int] = []
+    # The PCIe link to the host: generation and lanes now, and the most the
+    # card and its slot can do; 0 when not read.
+    pcie_gen: int = 0
+    pcie_width: int = 0
+    pcie_gen_max: int = 0
+    pcie_width_max: int = 0
+    # A MIG instance: a unit of its own with its own memory, placed alone.
+    # Its uuid is the MIG device's ("MIG-…"); mig_parent_index is the card it
+    # is carved from, mig_profile its size in NVIDIA's words ("3g.40gb").
+    mig_instance: bool = False
+    mig_parent_index: int = 0
+    mig_profile: str = ""
 
     @property
     def compute_capability_tuple(self) -> tuple[int, int] | None:
@@ -109,16 +120,7 @@ class GpuSampleInfo(_Model):
 
 
 def gpu_to_proto(gpu: GpuInfo) -> Gpu:
-    return Gpu(
-        index=gpu.index,
-        uuid=gpu.uuid,
-        name=gpu.name,
-        memory_total_bytes=gpu.memory_total_bytes,
-        compute_capability=gpu.compute_capability,
-        pci_bus_id=gpu.pci_bus_id,
-        mig_mode=gpu.mig_mode,
-        nvlink_peers=list(gpu.nvlink_peers),
-    )
+    return Gpu(**gpu.model_dump())
 
 
 def host_to_proto(host: HostInfo) -> HostFacts:
@@ -138,16 +140,9 @@ def gpu_from_proto(gpu: Gpu) -> GpuInfo:
     # An older or newer agent may send a MIG mode we do not know; treat it
     # as "no MIG" rather than refusing the whole node.
     mig = gpu.mig_mode if gpu.mig_mode in ("enabled", "disabled") else ""
-    return GpuInfo(
-        index=gpu.index,
-        uuid=gpu.uuid,
-        name=gpu.name,
-        memory_total_bytes=gpu.memory_total_bytes,
-        compute_capability=gpu.compute_capability,
-        pci_bus_id=gpu.pci_bus_id,
-        mig_mode=mig,
-        nvlink_peers=list(gpu.nvlink_peers),
-    )
+    fields = {name: getattr(gpu, name) for name in GpuInfo.model_fields}
+    fields["nvlink_peers"] = list(gpu.nvlink_peers)
+    return GpuInfo(**{**fields, "mig_mode": mig})
 
 
 def host_from_proto(host: HostFacts) -> HostInfo:

@@ -134,6 +134,9 @@ class Profile(_Strict):
     gpu: GpuNeed | None = None
     cpu: bool = False
     startup_timeout_s: Annotated[float, Field(gt=0, le=86400)] = 900.0
+    # "" runs the weights as they are; "bf16" or "fp8" has vLLM or SGLang
+    # load them at that precision (fp8 halves a bf16 model's memory).
+    precision: Literal["", "bf16", "fp8"] = ""
 
     @model_validator(mode="after")
     def _cpu_or_gpu(self) -> Profile:
@@ -162,6 +165,9 @@ class Model(_Strict):
     price: Price = Field(default_factory=Price)
     # For source "external": the outside provider that answers for it.
     external: External | None = None
+    # hf: sources: the commit the source's revision was pinned to when the
+    # model was added; a branch moving upstream later changes nothing here.
+    commit: str = ""
 
     @model_validator(mode="before")
     @classmethod

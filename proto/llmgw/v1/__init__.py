@@ -32,6 +32,7 @@ __all__ = (
     "InstallEngine",
     "InstalledEngine",
     "KeyView",
+    "LabelNodeRequest",
     "Layout",
     "LimitsView",
     "ListEnginesReply",
@@ -429,6 +430,30 @@ class Gpu(betterproto2.Message):
     Indexes of the cards this one reaches over NVLink.
     """
 
+    pcie_gen: "int" = betterproto2.field(9, betterproto2.TYPE_INT32)
+    """
+    The PCIe link to the host: generation and lanes now, and the most the
+    card and its slot can do (0 when not read).
+    """
+
+    pcie_width: "int" = betterproto2.field(10, betterproto2.TYPE_INT32)
+
+    pcie_gen_max: "int" = betterproto2.field(11, betterproto2.TYPE_INT32)
+
+    pcie_width_max: "int" = betterproto2.field(12, betterproto2.TYPE_INT32)
+
+    mig_instance: "bool" = betterproto2.field(13, betterproto2.TYPE_BOOL)
+    """
+    A MIG instance is a unit of its own, with its own memory, placed alone:
+    its uuid is the MIG device's ("MIG-…"), mig_parent_index the card it is
+    carved from, mig_profile NVIDIA's name for its size ("3g.40gb"). A card
+    with mig_mode "enabled" is never placed whole.
+    """
+
+    mig_parent_index: "int" = betterproto2.field(14, betterproto2.TYPE_INT32)
+
+    mig_profile: "str" = betterproto2.field(15, betterproto2.TYPE_STRING)
+
 
 default_message_pool.register_message("llmgw.v1", "Gpu", Gpu)
 
@@ -481,6 +506,11 @@ class Heartbeat(betterproto2.Message):
     memory_available_bytes: "int" = betterproto2.field(5, betterproto2.TYPE_INT64)
 
     engines: "list[EngineStatus]" = betterproto2.field(6, betterproto2.TYPE_MESSAGE, repeated=True)
+
+    mem_bandwidth_gbs: "float" = betterproto2.field(7, betterproto2.TYPE_DOUBLE)
+    """
+    The host's memory bandwidth, GB/s, once measured (0 until then).
+    """
 
 
 default_message_pool.register_message("llmgw.v1", "Heartbeat", Heartbeat)
@@ -572,6 +602,23 @@ class InstallEngine(betterproto2.Message):
 
     sha256: "str" = betterproto2.field(6, betterproto2.TYPE_STRING)
 
+    released: "str" = betterproto2.field(7, betterproto2.TYPE_STRING)
+    """
+    source "pyenv": when the version was published on the index (RFC 3339),
+    one hashed requirements file per CUDA build ("cu128" -> text), the
+    index to resolve from ("" for PyPI) and the Python version.
+    """
+
+    requirements: "dict[str, str]" = betterproto2.field(
+        8,
+        betterproto2.TYPE_MAP,
+        map_meta=betterproto2.map_meta(betterproto2.TYPE_STRING, betterproto2.TYPE_STRING),
+    )
+
+    index_url: "str" = betterproto2.field(9, betterproto2.TYPE_STRING)
+
+    python: "str" = betterproto2.field(10, betterproto2.TYPE_STRING)
+
 
 default_message_pool.register_message("llmgw.v1", "InstallEngine", InstallEngine)
 
@@ -626,6 +673,26 @@ class KeyView(betterproto2.Message):
 
 
 default_message_pool.register_message("llmgw.v1", "KeyView", KeyView)
+
+
+@dataclass(eq=False, repr=False)
+class LabelNodeRequest(betterproto2.Message):
+    """
+    Sets labels and removes others; what is not named stays as it is.
+    """
+
+    node_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    set: "dict[str, str]" = betterproto2.field(
+        2,
+        betterproto2.TYPE_MAP,
+        map_meta=betterproto2.map_meta(betterproto2.TYPE_STRING, betterproto2.TYPE_STRING),
+    )
+
+    remove: "list[str]" = betterproto2.field(3, betterproto2.TYPE_STRING, repeated=True)
+
+
+default_message_pool.register_message("llmgw.v1", "LabelNodeRequest", LabelNodeRequest)
 
 
 @dataclass(eq=False, repr=False)
@@ -871,6 +938,11 @@ class ModelProfile(betterproto2.Message):
 
     startup_timeout_s: "float" = betterproto2.field(8, betterproto2.TYPE_DOUBLE)
 
+    precision: "str" = betterproto2.field(9, betterproto2.TYPE_STRING)
+    """
+    "" (as the weights are), "bf16" or "fp8" (vLLM and SGLang quantize).
+    """
+
 
 default_message_pool.register_message("llmgw.v1", "ModelProfile", ModelProfile)
 
@@ -911,6 +983,11 @@ class ModelSpec(betterproto2.Message):
     )
     """
     For source "external": an outside OpenAI-compatible provider.
+    """
+
+    commit: "str" = betterproto2.field(13, betterproto2.TYPE_STRING)
+    """
+    hf: sources: the commit the revision named was pinned to when the model was added.
     """
 
 
@@ -996,6 +1073,15 @@ class NodeView(betterproto2.Message):
 
     connected: "bool" = betterproto2.field(17, betterproto2.TYPE_BOOL)
 
+    labels: "dict[str, str]" = betterproto2.field(
+        18,
+        betterproto2.TYPE_MAP,
+        map_meta=betterproto2.map_meta(betterproto2.TYPE_STRING, betterproto2.TYPE_STRING),
+    )
+    """
+    The node's labels: agent.yaml's, with the operator's (ctl node label) over them.
+    """
+
 
 default_message_pool.register_message("llmgw.v1", "NodeView", NodeView)
 
@@ -1060,6 +1146,11 @@ class PlanModelRequest(betterproto2.Message):
 
     slots: "int" = betterproto2.field(5, betterproto2.TYPE_INT32)
 
+    precision: "str" = betterproto2.field(6, betterproto2.TYPE_STRING)
+    """
+    "", "bf16" or "fp8": the precision to plan the weights at.
+    """
+
 
 default_message_pool.register_message("llmgw.v1", "PlanModelRequest", PlanModelRequest)
 
@@ -1116,6 +1207,15 @@ class Register(betterproto2.Message):
     )
 
     shards: "list[ShardStatus]" = betterproto2.field(8, betterproto2.TYPE_MESSAGE, repeated=True)
+
+    labels: "dict[str, str]" = betterproto2.field(
+        9,
+        betterproto2.TYPE_MAP,
+        map_meta=betterproto2.map_meta(betterproto2.TYPE_STRING, betterproto2.TYPE_STRING),
+    )
+    """
+    From agent.yaml's labels: what the node says of itself (zone, role, …).
+    """
 
 
 default_message_pool.register_message("llmgw.v1", "Register", Register)
@@ -1487,6 +1587,24 @@ class StartShard(betterproto2.Message):
     startup_timeout_s: "float" = betterproto2.field(15, betterproto2.TYPE_DOUBLE)
 
     cpu: "bool" = betterproto2.field(16, betterproto2.TYPE_BOOL)
+
+    pipeline_parallel: "int" = betterproto2.field(17, betterproto2.TYPE_INT32)
+    """
+    The plan's layout: pipeline stages (0 or 1: none) and expert parallelism.
+    """
+
+    expert_parallel: "bool" = betterproto2.field(18, betterproto2.TYPE_BOOL)
+
+    per_gpu_bytes: "int" = betterproto2.field(19, betterproto2.TYPE_INT64)
+    """
+    The memory the plan gives the shard on each of its cards; the engine's
+    share of each card (vLLM's --gpu-memory-utilization) follows from it.
+    """
+
+    precision: "str" = betterproto2.field(20, betterproto2.TYPE_STRING)
+    """
+    "" (as the weights are), "bf16" or "fp8" (the engine quantizes).
+    """
 
 
 default_message_pool.register_message("llmgw.v1", "StartShard", StartShard)
@@ -1916,6 +2034,24 @@ class AdminServiceStub(betterproto2_grpclib.ServiceStub):
 
         return await self._unary_unary(
             "/llmgw.v1.AdminService/DrainNode",
+            message,
+            NodeView,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def label_node(
+        self,
+        message: "LabelNodeRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "NodeView":
+
+        return await self._unary_unary(
+            "/llmgw.v1.AdminService/LabelNode",
             message,
             NodeView,
             timeout=timeout,
@@ -2465,6 +2601,10 @@ class AdminServiceBase(betterproto2_grpclib.ServiceBase):
 
         raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
 
+    async def label_node(self, message: "LabelNodeRequest") -> "NodeView":
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
     async def list_models(self, message: "ListModelsRequest") -> "ListModelsReply":
 
         raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
@@ -2621,6 +2761,14 @@ class AdminServiceBase(betterproto2_grpclib.ServiceBase):
         request = await stream.recv_message()
         assert request is not None
         response = await self.drain_node(request)
+        await stream.send_message(response)
+
+    async def __rpc_label_node(
+        self, stream: "grpclib.server.Stream[LabelNodeRequest, NodeView]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.label_node(request)
         await stream.send_message(response)
 
     async def __rpc_list_models(
@@ -2877,6 +3025,12 @@ class AdminServiceBase(betterproto2_grpclib.ServiceBase):
                 self.__rpc_drain_node,
                 grpclib.const.Cardinality.UNARY_UNARY,
                 CordonNodeRequest,
+                NodeView,
+            ),
+            "/llmgw.v1.AdminService/LabelNode": grpclib.const.Handler(
+                self.__rpc_label_node,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                LabelNodeRequest,
                 NodeView,
             ),
             "/llmgw.v1.AdminService/ListModels": grpclib.const.Handler(
