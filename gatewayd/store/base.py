@@ -37,8 +37,9 @@ class Store(Protocol):
     async def upsert_node(self, node: NodeRecord) -> None:
         """Insert or replace a node's registration.
 
-        Operator overlays (``cordoned``, ``draining``) already stored are kept:
-        a node re-registering does not uncordon itself.
+        Operator overlays (``cordoned``, ``draining``, ``operator_labels``)
+        already stored are kept: a node re-registering does not uncordon
+        itself, nor drop the labels an operator gave it.
         """
 
     async def get_node(self, node_id: str) -> NodeRecord | None: ...
@@ -52,6 +53,9 @@ class Store(Protocol):
 
     async def set_node_cordoned(self, node_id: str, cordoned: bool) -> bool:
         """Set the cordon overlay; False when the node does not exist."""
+
+    async def set_node_labels(self, node_id: str, labels: dict[str, str]) -> bool:
+        """Replace the operator's labels of a node; False when the node does not exist."""
 
     async def record_heartbeats(self, rows: list[HeartbeatRow]) -> None:
         """Write a batch of latest heartbeats in one transaction."""

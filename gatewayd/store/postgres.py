@@ -47,14 +47,15 @@ DRIVER_ERRORS: tuple[type[BaseException], ...] = (
 
 _NODE_COLUMNS = (
     "node_id, hostname, version, address, state, reason, state_since, cordoned, draining,"
-    " host, gpus, installable_engines, registered_at, last_heartbeat_at, heartbeat_seq"
+    " host, gpus, installable_engines, registered_at, last_heartbeat_at, heartbeat_seq,"
+    " labels, operator_labels"
 )
 
 # On re-registration everything is replaced except the operator's overlays
-# (cordoned, draining) and the latest heartbeat sample.
+# (cordoned, draining, operator_labels) and the latest heartbeat sample.
 _UPSERT = f"""
 INSERT INTO nodes ({_NODE_COLUMNS})
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)
 ON CONFLICT (node_id) DO UPDATE SET
     hostname = EXCLUDED.hostname,
     version = EXCLUDED.version,
@@ -67,7 +68,8 @@ ON CONFLICT (node_id) DO UPDATE SET
     installable_engines = EXCLUDED.installable_engines,
     registered_at = EXCLUDED.registered_at,
     last_heartbeat_at = EXCLUDED.last_heartbeat_at,
-    heartbeat_seq = EXCLUDED.heartbeat_seq
+    heartbeat_seq = EXCLUDED.heartbeat_seq,
+    labels = EXCLUDED.labels
 """
 
 # One statement for the whole batch: atomic on its own, one round trip.
@@ -273,6 +275,8 @@ class PostgresStore(PostgresCatalog, PostgresKeys, PostgresTenants, PostgresUsag
                 _aware(node.registered_at),
                 _aware(node.last_heartbeat_at),
                 node.heartbeat_seq,
+                node.labels,
+                node.operator_labels,
             )
 
     async def get_node(self, node_id: str) -> NodeRecord | None:
@@ -307,6 +311,15 @@ class PostgresStore(PostgresCatalog, PostgresKeys, PostgresTenants, PostgresUsag
                 "UPDATE nodes SET cordoned = $2 WHERE node_id = $1 RETURNING true",
                 node_id,
                 cordoned,
+            )
+        return bool(found)
+
+    async def set_node_labels(self, node_id: str, labels: dict[str, str]) -> bool:
+        with self._mapped(f"label node {node_id}"):
+            found = await self._conn.fetchval(
+                "UPDATE nodes SET operator_labels = $2 WHERE node_id = $1 RETURNING true",
+                node_id,
+                labels,
             )
         return bool(found)
 

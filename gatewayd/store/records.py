@@ -25,6 +25,10 @@ class NodeRecord(BaseModel):
     host: dict[str, Any] = Field(default_factory=dict)
     gpus: list[dict[str, Any]] = Field(default_factory=list)
     installable_engines: list[str] = Field(default_factory=list)
+    # What the node's agent.yaml says (from Register; replaced on each registration).
+    labels: dict[str, str] = Field(default_factory=dict)
+    # What an operator set (ctl node label): kept across registrations, wins over ``labels``.
+    operator_labels: dict[str, str] = Field(default_factory=dict)
     registered_at: datetime
     last_heartbeat_at: datetime | None = None
     heartbeat_seq: int = 0

@@ -33,14 +33,15 @@ BUSY_TIMEOUT_MS = 5000
 
 _NODE_COLUMNS = (
     "node_id, hostname, version, address, state, reason, state_since, cordoned, draining,"
-    " host, gpus, installable_engines, registered_at, last_heartbeat_at, heartbeat_seq"
+    " host, gpus, installable_engines, registered_at, last_heartbeat_at, heartbeat_seq,"
+    " labels, operator_labels"
 )
 
 # On re-registration everything is replaced except the operator's overlays
-# (cordoned, draining) and the latest heartbeat sample.
+# (cordoned, draining, operator_labels) and the latest heartbeat sample.
 _UPSERT = f"""
 INSERT INTO nodes ({_NODE_COLUMNS})
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (node_id) DO UPDATE SET
     hostname = excluded.hostname,
     version = excluded.version,
@@ -53,7 +54,8 @@ ON CONFLICT (node_id) DO UPDATE SET
     installable_engines = excluded.installable_engines,
     registered_at = excluded.registered_at,
     last_heartbeat_at = excluded.last_heartbeat_at,
-    heartbeat_seq = excluded.heartbeat_seq
+    heartbeat_seq = excluded.heartbeat_seq,
+    labels = excluded.labels
 """
 
 
@@ -218,6 +220,8 @@ class SqliteStore(SqliteCatalog, SqliteKeys, SqliteTenants, SqliteUsage, SqliteR
             _to_text(node.registered_at),
             None if node.last_heartbeat_at is None else _to_text(node.last_heartbeat_at),
             node.heartbeat_seq,
+            _json(node.labels),
+            _json(node.operator_labels),
         )
         async with self._lock:
             with self._mapped(f"save node {node.node_id}"):
@@ -255,6 +259,15 @@ class SqliteStore(SqliteCatalog, SqliteKeys, SqliteTenants, SqliteUsage, SqliteR
             with self._mapped(f"cordon node {node_id}"):
                 async with self._conn.execute(
                     "UPDATE nodes SET cordoned = ? WHERE node_id = ?", (int(cordoned), node_id)
+                ) as cur:
+                    return cur.rowcount == 1
+
+    async def set_node_labels(self, node_id: str, labels: dict[str, str]) -> bool:
+        async with self._lock:
+            with self._mapped(f"label node {node_id}"):
+                async with self._conn.execute(
+                    "UPDATE nodes SET operator_labels = ? WHERE node_id = ?",
+                    (_json(labels), node_id),
                 ) as cur:
                     return cur.rowcount == 1
 
@@ -297,4 +310,6 @@ def _node(row: sqlite3.Row) -> NodeRecord:
         registered_at=_from_text(row["registered_at"]),
         last_heartbeat_at=_from_text(row["last_heartbeat_at"]),
         heartbeat_seq=row["heartbeat_seq"],
+        labels=json.loads(row["labels"]),
+        operator_labels=json.loads(row["operator_labels"]),
     )

@@ -1,0 +1,5 @@
+-- Node labels, in two homes: what the node's agent.yaml says (replaced on
+-- each registration) and what an operator set with `llmgw ctl node label`
+-- (kept across registrations; wins over the node's own). JSON objects.
+ALTER TABLE nodes ADD COLUMN labels TEXT NOT NULL DEFAULT '{}';
+ALTER TABLE nodes ADD COLUMN operator_labels TEXT NOT NULL DEFAULT '{}';
