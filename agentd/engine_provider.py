@@ -6,20 +6,27 @@ llama.cpp comes, in order of preference, from:
 - the xllamacpp wheel: llama.cpp's own server, which picks CPU code at run
   time — offered as a ``llama-server`` program in the engines dir;
 - (a release archive named by the control plane with its digest: later.)
-The built-in ``sim`` needs nothing.
+vLLM and SGLang are Python environments built by uv from the recipe an
+InstallEngine carries (pinned, hashed requirements per CUDA build, the
+release date, the index); a shard of theirs waits for that build, and runs
+the environment's own Python. The built-in ``sim`` needs nothing.
 """
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import logging
 import shlex
 import sys
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 
+from agentd.provision import pyenv
 from agentd.provision.llamacpp import InstallError
 from agentd.provision.manager import ArchiveSource, EngineManager, EngineState, WheelSource
+from agentd.provision.pyenv import PyEnvSource
 from llmgw.fsutil import write_atomic
 
 log = logging.getLogger(__name__)
@@ -48,13 +55,56 @@ def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str]:
     return set()
 
 
+def pyenv_source(msg) -> PyEnvSource:
+    """The recipe an InstallEngine of source "pyenv" carries, checked for what uv needs."""
+    label = pyenv.ENGINES[msg.engine].label if msg.engine in pyenv.ENGINES else msg.engine
+    try:
+        released = datetime.fromisoformat(msg.released.strip())
+    except ValueError:
+        raise InstallError(
+            f"{label} {msg.version}: the control plane sent the release time "
+            f"{msg.released!r}, which is not an RFC 3339 time",
+            hint="set released: in the engine's recipe in server.yaml (2025-10-02T18:05:00Z)",
+        ) from None
+    if not msg.requirements:
+        raise InstallError(
+            f"{label} {msg.version}: the control plane sent no requirements for any CUDA build",
+            hint="give the recipe hashed requirements per CUDA build (cu129: ...)",
+        )
+    return PyEnvSource(
+        released=released,
+        requirements=dict(msg.requirements),
+        python=msg.python or "3.12",
+        index_url=msg.index_url or pyenv.PYPI,
+    )
+
+
 class LocalEngines:
     """EngineProvider for ShardRunner, backed by the provisioning EngineManager."""
 
-    def __init__(self, engines_dir: Path, report: Callable[[EngineState], None] | None = None):
+    def __init__(
+        self,
+        engines_dir: Path,
+        report: Callable[[EngineState], None] | None = None,
+        *,
+        manager: EngineManager | None = None,
+    ):
         self.engines_dir = engines_dir
         self._report = report or (lambda _state: None)
-        self.manager = EngineManager(engines_dir, self._report)
+        self.manager = manager or EngineManager(engines_dir, self._on_state)
+        if manager is not None:
+            manager.report = self._on_state
+        # Python engines' recipes as the control plane last sent them, and
+        # the builds under way: a shard waits for its engine's build.
+        self.recipes: dict[tuple[str, str], PyEnvSource] = {}
+        self._builds: dict[tuple[str, str], asyncio.Task[EngineState]] = {}
+        # Shards waiting on an engine hear its install's words.
+        self._listeners: dict[str, list[Callable[[str], None]]] = {}
+
+    def _on_state(self, state: EngineState) -> None:
+        self._report(state)
+        for say in list(self._listeners.get(state.engine, ())):
+            say(f"{state.engine} {state.version}: {state.words}")
 
     def llamacpp_source(self) -> str:
         """Which llama.cpp this node uses: "wheel", "xllamacpp" or "" (none here)."""
@@ -64,13 +114,28 @@ class LocalEngines:
             return "xllamacpp"
         return ""
 
-    async def ensure(self, engine: str, version: str) -> tuple[str | None, dict[str, str]]:
+    async def ensure(
+        self, engine: str, version: str, say: Callable[[str], None] | None = None
+    ) -> tuple[str | None, dict[str, str]]:
+        """The engine's program and environment, installing it where it can be.
+
+        ``say`` hears the install's progress in the node's own words while a
+        shard waits for it.
+        """
         if engine == "sim":
             return None, {}
+        if engine in pyenv.ENGINES:
+            if say is not None:
+                self._listeners.setdefault(engine, []).append(say)
+            try:
+                return await self._python_engine(engine, version)
+            finally:
+                if say is not None:
+                    self._listeners[engine].remove(say)
         if engine != "llama.cpp":
             raise InstallError(
-                f"{engine} is not installed on this node",
-                hint="engines other than llama.cpp and sim are installed with InstallEngine",
+                f"{engine} is not an engine this node knows",
+                hint="the engines are llama.cpp, vllm, sglang and sim",
             )
         source = self.llamacpp_source()
         if source == "xllamacpp" and not version:
@@ -85,8 +150,63 @@ class LocalEngines:
                 return str(inst.binary), inst.launch_env({})
         raise InstallError(f"llama.cpp {version} was installed but does not check out")
 
+    async def _python_engine(self, engine: str, version: str) -> tuple[str, dict[str, str]]:
+        """The Python of ``engine``'s environment: built, being built, or built now."""
+        label = pyenv.ENGINES[engine].label
+        if not version:
+            # The profile named none: the version the control plane's recipe is for.
+            known = [v for (e, v) in self.recipes if e == engine]
+            if not known:
+                raise InstallError(
+                    f"no {label} version was named and the control plane sent no recipe for one",
+                    hint=f"add {engine} to engines: in server.yaml with its version and requirements",
+                )
+            version = known[-1]
+        key = (engine, version)
+        build = self._builds.get(key)
+        state = await asyncio.shield(build) if build is not None else None
+        inst = await self.manager.find(engine, version)
+        if inst is None and state is None:
+            source = self.recipes.get(key)
+            if source is None:
+                raise InstallError(
+                    f"{label} {version} is not installed on this node and the control plane "
+                    "sent no recipe for it",
+                    hint=f"add {engine} {version} to engines: in server.yaml",
+                )
+            state = await self._build(engine, version, "", source)
+            inst = await self.manager.find(engine, version)
+        if inst is None:
+            words = state.words if state is not None else "not installed"
+            raise InstallError(f"{label} {version} {words}", hint=state.hint if state else "")
+        return str(inst.binary), {}
+
+    def _build(self, engine: str, version: str, variant: str, source: PyEnvSource):
+        """One build of ``engine`` ``version`` at a time; later callers wait for the same one."""
+        key = (engine, version)
+        task = self._builds.get(key)
+        if task is None or task.done():
+            task = asyncio.create_task(
+                self.manager.ensure(engine, version, variant, source),
+                name=f"install-{engine}-{version}",
+            )
+            self._builds[key] = task
+            task.add_done_callback(
+                lambda t: self._builds.pop(key, None) if self._builds.get(key) is t else None
+            )
+        return asyncio.shield(task)
+
     async def install(self, msg) -> None:
         """InstallEngine from the control plane: converge, reporting as it goes."""
+        if msg.source == "pyenv":
+            try:
+                source = pyenv_source(msg)
+            except InstallError as exc:
+                self.manager.failed(msg.engine, msg.version, msg.variant, exc.message, exc.hint)
+                return
+            self.recipes[(msg.engine, msg.version)] = source
+            await self._build(msg.engine, msg.version, msg.variant, source)
+            return
         if msg.source == "archive":
             source = ArchiveSource(msg.url, msg.sha256)
         elif msg.source == "wheel":

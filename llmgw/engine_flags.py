@@ -55,6 +55,9 @@ _WRITES = "writes files outside the engine's own directory"
 _DOWNLOADS = "downloads a model the agent did not check"
 _CODE = "runs Python code that came with the model or from a file"
 _PROMPTS = "logs request text, which llmgw never keeps"
+_MEMORY = "is set by the agent from the plan's memory on each card (llmgw ctl model plan)"
+_PRECISION = "is set by the agent from the profile's precision (bf16 or fp8), which the plan sized"
+_EXPERTS = "is set by the agent from the plan's layout (expert parallel)"
 
 # Refused by every engine.
 _COMMON: dict[str, str] = {
@@ -164,6 +167,13 @@ _PER_ENGINE: dict[str, dict[str, str]] = {
         "--device": _GPUS,
         "--max-model-len": _CTX,
         "--max-num-seqs": _SLOTS,
+        "--gpu-memory-utilization": _MEMORY,
+        "--kv-cache-memory-bytes": _MEMORY,
+        "--enable-expert-parallel": _EXPERTS,
+        "-ep": _EXPERTS,
+        "--quantization": _PRECISION,
+        "-q": _PRECISION,
+        "--dtype": _PRECISION,
         "--middleware": _CODE,
         "--tool-parser-plugin": _CODE,
         "--logits-processors": _CODE,
@@ -193,6 +203,12 @@ _PER_ENGINE: dict[str, dict[str, str]] = {
         "--dist-init-addr": _AGENT,
         "--context-length": _CTX,
         "--max-running-requests": _SLOTS,
+        "--tp": _GPUS,
+        "--mem-fraction-static": _MEMORY,
+        "--ep-size": _EXPERTS,
+        "--expert-parallel-size": _EXPERTS,
+        "--quantization": _PRECISION,
+        "--dtype": _PRECISION,
         "--file-storage-path": _WRITES,
         "--crash-dump-folder": _WRITES,
         "--log-requests": _PROMPTS,

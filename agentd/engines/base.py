@@ -44,8 +44,20 @@ class ShardSpec:
     slots: int = 1
     # NVML indexes; empty runs on CPU.
     gpu_indexes: tuple[int, ...] = ()
-    # 0: as many as gpu_indexes.
+    # 0: as many as gpu_indexes (over the pipeline stages).
     tensor_parallel: int = 0
+    # Pipeline stages the plan chose; 0 or 1: none. tensor x pipeline cards.
+    pipeline_parallel: int = 0
+    # The plan spread a mixture of experts' experts over the cards.
+    expert_parallel: bool = False
+    # The share of each card the engine may take (vLLM's
+    # --gpu-memory-utilization), from the plan's per-card need over the
+    # card's memory; 0: the engine's own default.
+    gpu_memory_fraction: float = 0.0
+    # "" (as the weights are), "bf16", or "fp8" (the engine quantizes).
+    precision: str = ""
+    # The node's weights cache, where an engine that downloads would write.
+    download_dir: str = ""
     extra_args: tuple[str, ...] = ()
     extra_env: Mapping[str, str] = field(default_factory=dict)
     # A secret: kept out of repr so it never reaches a log line.
@@ -53,8 +65,12 @@ class ShardSpec:
     allow_pickle: bool = False
 
     @property
+    def pp(self) -> int:
+        return max(1, self.pipeline_parallel)
+
+    @property
     def tp(self) -> int:
-        return self.tensor_parallel or max(1, len(self.gpu_indexes))
+        return self.tensor_parallel or max(1, len(self.gpu_indexes) // self.pp)
 
 
 @dataclass(frozen=True)
@@ -147,7 +163,7 @@ class EngineAdapter(ABC):
         # The operator's arguments come last so they can tune what the agent
         # did not set; what it did set, they may not repeat (flags.py).
         argv = [*self.launcher(), *self.agent_args(spec), *spec.extra_args]
-        env = {**spec.extra_env, **gpu_env(spec)}
+        env = {**spec.extra_env, **gpu_env(spec), **self.agent_env(spec)}
         secret: frozenset[str] = frozenset()
         if spec.engine_key:
             env[self.key_env] = spec.engine_key
@@ -174,6 +190,15 @@ class EngineAdapter(ABC):
             raise EngineSpecError(f"{spec.model_name}: the shard has no model path")
         if not 1 <= spec.port <= 65535:
             raise EngineSpecError(f"{spec.model_name}: port {spec.port} is not a TCP port")
+        if spec.precision not in ("", "bf16", "fp8"):
+            raise EngineSpecError(
+                f"{spec.model_name}: precision {spec.precision!r} is not one of bf16, fp8"
+            )
+        if not 0 <= spec.gpu_memory_fraction <= 1:
+            raise EngineSpecError(
+                f"{spec.model_name}: a card's share {spec.gpu_memory_fraction:g} is not "
+                "between 0 and 1"
+            )
         if spec.slots < 1 or spec.context_length < 0 or spec.tensor_parallel < 0:
             raise EngineSpecError(
                 f"{spec.model_name}: slots must be at least 1 and the context length "
@@ -184,6 +209,10 @@ class EngineAdapter(ABC):
                 f"{self.name} needs GPUs and this shard was given none",
                 hint="use llama.cpp for a model served on CPU",
             )
+
+    def agent_env(self, spec: ShardSpec) -> dict[str, str]:
+        """Variables the agent sets besides the GPUs and the key (none by default)."""
+        return {}
 
     @abstractmethod
     def launcher(self) -> list[str]:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agentd.engines.base import EngineAdapter, EngineSpecError, ShardSpec
-from agentd.engines.vllm import safetensors_only
+from agentd.engines.base import EngineAdapter, ShardSpec
+from agentd.engines.vllm import check_width, offline_env, precision_args, safetensors_only
 
 # SGLang takes its key only as --api-key, which would put it on the command
 # line for every user of the node to read. This launcher takes it from the
@@ -36,11 +36,10 @@ class SglangAdapter(EngineAdapter):
 
     def validate(self, spec: ShardSpec) -> None:
         super().validate(spec)
-        if spec.tp != len(spec.gpu_indexes):
-            raise EngineSpecError(
-                f"{spec.model_name}: tensor parallel {spec.tp} over {len(spec.gpu_indexes)} "
-                "GPU(s); SGLang runs one shard on exactly its tensor-parallel width of cards"
-            )
+        check_width(spec, "SGLang")
+
+    def agent_env(self, spec: ShardSpec) -> dict[str, str]:
+        return offline_env(spec)
 
     def agent_args(self, spec: ShardSpec) -> list[str]:
         args = [
@@ -59,6 +58,17 @@ class SglangAdapter(EngineAdapter):
             # /metrics is off unless asked for; the gateway's router reads it.
             "--enable-metrics",
         ]
+        if spec.pp > 1:
+            args += ["--pp-size", str(spec.pp)]
+        if spec.expert_parallel:
+            # SGLang's experts spread over the tensor-parallel group.
+            args += ["--ep-size", str(spec.tp)]
         if spec.context_length:
             args += ["--context-length", str(spec.context_length)]
+        if spec.gpu_memory_fraction:
+            # SGLang's share is for weights and KV cache, as the plan's need is.
+            args += ["--mem-fraction-static", f"{spec.gpu_memory_fraction:.2f}"]
+        if spec.download_dir:
+            args += ["--download-dir", spec.download_dir]
+        args += precision_args(spec)
         return args + safetensors_only(spec)

@@ -124,7 +124,7 @@ class EngineManager:
         *,
         inventory: Inventory | None = None,
         runner: Runner | None = None,
-        uv: str = "uv",
+        uv: str = "",
         client: httpx.AsyncClient | None = None,
         min_free_bytes: int = pyenv.MIN_FREE_BYTES,
     ) -> None:
@@ -133,7 +133,8 @@ class EngineManager:
         # Set by the agent once discovery has run; vLLM and SGLang need it.
         self.inventory = inventory
         self.runner: Runner = runner or SubprocessRunner()
-        self.uv = uv
+        # The uv that came with llmgw unless told otherwise.
+        self.uv = uv or pyenv.find_uv()
         self.client = client
         self.min_free_bytes = min_free_bytes
         self._locks: dict[Path, asyncio.Lock] = {}
@@ -239,6 +240,19 @@ class EngineManager:
             log.warning("%s no longer works (%s); installing it again", path, exc)
             return None
 
+    async def find(self, engine: str, version: str) -> Installation | None:
+        """The install of ``engine`` ``version`` on disk that checks out now, any variant.
+
+        None while one is being built (its lock is held) or when there is none.
+        """
+        if not (self.engines_dir / engine).is_dir():
+            return None
+        for manifest in sorted((self.engines_dir / engine).glob(f"{version}-*/{MANIFEST}")):
+            got = await self._check(manifest.parent)
+            if isinstance(got, Installation) and got.version == version:
+                return got
+        return None
+
     async def installed(self) -> list[Installation]:
         """Every install on disk that checks out now."""
         results = await asyncio.gather(*(self._check(p) for p in self._on_disk()))
@@ -318,6 +332,12 @@ class EngineManager:
             f"{engine} {version}-{variant} is not installed here and no source for it is known",
             hint="name a release archive and its sha256, or a wheel, for this version",
         )
+
+    def failed(
+        self, engine: str, version: str, variant: str, message: str, hint: str = ""
+    ) -> EngineState:
+        """Report an install that could not even begin (a recipe the node cannot read)."""
+        return self._emit(engine, version, variant, "failed", message, hint)
 
     def _emit(
         self, engine: str, version: str, variant: str, state: State, message: str, hint: str = ""

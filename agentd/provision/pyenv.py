@@ -29,6 +29,7 @@ import logging
 import os
 import re
 import shutil
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
@@ -92,12 +93,19 @@ class CudaBuild:
     max_cc: tuple[int, int]  # the newest
 
 
-# Best first. A build is taken only on a driver at least its own CUDA's
-# minimum: CUDA's minor-version compatibility would let 12.x start on R525,
-# but kernels compiled as PTX then fail to JIT, after 10 GB were installed.
-# Blackwell (10.0, 12.0) has kernels from CUDA 12.8 on; PyTorch's cu128
-# builds in turn dropped Maxwell, Pascal and Volta.
+# Best first: what vLLM and SGLang publish and PyTorch builds them on.
+# vLLM's PyPI wheels are CUDA 12.8 (0.9-0.11), then CUDA 12.9 (0.12 on),
+# and CUDA 13.0 wheels sit beside them in its GitHub releases; SGLang
+# follows PyTorch's cu126/cu128/cu129/cu130. A build is taken only on a
+# driver at least its own CUDA's minimum (R580 for 13.0, R575 for 12.9,
+# R570 for 12.8, R560 for 12.6; older vLLMs were cu121 and cu118): CUDA's
+# minor-version compatibility would let 12.x start on R525, but kernels
+# shipped as PTX then fail to JIT, after 10 GB were installed. PyTorch 2.8's CUDA 12.8+ builds dropped
+# Maxwell, Pascal and Volta (sm_50-sm_70), so a V100 takes cu126; Blackwell
+# (10.0, 12.0) has kernels from CUDA 12.8 on.
 CUDA_BUILDS: tuple[CudaBuild, ...] = (
+    CudaBuild("cu130", "13.0", 580, (7, 5), (12, 1)),
+    CudaBuild("cu129", "12.9", 575, (7, 5), (12, 0)),
     CudaBuild("cu128", "12.8", 570, (7, 5), (12, 0)),
     CudaBuild("cu126", "12.6", 560, (5, 0), (9, 0)),
     CudaBuild("cu124", "12.4", 550, (5, 0), (9, 0)),
@@ -121,6 +129,9 @@ class PyEnvSource:
     released: datetime | date  # when the version was published on PyPI
     requirements: Mapping[str, str]  # CUDA build tag -> hashed requirements file
     python: str = "3.12"
+    # The index to resolve from: PyPI, or a mirror of it that keeps PyPI's
+    # upload times (PEP 700), which --exclude-newer reads.
+    index_url: str = PYPI
 
 
 @dataclass(frozen=True)
@@ -189,6 +200,18 @@ class SubprocessRunner:
         return RunResult(proc.returncode or 0, tail.decode(errors="replace"))
 
 
+def find_uv() -> str:
+    """The uv beside the agent's own Python (uv is one of llmgw's dependencies), else on PATH.
+
+    Engine packages never go into the agent's environment; uv itself does,
+    so every node that has llmgw has the uv it was tested with.
+    """
+    beside = Path(sys.executable).parent / "uv"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    return shutil.which("uv") or "uv"
+
+
 def exclude_newer(released: datetime | date) -> str:
     """The ``--exclude-newer`` cut-off: a day after the release, RFC 3339 in UTC.
 
@@ -244,7 +267,10 @@ def choose_build(
     why: list[str] = []
     for build in candidates:
         if branch < build.min_driver:
-            why.append(f"{build.tag} needs driver {build.min_driver} or newer")
+            why.append(
+                f"driver {branch or 'unknown'} is older than what CUDA {build.cuda} needs "
+                f"({build.min_driver} or newer, for {build.tag})"
+            )
         elif ccs and low < build.min_cc:
             why.append(f"{build.tag} has no kernels for compute capability {_cc(low)}")
         elif ccs and high > build.max_cc:
@@ -363,7 +389,7 @@ async def install_python_engine(
     uv: str = "uv",
     say: Say | None = None,
     min_free_bytes: int = MIN_FREE_BYTES,
-    index_url: str = PYPI,
+    index_url: str = "",
 ) -> Installation:
     """Build ``<engines_dir>/<engine>/<version>-<build>/`` with uv; ``variant`` "" picks the build."""
     if engine not in ENGINES:
@@ -389,7 +415,9 @@ async def install_python_engine(
     try:
         venv, req = scratch / "venv", scratch / "requirements.txt"
         req.write_text(text)
-        make, install = uv_commands(uv, venv, req, source, build, pins, index_url)
+        make, install = uv_commands(
+            uv, venv, req, source, build, pins, index_url or source.index_url or PYPI
+        )
         env = uv_env(engines_dir)
         label = f"{spec.label} {version} ({build.tag})"
         if say:

@@ -152,14 +152,9 @@ ALLOWED = {
     "vllm": [
         "--max-num-batched-tokens",
         "8192",
-        "--gpu-memory-utilization=0.9",
         "--tokenizer-mode",
         "mistral",
         "--enable-prefix-caching",
-        "--quantization",
-        "fp8",
-        "-q",
-        "fp8",
         "--kv-cache-dtype",
         "fp8",
         "--enforce-eager",
@@ -171,8 +166,6 @@ ALLOWED = {
         "-1",
     ],
     "sglang": [
-        "--mem-fraction-static",
-        "0.8",
         "--chunked-prefill-size",
         "4096",
         "--chat-template",
@@ -182,8 +175,6 @@ ALLOWED = {
         "--log-requests-level",
         "0",
         "--enable-metrics",
-        "--quantization",
-        "fp8",
     ],
     "sim": ["--ttft-ms", "5", "--itl-ms=1", "--tokens", "8", "--load-ms", "100"],
 }
@@ -193,6 +184,28 @@ ALLOWED = {
 def test_ordinary_tuning_flags_pass(engine):
     assert find_refusals(engine, ALLOWED[engine]) == []
     check_args(engine, ALLOWED[engine])
+
+
+@pytest.mark.parametrize(
+    ("engine", "args", "why"),
+    [
+        ("vllm", ["--gpu-memory-utilization=0.9"], "memory on each card"),
+        ("vllm", ["--quantization", "fp8"], "precision"),
+        ("vllm", ["-q", "fp8"], "precision"),
+        ("vllm", ["--enable-expert-parallel"], "expert parallel"),
+        ("sglang", ["--mem-fraction-static", "0.8"], "memory on each card"),
+        ("sglang", ["--quantization", "fp8"], "precision"),
+        ("sglang", ["--ep-size", "2"], "expert parallel"),
+        ("sglang", ["--tp", "2"], "picks GPUs"),
+    ],
+)
+def test_what_the_plan_decided_for_a_python_engine_is_not_repeated_by_the_operator(
+    engine, args, why
+):
+    # The agent sets these from the plan; argparse takes the last of a
+    # repeated flag, so the operator's would silently win over the plan.
+    (refusal,) = find_refusals(engine, args)
+    assert why in refusal.why
 
 
 def test_the_error_names_the_flag_as_given_and_why():

@@ -123,6 +123,9 @@ def test_vllm_on_two_gpus():
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
         "CUDA_VISIBLE_DEVICES": "0,1",
         "VLLM_API_KEY": KEY,
+        # The agent fetched the weights: the engine never goes to the hub.
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
     }
 
 
@@ -154,6 +157,8 @@ def test_sglang_on_one_gpu_takes_its_key_through_the_launcher():
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
         "CUDA_VISIBLE_DEVICES": "5",
         "LLMGW_ENGINE_KEY": KEY,
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
     }
     assert "LLMGW_ENGINE_KEY" in LAUNCHER and "os.environ.pop" in LAUNCHER
 

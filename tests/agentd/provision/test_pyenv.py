@@ -139,7 +139,8 @@ def test_an_old_driver_is_a_failure_that_says_which_driver_would_do():
     assert not isinstance(caught.value, NotHere)
     assert caught.value.message == (
         "no vLLM build runs on this node (driver 470.256.02): "
-        "cu124 needs driver 550 or newer; cu118 needs driver 520 or newer"
+        "driver 470 is older than what CUDA 12.4 needs (550 or newer, for cu124); "
+        "driver 470 is older than what CUDA 11.8 needs (520 or newer, for cu118)"
     )
 
 
