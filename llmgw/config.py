@@ -263,6 +263,9 @@ class AgentConfig(_Strict):
     # otherwise the agent's own user. `llmgw up` sets its own user here.
     engine_user: str = ""
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # What the node says of itself (zone, rack, llmgw.role: judge): sent in
+    # Register; labels an operator sets with `llmgw ctl node label` win over these.
+    labels: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("control_planes", mode="before")
     @classmethod
@@ -285,6 +288,17 @@ class AgentConfig(_Strict):
     def _node_id(cls, v: str) -> str:
         check_name(v, what="node id")
         return v
+
+    @field_validator("labels", mode="before")
+    @classmethod
+    def _labels(cls, v: Any) -> Any:
+        from llmgw.labels import check_labels
+
+        if v is None:
+            return {}
+        if not isinstance(v, dict):
+            raise ValueError("labels is a map of KEY: VALUE (e.g. zone: a)")  # noqa: TRY004 (pydantic reports ValueError)
+        return check_labels(v)
 
 
 def check_name(v: str, *, what: str) -> str:
