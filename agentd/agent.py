@@ -103,6 +103,7 @@ class Agent:
             gpus=[gpu_to_proto(g) for g in inv.gpus],
             installable_engines=installable_engines(inv),
             shards=self.shards.running(),
+            labels=dict(self.cfg.labels),
         )
 
     async def run(self, stop: asyncio.Event) -> None:

@@ -33,6 +33,7 @@ from proto.llmgw.v1 import (
     GetModelRequest,
     GetNodeRequest,
     KeyView,
+    LabelNodeRequest,
     LimitsView,
     ListEnginesReply,
     ListEnginesRequest,
@@ -176,6 +177,13 @@ class AdminClient:
         return await self._call(
             self._stub.drain_node(CordonNodeRequest(node_id=node_id), timeout=self._timeout_s)
         )
+
+    async def label_node(
+        self, node_id: str, set_: dict[str, str] | None = None, remove: list[str] | None = None
+    ) -> NodeView:
+        """Set and remove operator labels; the node's agent.yaml labels stay under them."""
+        request = LabelNodeRequest(node_id=node_id, set=dict(set_ or {}), remove=list(remove or []))
+        return await self._call(self._stub.label_node(request, timeout=self._timeout_s))
 
     async def list_models(self) -> ListModelsReply:
         return await self._call(

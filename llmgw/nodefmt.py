@@ -12,9 +12,10 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from llmgw.labels import labels_text
 from proto.llmgw.v1 import Gpu, NodeView
 
-NODE_COLUMNS = ("NODE", "STATE", "REASON", "OS", "ARCH", "CPUS", "MEMORY", "GPUS")
+NODE_COLUMNS = ("NODE", "STATE", "REASON", "OS", "ARCH", "CPUS", "MEMORY", "GPUS", "LABELS")
 GPU_COLUMNS = ("#", "NAME", "MEMORY", "CC", "PCI", "MIG")
 # What an empty cluster says, with the next step, in the command and the console alike.
 NO_NODES = "No nodes yet. Add one: llmgw node add HOST (or run llmgw up here)."
@@ -64,6 +65,7 @@ def node_cells(n: NodeView) -> tuple[str | Text, ...]:
         str(h.cpu_count) if h else "",
         gib(h.memory_total_bytes) if h else "",
         gpu_summary(n),
+        labels_text(n.labels),
     )
 
 
@@ -77,6 +79,7 @@ def node_facts(n: NodeView) -> list[tuple[str, str | Text]]:
         ("reason", n.reason),
         ("since", n.state_since),
         ("address", n.address),
+        ("labels", labels_text(n.labels)),
         ("version", n.version),
         ("last heartbeat", n.last_heartbeat_at),
     ]

@@ -95,9 +95,11 @@ class OpsAdmin:
         # Gone in memory first: every watcher told of what follows hears it as gone.
         now = utcnow()
         rec.state, rec.reason, rec.state_since = GONE, "removed by the operator", now
-        # Forgotten: a machine that comes back later starts with no cordon or drain.
+        # Forgotten: a machine that comes back later starts with no cordon,
+        # drain or operator labels.
         await self._registry.set_cordoned(node_id, False)
         await self._registry.set_draining(node_id, False)
+        await self._registry.set_labels(node_id, {})
         await self._store.set_node_state(node_id, GONE, rec.reason, now)
         live.engines.clear()  # ctl engines no longer lists it
         # A connected agent's stream is left open: closing it from here ends

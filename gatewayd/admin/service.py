@@ -16,6 +16,7 @@ from grpclib.events import RecvRequest
 from grpclib.exceptions import GRPCError
 
 from gatewayd.admin.keys import KeyAdmin
+from gatewayd.admin.labels import LabelAdmin
 from gatewayd.admin.models import ModelAdmin
 from gatewayd.admin.ops import OpsAdmin
 from gatewayd.admin.revoke import RevokeAdmin
@@ -64,7 +65,14 @@ def token_guard(token: str):
 
 
 class AdminService(
-    ModelAdmin, KeyAdmin, TenancyAdmin, UsageAdmin, OpsAdmin, RevokeAdmin, AdminServiceBase
+    ModelAdmin,
+    KeyAdmin,
+    TenancyAdmin,
+    UsageAdmin,
+    OpsAdmin,
+    RevokeAdmin,
+    LabelAdmin,
+    AdminServiceBase,
 ):
     def __init__(
         self,

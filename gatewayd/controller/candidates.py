@@ -8,6 +8,7 @@ from gatewayd.controller import replica as rs
 from gatewayd.controller.replica import Replica
 from gatewayd.nodes.registry import NodeLive
 from llmgw.inventory import inventory_from_proto
+from llmgw.labels import effective
 from llmgw.placement import NodeCandidate
 from proto.llmgw.v1 import Gpu, HostFacts
 
@@ -69,6 +70,7 @@ def node_candidates(
                 state=rec.state,
                 cordoned=rec.cordoned,
                 draining=rec.draining,
+                labels=effective(rec.labels, rec.operator_labels),
                 installable_engines=list(rec.installable_engines),
                 engines_installed=engine_words(live),
                 inventory=inventory,

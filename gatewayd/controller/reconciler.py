@@ -129,6 +129,8 @@ class Reconciler:
                         live.record.cordoned,
                         live.record.draining,
                         live.session_id,
+                        # Labels an operator sets reach placement at once.
+                        live.record.operator_labels,
                     )
                 )
                 if topic == "nodes" and seen.get(key) == mark:

@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from gatewayd.nodes.views import node_view
 from gatewayd.nodes.watch import Broadcaster
 from gatewayd.store import HeartbeatRow, NodeRecord, Store
+from llmgw.labels import check_labels
 from llmgw.protojson import to_plain
 from proto.llmgw.v1 import (
     CommandAck,
@@ -71,6 +72,19 @@ def heartbeat_sample(hb: Heartbeat) -> dict:
             for g in hb.gpus
         ],
     }
+
+
+def _own_labels(reg: Register) -> dict[str, str]:
+    """The labels a node sends of itself, the ones that are not labels left out (and logged)."""
+    out = {}
+    for k, v in reg.labels.items():
+        try:
+            check_labels({k: v})
+        except ValueError as e:
+            log.warning("node %s: ignored a label it sent: %s", reg.node_id, e)
+            continue
+        out[k] = v
+    return out
 
 
 @dataclass
@@ -149,6 +163,8 @@ class NodeRegistry:
             host=to_plain(reg.host) if reg.host else {},
             gpus=[to_plain(g) for g in reg.gpus],
             installable_engines=list(reg.installable_engines),
+            labels=_own_labels(reg),
+            operator_labels=prev.operator_labels if prev else {},
             registered_at=now,
             last_heartbeat_at=now,
             heartbeat_seq=0,
@@ -286,6 +302,18 @@ class NodeRegistry:
             return None
         await self._store.set_node_cordoned(node_id, cordoned)
         live.record.cordoned = cordoned
+        self.watch.publish("nodes", node_id)
+        return self.view(node_id)
+
+    async def set_labels(self, node_id: str, labels: dict[str, str]) -> NodeView | None:
+        """Replace the operator's labels of a node (the node's own are its agent.yaml's)."""
+        live = self._nodes.get(node_id)
+        if live is None:
+            return None
+        await self._store.set_node_labels(node_id, labels)
+        # A new dict, never changed in place: the controller compares the
+        # one it last saw with the current one to notice a change.
+        live.record.operator_labels = dict(labels)
         self.watch.publish("nodes", node_id)
         return self.view(node_id)
 

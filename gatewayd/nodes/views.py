@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from llmgw.labels import effective
 from proto.llmgw.v1 import NodeView
 
 
@@ -32,4 +33,5 @@ def node_view(live) -> NodeView:
         last_heartbeat_at=_iso(rec.last_heartbeat_at),
         heartbeat_seq=rec.heartbeat_seq,
         connected=live.connected,
+        labels=effective(rec.labels, rec.operator_labels),
     )

@@ -18,8 +18,9 @@ import llmgw.cli.render  # noqa: F401  (registers the renderers)
 from llmgw import output
 from llmgw.admin_client import AdminClient
 from llmgw.cli.ctl_bench import bench_app
-from llmgw.errors import LlmgwError
+from llmgw.errors import LlmgwError, UsageError
 from llmgw.keyfmt import parse_duration
+from llmgw.labels import check_keys, parse_assignments
 from llmgw.opsfmt import (
     NO_WARNINGS,
     WARNING_COLUMNS,
@@ -94,6 +95,46 @@ def cordon(node_id: str = typer.Argument(..., help="The node id."), json: bool =
 def uncordon(node_id: str = typer.Argument(..., help="The node id."), json: bool = JsonOpt) -> None:
     """Let placement use a cordoned node again."""
     call(lambda c: c.uncordon_node(node_id), json=json)
+
+
+@node_app.command("label")
+def node_label(
+    node_id: str = typer.Argument(..., help="The node id."),
+    labels: list[str] = typer.Argument(
+        None, help="Labels to set, KEY=VALUE (zone=a, llmgw.role=judge).", show_default=False
+    ),
+    remove: list[str] = typer.Option(
+        [],
+        "--rm",
+        help="Remove an operator label, KEY (repeatable). Where the node's agent.yaml has that"
+        " label too, its value shows again.",
+        show_default=False,
+    ),
+    json: bool = JsonOpt,
+) -> None:
+    """Set or remove a node's labels; placement sees them at once.
+
+    The node's own labels come from labels: in its agent.yaml; those set here
+    are kept by the control plane and win over them. A model with labels
+    places only on nodes that have them all, and a node labelled llmgw.role
+    takes only models that ask for that role.
+    """
+    try:
+        set_ = parse_assignments(labels or [])
+        keys = check_keys(remove)
+    except LlmgwError as e:
+        raise typer.Exit(code=output.fail(e)) from None
+    if not set_ and not keys:
+        e = UsageError(
+            "give labels to set (KEY=VALUE) or --rm KEY to remove one",
+            hint=f"e.g. llmgw ctl node label {node_id} zone=a",
+        )
+        raise typer.Exit(code=output.fail(e))
+    call(
+        lambda c: c.label_node(node_id, set_, keys),
+        json=json,
+        next_step="Check where models go: llmgw ctl explain-placement MODEL",
+    )
 
 
 @node_app.command("rm")
