@@ -33,6 +33,10 @@ def is_pickled(name: str) -> bool:
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+_COMMIT = re.compile(r"[0-9a-f]{40}")
+# One element of an hf: source (org, repo, revision or file path): not empty,
+# not starting with a dot, nothing a shell or a path would read otherwise.
+_HF_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+=,~-]{0,199}")
 
 
 def check_model_name(name: str) -> str:
@@ -54,14 +58,17 @@ class ModelSource(_Strict):
 
     - a local path or ``file:///abs/path``
     - ``https://host/path/file.gguf`` (with ``sha256`` pinned on the model)
-    - ``hf:org/repo[@revision]:file`` (a file of a Hugging Face repository)
+    - ``hf:org/repo[@revision]`` (a whole Hugging Face repository: config,
+      tokenizer, safetensors shards and index)
+    - ``hf:org/repo[@revision]:file`` (one file of it, e.g. a GGUF)
     """
 
     kind: Literal["file", "https", "hf"]
     # file: the absolute path; https: the URL; hf: "org/repo".
     location: str
     revision: str = ""
-    # The file within an hf repository (one or more path elements, none dotted).
+    # The file within an hf repository (one or more path elements, none
+    # dotted); "" for the whole repository.
     file: str = ""
 
     @classmethod
@@ -74,12 +81,21 @@ class ModelSource(_Strict):
         if text.startswith("hf:"):
             rest = text[3:]
             repo, sep, file = rest.partition(":")
-            repo, _, revision = repo.partition("@")
-            if not sep or not file or repo.count("/") != 1:
-                raise ValueError(f"{text!r}: expected hf:org/repo[@revision]:file")
-            for part in [*repo.split("/"), *file.split("/")]:
-                if not part or part.startswith(".") or part in ("..",):
-                    raise ValueError(f"{text!r}: names must not be empty or start with a dot")
+            repo, at, revision = repo.partition("@")
+            if (sep and not file) or (at and not revision) or repo.count("/") != 1:
+                raise ValueError(
+                    f"{text!r}: expected hf:org/repo[@revision] (the whole repository) "
+                    "or hf:org/repo[@revision]:file"
+                )
+            parts = repo.split("/")
+            parts += revision.split("/") if revision else []
+            parts += file.split("/") if file else []
+            for part in parts:
+                if not _HF_PART.fullmatch(part):
+                    raise ValueError(
+                        f"{text!r}: {part!r} is refused; every name must be one path element "
+                        "not starting with a dot"
+                    )
             return cls(kind="hf", location=repo, revision=revision, file=file)
         if text.startswith("https://"):
             if not urlsplit(text).hostname:
@@ -95,14 +111,26 @@ class ModelSource(_Strict):
     def __str__(self) -> str:
         if self.kind == "hf":
             rev = f"@{self.revision}" if self.revision else ""
-            return f"hf:{self.location}{rev}:{self.file}"
+            file = f":{self.file}" if self.file else ""
+            return f"hf:{self.location}{rev}{file}"
         return self.location if self.kind == "https" else f"file://{self.location}"
 
     @property
+    def is_repo(self) -> bool:
+        """Whether it names a whole Hugging Face repository (no one file of it)."""
+        return self.kind == "hf" and not self.file
+
+    def pinned(self, commit: str) -> ModelSource:
+        """The same source at ``commit`` (an hf: source's revision replaced); others as they are."""
+        if self.kind != "hf" or not commit:
+            return self
+        return self.model_copy(update={"revision": commit})
+
+    @property
     def file_name(self) -> str:
-        """The last element of the path, query and fragment stripped."""
+        """The last element of the path, query and fragment stripped (a repository's name)."""
         if self.kind == "hf":
-            return self.file.rsplit("/", 1)[-1]
+            return (self.file or self.location).rsplit("/", 1)[-1]
         path = urlsplit(self.location).path if self.kind == "https" else self.location
         return path.rstrip("/").rsplit("/", 1)[-1]
 
@@ -144,7 +172,23 @@ class Profile(_Strict):
             raise ValueError("a profile runs on CPU or on GPUs, not both")
         if self.cpu and self.engine in ("vllm", "sglang"):
             raise ValueError(f"{self.engine} needs GPUs; use llama.cpp for CPU")
+        if self.precision and self.engine not in QUANTIZING_ENGINES:
+            raise ValueError(precision_refusal(self.engine, self.precision))
         return self
+
+
+# Engines that load weights at another precision than they are stored in.
+QUANTIZING_ENGINES = ("vllm", "sglang")
+
+
+def precision_refusal(engine: str, precision: str) -> str:
+    """Why ``engine`` cannot run a model at ``precision``, in plain words."""
+    if engine == "sim":
+        return f"precision {precision} is refused: the sim engine loads no weights to quantize"
+    return (
+        f"precision {precision} is refused for {engine}: it runs a GGUF at the quantisation "
+        "the file was made with; pick a GGUF of the size you want, or use vllm or sglang"
+    )
 
 
 class Model(_Strict):
@@ -210,6 +254,14 @@ class Model(_Strict):
             )
         return self
 
+    @field_validator("commit")
+    @classmethod
+    def _commit(cls, v: str) -> str:
+        v = v.lower()
+        if v and not _COMMIT.fullmatch(v):
+            raise ValueError("commit must be 40 hex digits (a git commit id)")
+        return v
+
     @field_validator("sha256")
     @classmethod
     def _sha(cls, v: str) -> str:
@@ -246,3 +298,8 @@ class Model(_Strict):
     @property
     def parsed_source(self) -> ModelSource:
         return ModelSource.parse(self.source)
+
+    @property
+    def fetch_source(self) -> ModelSource:
+        """Where nodes fetch it from: the source at its pinned commit, where one was pinned."""
+        return self.parsed_source.pinned(self.commit)
