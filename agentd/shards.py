@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
+import math
 import socket
 import time
 from collections.abc import Callable
@@ -22,20 +24,43 @@ from agentd.engines import ShardSpec, adapter_for
 from agentd.supervisor import LaunchSpec, ShardEvent, Supervisor
 from agentd.weights import WeightsFetcher
 from llmgw.errors import LlmgwError
+from llmgw.inventory import Inventory
 from proto.llmgw.v1 import AgentMessage, FetchProgress, ShardStatus, StartShard, StopShard
 
 log = logging.getLogger(__name__)
 
 # Fetch progress is reported at most this often per shard.
 PROGRESS_EVERY_S = 1.0
+# The most of a card an engine is given, whatever the plan asked: CUDA's
+# context and the driver take a few hundred MB no engine counts.
+MAX_GPU_FRACTION = 0.95
 
 # Queues a message on the current stream (the session's outbox).
 Send = Callable[[AgentMessage], None]
 
 
 class EngineProvider(Protocol):
-    async def ensure(self, engine: str, version: str) -> tuple[str | None, dict[str, str]]:
-        """The engine's program (None: the built-in sim) and what its environment needs."""
+    async def ensure(
+        self, engine: str, version: str, say: Callable[[str], None] | None = None
+    ) -> tuple[str | None, dict[str, str]]:
+        """The engine's program (None: the built-in sim) and what its environment needs.
+
+        ``say`` hears an install's progress while the shard waits for it.
+        """
+
+
+def gpu_fraction(per_gpu_bytes: int, card_totals: list[int]) -> float:
+    """The share of each card the plan's per-card need is (vLLM's --gpu-memory-utilization).
+
+    Rounded up to the hundredth the flag is written with, so the engine never
+    gets less than the plan sized; taken against the smallest of the cards;
+    0 (the engine's own default) when either is unknown.
+    """
+    totals = [t for t in card_totals if t > 0]
+    if per_gpu_bytes <= 0 or not totals:
+        return 0.0
+    share = math.ceil(per_gpu_bytes / min(totals) * 100) / 100
+    return min(share, MAX_GPU_FRACTION)
 
 
 def free_port() -> int:
@@ -59,6 +84,9 @@ class ShardRunner:
             data_dir / "shards", data_dir / "output", self._on_event, run_as=engine_user
         )
         self._engines = engines
+        # The node's hardware, set once discovery has run: a card's memory
+        # turns the plan's bytes into an engine's share of it.
+        self.inventory: Inventory | None = None
         self.status: dict[str, ShardStatus] = {}
         self._starting: dict[str, asyncio.Task] = {}
         self._send: Send | None = None
@@ -110,25 +138,10 @@ class ShardRunner:
             if msg.engine != "sim":  # the simulator has no weights
                 model_path = await self._fetch(msg, status)
             self._set(status, "installing", f"getting {msg.engine} ready")
-            executable, engine_env = await self._engines.ensure(msg.engine, msg.engine_version)
+            executable, engine_env = await self._ensure_engine(msg, status)
             port = msg.port or free_port()
             adapter = adapter_for(msg.engine, executable)
-            cmd = adapter.command(
-                ShardSpec(
-                    model_name=msg.model,
-                    model_path=model_path,
-                    port=port,
-                    context_length=msg.context_length * max(msg.slots, 1)
-                    if msg.engine == "llama.cpp"
-                    else msg.context_length,
-                    slots=max(msg.slots, 1),
-                    gpu_indexes=tuple(msg.gpu_indexes),
-                    tensor_parallel=msg.tensor_parallel,
-                    extra_args=tuple(msg.args),
-                    extra_env=dict(msg.env),
-                    engine_key=msg.engine_key,
-                )
-            )
+            cmd = adapter.command(self.shard_spec(msg, model_path, port))
             status.port = port
             self._set(status, "starting", f"starting {msg.engine} on port {port}")
             await self.supervisor.start(
@@ -149,6 +162,53 @@ class ShardRunner:
         except Exception as e:  # a bug must still end in a reported state
             log.exception("starting shard %s failed", msg.shard_id)
             self._set(status, "failed", f"the agent failed to start it: {e}")
+
+    def shard_spec(self, msg: StartShard, model_path: str, port: int) -> ShardSpec:
+        """What the control plane decided for the shard, as its engine adapter takes it."""
+        return ShardSpec(
+            model_name=msg.model,
+            model_path=model_path,
+            port=port,
+            context_length=msg.context_length * max(msg.slots, 1)
+            if msg.engine == "llama.cpp"
+            else msg.context_length,
+            slots=max(msg.slots, 1),
+            gpu_indexes=tuple(msg.gpu_indexes),
+            tensor_parallel=msg.tensor_parallel,
+            pipeline_parallel=msg.pipeline_parallel,
+            expert_parallel=msg.expert_parallel,
+            gpu_memory_fraction=gpu_fraction(msg.per_gpu_bytes, self._card_totals(msg)),
+            precision=msg.precision,
+            download_dir=str(self.fetcher.cache_dir),
+            extra_args=tuple(msg.args),
+            extra_env=dict(msg.env),
+            engine_key=msg.engine_key,
+        )
+
+    def _card_totals(self, msg: StartShard) -> list[int]:
+        inventory = self.inventory or getattr(
+            getattr(self._engines, "manager", None), "inventory", None
+        )
+        if inventory is None:
+            return []
+        by_index = {g.index: g.memory_total_bytes for g in inventory.gpus}
+        return [by_index.get(i, 0) for i in msg.gpu_indexes]
+
+    async def _ensure_engine(
+        self, msg: StartShard, status: ShardStatus
+    ) -> tuple[str | None, dict[str, str]]:
+        """The engine's program, the shard saying the install's words while it waits."""
+        ensure = self._engines.ensure
+        if "say" not in inspect.signature(ensure).parameters:
+            return await ensure(msg.engine, msg.engine_version)
+        last = [""]
+
+        def say(words: str) -> None:
+            if words != last[0] and status.state == "installing":
+                last[0] = words
+                self._set(status, "installing", words)
+
+        return await ensure(msg.engine, msg.engine_version, say=say)
 
     async def _fetch(self, msg: StartShard, status: ShardStatus) -> str:
         w = msg.weights

@@ -10,7 +10,14 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from llmgw.errors import ConfigError
 from llmgw.paths import Paths
@@ -87,15 +94,30 @@ class EngineRelease(_Strict):
 
     ``source: archive`` downloads ``url`` and checks ``sha256`` (a llama.cpp
     release, or a mirror of it); ``source: wheel`` takes llama-server from
-    the PyPI wheel installed beside the agent.
+    the PyPI wheel installed beside the agent; ``source: pyenv`` (vLLM,
+    SGLang) is a recipe for uv: when the version was ``released`` on the
+    index, hashed ``requirements`` per CUDA build (``cu129: |`` lines of
+    ``name==version --hash=sha256:…``), the ``index_url`` ("" for PyPI) and
+    the ``python`` version. See llmgw/engine_recipes.py.
     """
 
     engine: Literal["llama.cpp", "vllm", "sglang"]
     version: str
     variant: str = ""
-    source: Literal["archive", "wheel"] = "archive"
+    source: Literal["archive", "wheel", "pyenv"] = "archive"
     url: str = ""
     sha256: str = ""
+    released: str = ""
+    requirements: dict[str, str] = Field(default_factory=dict)
+    index_url: str = ""
+    python: str = "3.12"
+
+    @model_validator(mode="after")
+    def _recipe(self) -> EngineRelease:
+        from llmgw.engine_recipes import check_release
+
+        check_release(self)
+        return self
 
     @field_validator("sha256")
     @classmethod

@@ -26,11 +26,11 @@ from gatewayd.nodes.registry import NodeRegistry
 from gatewayd.store import ReplicaRecord, Store
 from llmgw.catalog import Model
 from llmgw.config import EngineRelease
+from llmgw.engine_recipes import PYTHON_ENGINES, install_message, recipe_for
 from llmgw.inventory import Inventory
 from llmgw.placement import Decision, PlacementRequest, place
 from proto.llmgw.v1 import (
     ControlMessage,
-    InstallEngine,
     ShardStatus,
     StartShard,
     StopShard,
@@ -55,6 +55,12 @@ _SHARD_STATES = {
     "failed": rs.FAILED,
     "stopped": rs.STOPPED,
 }
+
+
+def pipeline_stages(gpus: int, tensor_parallel: int) -> int:
+    """The pipeline stages of a layout on ``gpus`` cards at ``tensor_parallel`` (1: none)."""
+    tp = max(1, tensor_parallel)
+    return gpus // tp if gpus > tp else 1
 
 
 def spec_hash(model: Model) -> str:
@@ -160,16 +166,7 @@ class Reconciler:
                 continue  # e.g. vLLM on a node without a suitable GPU: skipped, not a fault
             ack = await self._registry.command(
                 node_id,
-                ControlMessage(
-                    install_engine=InstallEngine(
-                        engine=e.engine,
-                        version=e.version,
-                        variant=e.variant,
-                        source=e.source,
-                        url=e.url,
-                        sha256=e.sha256,
-                    )
-                ),
+                ControlMessage(install_engine=install_message(e)),
             )
             if not ack.ok:
                 log.warning(
@@ -393,13 +390,15 @@ class Reconciler:
         r.move(rs.PLACED, f"placed on {where}", deadline_s=profile.startup_timeout_s)
         await self._save(r)
         src = model.parsed_source
+        engine_version = await self._engine_for(p.node_id, profile.engine, profile.engine_version)
+        layout = p.layout
         msg = ControlMessage(
             start_shard=StartShard(
                 shard_id=r.shard_id,
                 replica_id=r.replica_id,
                 model=model.name,
                 engine=profile.engine,
-                engine_version=profile.engine_version,
+                engine_version=engine_version,
                 gpu_indexes=r.gpu_indexes,
                 args=list(profile.args),
                 weights=WeightsSource(
@@ -408,6 +407,11 @@ class Reconciler:
                 context_length=r.context,
                 slots=model.slots,
                 tensor_parallel=r.tensor_parallel,
+                pipeline_parallel=pipeline_stages(layout.gpus, layout.tensor_parallel),
+                expert_parallel=layout.expert_parallel,
+                # The most the plan gives any one of its cards.
+                per_gpu_bytes=max(r.per_gpu_bytes.values(), default=0),
+                precision=profile.precision,
                 env=dict(profile.env),
                 engine_key=self.engine_key,
                 startup_timeout_s=profile.startup_timeout_s,
@@ -418,6 +422,35 @@ class Reconciler:
         if not ack.ok:
             self._fail(r, f"node {p.node_id} refused to start it: {ack.error}")
             await self._save(r)
+
+    async def _engine_for(self, node_id: str, engine: str, version: str) -> str:
+        """The engine version a shard is started with; vLLM/SGLang sent to be installed first.
+
+        A Python engine is a 10 GB environment the node builds from the
+        recipe: the node is sent it along with the shard, which waits (in
+        "installing", with the node's words) for the build to finish. A
+        profile naming no version takes the recipe's.
+        """
+        if engine not in PYTHON_ENGINES:
+            return version
+        recipe = recipe_for(self._engines, engine, version)
+        if recipe is None:
+            return version  # the node says it has no recipe, in its own words
+        live = self._registry.live(node_id)
+        have = live.engines.get(engine) if live is not None else None
+        if have is None or have.version != recipe.version or have.state != "installed":
+            ack = await self._registry.command(
+                node_id, ControlMessage(install_engine=install_message(recipe))
+            )
+            if not ack.ok:
+                log.warning(
+                    "node %s refused to install %s %s: %s",
+                    node_id,
+                    engine,
+                    recipe.version,
+                    ack.error,
+                )
+        return recipe.version
 
     async def _stop(self, r: Replica, why: str) -> None:
         if r.state in rs.ACTIVE and r.node_id:

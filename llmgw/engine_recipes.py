@@ -1,0 +1,107 @@
+"""Engine recipes: what the control plane tells a node to install, and how.
+
+A recipe is one ``engines:`` entry of server.yaml (``llmgw.config.EngineRelease``).
+For vLLM and SGLang (``source: pyenv``) it is everything uv needs to build
+the same environment on every node, and nothing a node could be talked
+into widening:
+
+    engines:
+      - engine: vllm
+        version: 0.11.0
+        source: pyenv
+        released: "2025-10-02T18:05:00Z"   # when the version reached the index
+        python: "3.12"
+        index_url: ""                      # PyPI; or a mirror that keeps upload times
+        requirements:                      # per CUDA build, every line pinned and hashed
+          cu129: |
+            vllm==0.11.0 --hash=sha256:…
+            torch==2.8.0 --hash=sha256:…
+          cu128: |
+            …
+
+The node picks the build its driver and compute capability run, resolves
+as the index stood a day after ``released`` (``--exclude-newer``) with
+``--require-hashes``, and refuses any line that is not ``name==version``
+with hashes (agentd/provision/pyenv.py checks that again on the node).
+
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from proto.llmgw.v1 import InstallEngine
+
+if TYPE_CHECKING:
+    from llmgw.config import EngineRelease
+
+# The engines built as Python environments from a recipe.
+PYTHON_ENGINES = ("vllm", "sglang")
+_BUILD_TAG = re.compile(r"cu\d{3}")
+
+
+def check_release(release: EngineRelease) -> None:
+    """ValueError, in plain words, for a recipe a node could not build from."""
+    if release.source != "pyenv":
+        if release.engine in PYTHON_ENGINES:
+            raise ValueError(
+                f"{release.engine} is installed from a recipe: set source: pyenv with "
+                "released, requirements (per CUDA build) and, for a mirror, index_url"
+            )
+        return
+    if release.engine not in PYTHON_ENGINES:
+        raise ValueError(
+            f"source: pyenv is for {' and '.join(PYTHON_ENGINES)}, not {release.engine}"
+        )
+    try:
+        datetime.fromisoformat(release.released.strip())
+    except ValueError:
+        raise ValueError(
+            f"released {release.released!r} is not a time like 2025-10-02T18:05:00Z "
+            f"(when {release.engine} {release.version} was published)"
+        ) from None
+    if not release.requirements:
+        raise ValueError(
+            f"{release.engine} {release.version} has no requirements: give hashed "
+            "requirements per CUDA build (cu129: |, cu128: |, …)"
+        )
+    for tag, text in release.requirements.items():
+        if not _BUILD_TAG.fullmatch(tag):
+            raise ValueError(f"requirements key {tag!r} is not a CUDA build like cu129")
+        if "--hash=sha256:" not in text:
+            raise ValueError(
+                f"the {tag} requirements of {release.engine} {release.version} carry no "
+                "--hash=sha256: lines; nodes install with --require-hashes"
+            )
+    if not re.fullmatch(r"3\.\d{1,2}", release.python):
+        raise ValueError(f"python {release.python!r} is not a Python version like 3.12")
+
+
+def recipe_for(
+    releases: Iterable[EngineRelease], engine: str, version: str = ""
+) -> EngineRelease | None:
+    """The recipe for ``engine`` ``version``; with no version, the first one for the engine."""
+    for release in releases:
+        if release.engine == engine and (not version or release.version == version):
+            return release
+    return None
+
+
+def install_message(release: EngineRelease) -> InstallEngine:
+    """The InstallEngine a node is sent for ``release``."""
+    return InstallEngine(
+        engine=release.engine,
+        version=release.version,
+        variant=release.variant,
+        source=release.source,
+        url=release.url,
+        sha256=release.sha256,
+        released=release.released,
+        requirements=dict(release.requirements),
+        index_url=release.index_url,
+        python=release.python,
+    )
