@@ -55,6 +55,10 @@ class LaunchSpec(BaseModel):
     health_url: str
     startup_deadline_s: float = Field(default=600.0, gt=0)
     port: int = Field(ge=0, le=65535)
+    # The units (cards, MIG instances) whose memory its processes must hold,
+    # exactly, before it is ready; empty: not checked (a CPU shard, an engine
+    # that never touches cards such as the sim).
+    gpu_indexes: tuple[int, ...] = ()
 
     @field_validator("shard_id")
     @classmethod
@@ -89,6 +93,8 @@ class ShardRecord(BaseModel):
     started_at: float
     startup_deadline_s: float
     user: str
+    # LaunchSpec.gpu_indexes: an adopted GPU shard is checked on its cards again.
+    gpu_indexes: list[int] = []
 
     @field_validator("shard_id")
     @classmethod

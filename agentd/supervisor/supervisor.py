@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from agentd.supervisor import health, ownership, process, state
+from agentd.supervisor import gpu_hold, health, ownership, process, state
 from agentd.supervisor.model import (
     LaunchSpec,
     ShardEvent,
@@ -50,6 +50,9 @@ REASON_LINES = 5
 ADOPTED_MIN_DEADLINE_S = 30.0
 # Grace given to an engine that missed its startup deadline before SIGKILL.
 DEADLINE_STOP_GRACE_S = 5.0
+# How often an engine that answers is looked at again until it holds its cards.
+HOLD_CHECK_INITIAL_S = 0.2
+HOLD_CHECK_MAX_S = 2.0
 
 
 class Supervisor:
@@ -65,6 +68,7 @@ class Supervisor:
         log_lines: int = LOG_LINES,
         max_output_bytes: int = MAX_OUTPUT_BYTES,
         poll_interval_s: float = 0.2,
+        gpu_processes: gpu_hold.ReadProcesses | None = None,
     ) -> None:
         self.state_dir = Path(state_dir)
         self.output_dir = Path(output_dir)
@@ -76,6 +80,10 @@ class Supervisor:
         self._poll_interval_s = poll_interval_s
         self._shards: dict[str, Shard] = {}
         self._launching: set[str] = set()
+        # The probe's processes per unit (blocking). A shard given units is
+        # ready only once its processes hold memory on exactly those; None:
+        # nothing can tell, so answering is enough.
+        self.gpu_processes = gpu_processes
 
     # -- asking -------------------------------------------------------------
 
@@ -137,6 +145,7 @@ class Supervisor:
             start_time=0.0, port=spec.port, argv_hash=spec.argv_hash, output_file=str(out_path),
             health_url=spec.health_url, started_at=time.time(),
             startup_deadline_s=spec.startup_deadline_s, user="",
+            gpu_indexes=list(spec.gpu_indexes),
         )  # fmt: skip
         shard = Shard(record, LogRing(self._log_lines), adopted=False)
         self._shards[spec.shard_id] = shard
@@ -219,8 +228,10 @@ class Supervisor:
         shard.ring.add("[adopted by a restarted agent]")
         base = f"adopted from a previous agent (pid {record.pid})"
         url = record.health_url
-        if await health.probe_once(url) is None:
-            self._set(shard, "ready", f"{base}; answers {url}")
+        hold = await self._hold(shard) if await health.probe_once(url) is None else None
+        if hold is not None and hold.ready:
+            on_cards = f"; {hold.words}" if hold.words else ""
+            self._set(shard, "ready", f"{base}; answers {url}{on_cards}")
             self._watch(shard, None)
         else:
             left_s = record.started_at + record.startup_deadline_s - time.time()
@@ -269,16 +280,50 @@ class Supervisor:
         self._end(shard, "failed", self._with_last_lines(shard, process.describe_exit(code)), code)
 
     async def _wait_healthy(self, shard: Shard, deadline_s: float) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + deadline_s
         url = shard.record.health_url
         why = await health.wait_healthy(url, deadline_s)
         if not shard.live or shard.stopping:
             return
-        if why is None:
-            self._set(shard, "ready", f"answers {url}")
+        if why is not None:
+            reason = f"did not answer {url} within {deadline_s:g} s ({why}), so it was stopped"
+            await self._fail_starting(shard, reason)
             return
+        # It answers; a shard given cards must also be running on them.
+        delay_s, said = HOLD_CHECK_INITIAL_S, ""
+        while True:
+            hold = await self._hold(shard)
+            if not shard.live or shard.stopping:
+                return
+            if hold is None or hold.ready:
+                on_cards = f"; {hold.words}" if hold is not None and hold.words else ""
+                self._set(shard, "ready", f"answers {url}{on_cards}")
+                return
+            if hold.wrong:
+                await self._fail_starting(shard, f"answers, but {hold.wrong}; it was stopped")
+                return
+            left_s = deadline - loop.time()
+            if left_s <= 0:
+                await self._fail_starting(shard, f"answers, but {hold.failed}; it was stopped")
+                return
+            if hold.waiting != said:  # said once per change, not at every look
+                said = hold.waiting
+                self._set(shard, "starting", f"answers {url}, but {said}")
+            await asyncio.sleep(min(delay_s, left_s))
+            delay_s = min(delay_s * 1.5, HOLD_CHECK_MAX_S)
+
+    async def _hold(self, shard: Shard) -> gpu_hold.Hold | None:
+        """What the shard holds on its cards; None when it is not to be checked."""
+        r = shard.record
+        if not r.gpu_indexes or self.gpu_processes is None:
+            return None
+        return await gpu_hold.look(self.gpu_processes, r.gpu_indexes, r.pid, r.pgid)
+
+    async def _fail_starting(self, shard: Shard, reason: str) -> None:
+        """Stop an engine that did not come up as it must, and say why."""
         shard.stopping = True
         await process.terminate_group(shard.record.pgid, shard.exited, DEADLINE_STOP_GRACE_S)
-        reason = f"did not answer {url} within {deadline_s:g} s ({why}), so it was stopped"
         self._end(shard, "failed", self._with_last_lines(shard, reason), shard.exit_code)
 
     def _with_last_lines(self, shard: Shard, reason: str) -> str:
