@@ -25,6 +25,7 @@ from agentd.heartbeat import build_heartbeat, foreign_gpu_bytes
 from agentd.provision.manager import installable_engines
 from agentd.shards import ShardRunner
 from agentd.status import StatusBoard, StatusServer, StatusView
+from agentd.weights import WeightsFetcher
 from llmgw import __version__
 from llmgw.config import AgentConfig, split_host_port
 from llmgw.inventory import Inventory, gpu_to_proto, host_to_proto
@@ -89,7 +90,13 @@ class Agent:
         self.inventory: Inventory | None = None
         self._send = None  # the current stream's outbox, while connected
         self.engines = engines or LocalEngines(paths.engines_dir, report=self._engine_report)
-        self.shards = ShardRunner(self.data_dir, self.engines, engine_user=cfg.engine_user or None)
+        self.shards = ShardRunner(
+            self.data_dir,
+            self.engines,
+            engine_user=cfg.engine_user or None,
+            # hf: weights come from agent.yaml's hub; a StartShard's mirror_url wins.
+            fetcher=WeightsFetcher(self.data_dir / "weights", hf_base_url=cfg.hub_url),
+        )
         # -- the node console's status socket (agentd/status.py) --
         self.board = StatusBoard()
         self.status_socket = status_socket or paths.agent_status_socket
