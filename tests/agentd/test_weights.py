@@ -29,8 +29,10 @@ from agentd.weights import (
 from llmgw import pki
 from llmgw.catalog.model import Model, ModelSource
 from llmgw.errors import LlmgwError
+from tests.fakes.tiny_repo import make_tiny_repo
 
-BLOB = bytes(range(256)) * 4096  # 1 MiB, every byte value
+# 1 MiB, every byte value, opening with the GGUF magic (local files are checked for it).
+BLOB = b"GGUF" + (bytes(range(256)) * 4096)[4:]
 BLOB_SHA = hashlib.sha256(BLOB).hexdigest()
 FILE = "/org/repo/resolve/main/model.gguf"
 
@@ -319,7 +321,7 @@ async def test_a_local_files_hash_is_remembered_until_it_changes(tmp_path, serve
     await fetcher.ensure("gemma", str(weights), sha256=BLOB_SHA)
     memo = json.loads((tmp_path / "weights" / "gemma" / ".local.json").read_text())
     assert memo["sha256"] == BLOB_SHA
-    weights.write_bytes(BLOB[::-1])  # another file: hashed again, and refused
+    weights.write_bytes(b"GGUF" + BLOB[::-1])  # another file: hashed again, and refused
     with pytest.raises(ChecksumMismatch):
         await fetcher.ensure("gemma", str(weights), sha256=BLOB_SHA)
 
@@ -336,9 +338,8 @@ async def test_local_sources_that_are_missing_or_pickles_are_refused(tmp_path, s
 
 
 async def test_a_local_directory_is_used_in_place_unless_it_holds_pickles(tmp_path, server):
-    d = tmp_path / "qwen"
+    d = make_tiny_repo().write(tmp_path / "qwen")
     (d / "sub").mkdir(parents=True)
-    (d / "model.safetensors").write_bytes(b"x")
     fetcher = _fetcher(tmp_path, server)
     assert (await fetcher.ensure("qwen", str(d))).path == d
     (d / "sub" / "training_args.bin").write_bytes(b"x")
@@ -400,3 +401,19 @@ def test_hf_urls_follow_the_hubs_layout_with_a_revision_or_main():
     assert (
         hf_url(ModelSource.parse(HF)) == "https://huggingface.co/org/repo/resolve/main/model.gguf"
     )
+
+
+async def test_a_local_file_that_is_not_weights_is_refused_saying_what_it_is_not(tmp_path, server):
+    # The node is the last to see a path the control plane could not: /etc/passwd
+    # would otherwise start llama.cpp over and over on a text file.
+    text = tmp_path / "passwd"
+    text.write_text("root:x:0:0:root:/root:/bin/bash\n")
+    fetcher = _fetcher(tmp_path, server)
+    with pytest.raises(WeightsError, match="neither a GGUF file .no GGUF magic. nor a safetensors"):
+        await fetcher.ensure("x", str(text))
+    (tmp_path / "fake.gguf").write_bytes(b"NOPE" + BLOB)
+    with pytest.raises(WeightsError, match="is not a GGUF file"):
+        await fetcher.ensure("x", str(tmp_path / "fake.gguf"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(WeightsError, match="without config.json"):
+        await fetcher.ensure("x", str(tmp_path / "empty"))

@@ -1,0 +1,328 @@
+"""One file fetched over HTTP into place: resumed after a cut, hashed on the way, checked.
+
+    <dir>/.<file>.partial          the bytes so far (resumed with Range: bytes=N-)
+    <dir>/.<file>.partial.json     what they are of: the source and the server's ETag
+    <dir>/<file>                   renamed into place only when whole and as expected
+
+If-Range carries the ETag the download began with: a file that changed on the
+server since the cut is sent whole (200), never spliced onto the old bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+import httpx
+
+from agentd.weights.errors import ChecksumMismatch, DownloadFailed, redact
+from llmgw.fsutil import write_atomic
+
+log = logging.getLogger(__name__)
+
+CHUNK_BYTES = 1 << 20
+# A node's progress becomes a ShardStatus on the agent stream: twice a second
+# is live enough for a console and quiet enough for a 100 GB download.
+PROGRESS_EVERY_S = 0.5
+# Cuts are common on long downloads; each retry resumes where the last stopped.
+RETRIES = 3
+RETRY_BACKOFF_S = 1.0
+# Per connect and per read: a mirror that sends nothing for this long is cut
+# and resumed, while a slow but moving download runs as long as it needs.
+CONNECT_READ_TIMEOUT_S = 30.0
+
+# bytes_done, bytes_total (0 while the total is not known)
+ProgressCallback = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class Expect:
+    """What a download must turn out to be; empty fields are not checked."""
+
+    sha256: str = ""
+    # The git blob id the hub lists for a small file (sha1 of "blob N\\0" + bytes).
+    git_oid: str = ""
+    size: int = 0
+    # Who says so, for the error: "the model pins", "the hub lists".
+    who: str = "the model pins"
+
+
+def sha256_file(path: Path) -> str:
+    """The sha256 of a file, read in chunks (call it through asyncio.to_thread)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(CHUNK_BYTES):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def git_blob_oid_file(path: Path) -> str:
+    """The git blob id of a file, as the hub lists small files (call it through to_thread)."""
+    h = hashlib.sha1(b"blob %d\x00" % path.stat().st_size)
+    with open(path, "rb") as f:
+        while chunk := f.read(CHUNK_BYTES):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def partial_path(dest: Path) -> Path:
+    return dest.with_name(f".{dest.name}.partial")
+
+
+class Downloader:
+    """Fetches URLs into files with resume, retries and checks."""
+
+    def __init__(
+        self,
+        client: httpx.AsyncClient | None = None,
+        *,
+        retries: int = RETRIES,
+        retry_backoff_s: float = RETRY_BACKOFF_S,
+        progress_every_s: float = PROGRESS_EVERY_S,
+    ) -> None:
+        self._client = client
+        self.retries = retries
+        self.retry_backoff_s = retry_backoff_s
+        self.progress_every_s = progress_every_s
+
+    async def fetch(
+        self,
+        url: str,
+        dest: Path,
+        *,
+        source: str,
+        expect: Expect = Expect(),
+        on_progress: ProgressCallback | None = None,
+        fetch_again_on_mismatch: bool = False,
+    ) -> tuple[int, str]:
+        """Fetch ``url`` to ``dest``; (size, sha256) once it is in place and as expected.
+
+        ``source`` names what the bytes are of, so a partial file of another
+        source is never resumed. A download that is not what ``expect`` says is
+        removed; with ``fetch_again_on_mismatch`` it is fetched once more from
+        the first byte before it is refused (a byte flipped on the way).
+        """
+        rounds = 2 if fetch_again_on_mismatch else 1
+        for round_ in range(rounds):
+            total, digest = await self._fetch_resuming(url, dest, source, on_progress)
+            partial = partial_path(dest)
+            problem = await self._problem(partial, total, digest, expect)
+            if not problem:
+                os.replace(partial, dest)
+                _meta_path(partial).unlink(missing_ok=True)
+                return total, digest
+            partial.unlink(missing_ok=True)
+            _meta_path(partial).unlink(missing_ok=True)
+            if round_ + 1 < rounds:
+                log.warning("%s: %s; fetching it again", redact(url), problem)
+                continue
+            again = " (twice)" if rounds > 1 else ""
+            raise ChecksumMismatch(
+                f"{redact(url)} {problem}{again}; the download was removed",
+                hint="check the source, or correct the model's sha256"
+                if expect.who == "the model pins"
+                else "the hub or a mirror on the way serves damaged bytes; try another mirror",
+            )
+        raise AssertionError("unreachable")  # the loop returns or raises
+
+    async def _problem(self, partial: Path, total: int, digest: str, expect: Expect) -> str:
+        if expect.size and total != expect.size:
+            return f"has {total} bytes, not the {expect.size} {expect.who}"
+        if expect.sha256 and digest != expect.sha256:
+            return f"has sha256 {digest}, not the {expect.sha256} {expect.who}"
+        if expect.git_oid:
+            oid = await asyncio.to_thread(git_blob_oid_file, partial)
+            if oid != expect.git_oid:
+                return f"has git id {oid}, not the {expect.git_oid} {expect.who}"
+        return ""
+
+    async def _fetch_resuming(
+        self, url: str, dest: Path, source: str, on_progress: ProgressCallback | None
+    ) -> tuple[int, str]:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        partial = partial_path(dest)
+        meta_path = _meta_path(partial)
+        meta = _read_json(meta_path) or {}
+        if meta.get("source") != source:
+            # A partial file of another source (the model was changed): resuming
+            # it would splice two files together.
+            partial.unlink(missing_ok=True)
+            meta = {"source": source}
+        state = _Hashing()
+        client = self._client or httpx.AsyncClient(
+            follow_redirects=True, timeout=httpx.Timeout(CONNECT_READ_TIMEOUT_S)
+        )
+        try:
+            for attempt in range(self.retries + 1):
+                try:
+                    total = await self._fetch_once(
+                        client, url, partial, meta, meta_path, state, on_progress
+                    )
+                    return total, state.hasher.hexdigest()
+                except (httpx.TransportError, _Cut) as e:
+                    if attempt == self.retries:
+                        raise DownloadFailed(
+                            f"downloading {redact(url)} failed: {_reason(e)}",
+                            hint="check the node's network or the mirror; "
+                            "starting the shard again resumes where it stopped",
+                        ) from e
+                    log.info("download of %s cut (%s); resuming", redact(url), _reason(e))
+                    await asyncio.sleep(self.retry_backoff_s * (attempt + 1))
+        finally:
+            if self._client is None:
+                await client.aclose()
+        raise AssertionError("unreachable")  # the loop returns or raises
+
+    async def _fetch_once(
+        self,
+        client: httpx.AsyncClient,
+        url: str,
+        partial: Path,
+        meta: dict,
+        meta_path: Path,
+        state: _Hashing,
+        on_progress: ProgressCallback | None,
+    ) -> int:
+        """Fetch the rest of ``url`` into ``partial``; its whole size once complete."""
+        have = partial.stat().st_size if partial.exists() else 0
+        headers = {"Accept-Encoding": "identity"}
+        if have:
+            headers["Range"] = f"bytes={have}-"
+            # If-Range: the rest only if the file is still the one begun, else all of it.
+            if meta.get("etag") and not meta["etag"].startswith("W/"):
+                headers["If-Range"] = meta["etag"]
+        async with client.stream("GET", url, headers=headers) as resp:
+            if resp.status_code == 416 and have:
+                _, _, size = resp.headers.get("content-range", "").partition("/")
+                if size.isdigit() and int(size) == have:  # whole already; stopped before the rename
+                    await state.catch_up(partial, have)
+                    return have
+                partial.unlink()
+                raise _Cut("the partial download did not match the file; starting again")
+            if resp.status_code >= 500:
+                raise _Cut(f"{redact(url)} answered {resp.status_code} {resp.reason_phrase}")
+            if resp.status_code not in (200, 206):
+                raise DownloadFailed(
+                    f"{redact(url)} answered {resp.status_code} {resp.reason_phrase}",
+                    hint=_status_hint(resp.status_code),
+                )
+            if resp.status_code == 200:
+                have = 0  # the server sent it all from the start
+                meta["etag"] = resp.headers.get("etag", "")
+                write_atomic(meta_path, json.dumps(meta))
+            await state.catch_up(partial, have)
+            total = _total_size(resp, have)
+            done, last = have, 0.0
+            # Disk writes go through a thread: a slow disk must not stall the
+            # agent's stream to the control plane, which shares this loop.
+            # Bytes are gathered into CHUNK_BYTES writes, and what has arrived
+            # is written even when the connection is cut: a resume starts there.
+            f = await asyncio.to_thread(open, partial, "ab" if have else "wb")
+            buf = bytearray()
+            try:
+                if on_progress:
+                    on_progress(done, total)
+                async for chunk in resp.aiter_bytes():
+                    buf += chunk
+                    if len(buf) >= CHUNK_BYTES:
+                        await asyncio.to_thread(f.write, bytes(buf))
+                        buf.clear()
+                    state.update(chunk)
+                    done += len(chunk)
+                    now = time.monotonic()
+                    if on_progress and now - last >= self.progress_every_s:
+                        on_progress(done, total)
+                        last = now
+            finally:
+                await asyncio.to_thread(_flush_close, f, bytes(buf))
+        if total and done != total:
+            raise _Cut(f"the connection closed at {done} of {total} bytes")
+        if on_progress:
+            on_progress(done, total or done)
+        return done
+
+
+def _meta_path(partial: Path) -> Path:
+    return partial.with_name(partial.name + ".json")
+
+
+def _flush_close(f: BinaryIO, rest: bytes) -> None:
+    try:
+        f.write(rest)
+        f.flush()
+        os.fsync(f.fileno())
+    finally:
+        f.close()
+
+
+class _Hashing:
+    """The sha256 of a download, fed as bytes arrive, so the file is never read twice."""
+
+    def __init__(self) -> None:
+        self.hasher = hashlib.sha256()
+        self.hashed = 0
+
+    async def catch_up(self, partial: Path, have: int) -> None:
+        """Make the hash cover the first ``have`` bytes already on disk."""
+        if self.hashed != have:
+            self.hasher = await asyncio.to_thread(_sha256_prefix, partial, have)
+            self.hashed = have
+
+    def update(self, chunk: bytes) -> None:
+        self.hasher.update(chunk)
+        self.hashed += len(chunk)
+
+
+def _sha256_prefix(path: Path, size: int) -> hashlib._Hash:
+    h = hashlib.sha256()
+    if size:
+        with open(path, "rb") as f:
+            while size > 0 and (chunk := f.read(min(CHUNK_BYTES, size))):
+                h.update(chunk)
+                size -= len(chunk)
+    return h
+
+
+class _Cut(Exception):
+    """A download that stopped early and can be resumed."""
+
+
+def _total_size(resp: httpx.Response, have: int) -> int:
+    if resp.status_code == 206:
+        # Content-Range: bytes 100-999/1000
+        _, _, total = resp.headers.get("content-range", "").partition("/")
+        if total.isdigit():
+            return int(total)
+    length = resp.headers.get("content-length", "")
+    return int(length) + (have if resp.status_code == 206 else 0) if length.isdigit() else 0
+
+
+def _status_hint(status: int) -> str:
+    if status in (401, 403):
+        return "the source needs a login or is gated; mirror the file or give a source that is open"
+    if status == 404:
+        return "check the repository, revision and file name"
+    return "try again later, or use a mirror"
+
+
+def _reason(e: BaseException) -> str:
+    return str(e) or type(e).__name__
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+read_json = _read_json

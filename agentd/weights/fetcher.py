@@ -1,0 +1,301 @@
+"""Model weights on a node: fetched once into the cache, checked, and found again.
+
+    <cache>/<model>/<file>                 one file (https:, hf:org/repo:file), complete
+    <cache>/<model>/.<file>.json           what was fetched: source, size, sha256
+    <cache>/<model>/.<file>.partial        a download in progress (resumed with Range)
+    <cache>/hf/<org>/<repo>/<commit>/…     a whole repository (hf:org/repo), shared (repo.py)
+
+``file`` sources are used where they are, never copied, once their format is
+checked (a GGUF file, a safetensors file, or a model directory). ``https`` and
+``hf`` sources are streamed to a partial file, hashed on the way, and renamed
+into place only when whole and, where the model pins one, matching its sha256.
+
+Weights in a Python pickle format (.bin, .pt, .pth, .ckpt, ...) run whatever
+code they hold when an engine loads them: a poisoned upload on a model hub is
+a program run on the node. They are refused before a byte is fetched unless
+the model says ``allow_pickle: true``, on purpose.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote
+
+import httpx
+
+from agentd.weights.download import (
+    CONNECT_READ_TIMEOUT_S,
+    PROGRESS_EVERY_S,
+    RETRIES,
+    RETRY_BACKOFF_S,
+    Downloader,
+    Expect,
+    ProgressCallback,
+    read_json,
+    sha256_file,
+)
+from agentd.weights.errors import (
+    ChecksumMismatch,
+    PickleRefused,
+    WeightsError,
+    WeightsMissing,
+    check_name,
+    redact,
+)
+from agentd.weights.repo import RepoFetcher
+from llmgw.catalog.model import PICKLE_HINT, Model, ModelSource, is_pickled
+from llmgw.fsutil import write_atomic
+from llmgw.hub import HF_BASE_URL, HubClient
+from llmgw.modelplan.formats import NotWeights, check_local_weights
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Weights:
+    """Weights ready for an engine."""
+
+    path: Path
+    size_bytes: int
+    # "" for a directory, and for a local file with no pinned sha256.
+    sha256: str
+    # True when this call downloaded bytes; False for a cache hit or a local source.
+    downloaded: bool
+
+
+def hf_url(source: ModelSource, base_url: str = HF_BASE_URL) -> str:
+    """The download URL of an hf: file source, on huggingface.co or a mirror laid out like it."""
+    for part in [*source.location.split("/"), *source.file.split("/")]:
+        check_name(part, "the Hugging Face name part")
+    repo = "/".join(quote(p, safe="") for p in source.location.split("/"))
+    file = "/".join(quote(p, safe="") for p in source.file.split("/"))
+    revision = quote(source.revision or "main", safe="")
+    return f"{base_url.rstrip('/')}/{repo}/resolve/{revision}/{file}"
+
+
+def refuse_pickles(source: ModelSource, allow_pickle: bool) -> None:
+    """Raise PickleRefused for a pickle source, unless the model allows it."""
+    name = source.file if source.kind == "hf" else source.location
+    if allow_pickle or not is_pickled(name):
+        return
+    shown = redact(name) if source.kind == "https" else name
+    raise PickleRefused(
+        f"{shown} is in a pickle format, which runs code when an engine loads it; it is refused",
+        hint=f"use the model's safetensors or GGUF, or {PICKLE_HINT}",
+    )
+
+
+class WeightsFetcher:
+    """Fetches and finds model weights in one node's cache directory.
+
+    ``hf_base_url`` is where hf: sources come from (agent.yaml's hub_url);
+    a StartShard's mirror_url replaces it for that shard.
+    """
+
+    def __init__(
+        self,
+        cache_dir: Path,
+        *,
+        hf_base_url: str = HF_BASE_URL,
+        client: httpx.AsyncClient | None = None,
+        retries: int = RETRIES,
+        retry_backoff_s: float = RETRY_BACKOFF_S,
+        progress_every_s: float = PROGRESS_EVERY_S,
+    ) -> None:
+        self.cache_dir = Path(cache_dir)
+        self.hf_base_url = hf_base_url or HF_BASE_URL
+        self._client = client
+        self.retries = retries
+        self.retry_backoff_s = retry_backoff_s
+        self.progress_every_s = progress_every_s
+        self._downloader = Downloader(
+            client,
+            retries=retries,
+            retry_backoff_s=retry_backoff_s,
+            progress_every_s=progress_every_s,
+        )
+        self.repos = RepoFetcher(self.cache_dir, self._downloader)
+        # Two shards of one model on a node share one download.
+        self._locks: dict[Path, asyncio.Lock] = {}
+
+    async def ensure_model(
+        self, model: Model, on_progress: ProgressCallback | None = None
+    ) -> Weights:
+        """The weights of a catalog model (at its pinned commit), fetched if not here yet."""
+        return await self.ensure(
+            model.name,
+            model.fetch_source,
+            sha256=model.sha256,
+            allow_pickle=model.allow_pickle,
+            on_progress=on_progress,
+        )
+
+    async def ensure(
+        self,
+        model: str,
+        source: ModelSource | str,
+        *,
+        sha256: str = "",
+        allow_pickle: bool = False,
+        mirror_url: str = "",
+        on_progress: ProgressCallback | None = None,
+    ) -> Weights:
+        """The weights of ``model`` from ``source``, ready on this node.
+
+        ``mirror_url`` replaces the hub for hf: sources (a mirror laid out like
+        it). Raises a WeightsError subclass (or a HubError) in plain words.
+        """
+        if isinstance(source, str):
+            try:
+                source = ModelSource.parse(source)
+            except ValueError as e:
+                raise WeightsError(f"the weights source is not usable: {e}") from e
+        check_name(model, "the model name")
+        sha256 = sha256.lower()
+        # Before anything touches the network or the disk.
+        refuse_pickles(source, allow_pickle)
+        if source.kind == "file":
+            return await self._local(model, Path(source.location), sha256, allow_pickle)
+        if source.is_repo:
+            return await self._repo(source, sha256, allow_pickle, mirror_url, on_progress)
+        file = check_name(source.file_name, "the file name")
+        if source.kind == "hf":
+            url = hf_url(source, mirror_url or self.hf_base_url)
+        else:
+            url = source.location
+        dest = self.cache_dir / model / file
+        lock = self._locks.setdefault(dest, asyncio.Lock())
+        # Recorded on disk beside the file: a URL's query (tokens live there) is left out.
+        key = redact(source.location) if source.kind == "https" else str(source)
+        async with lock:
+            cached = self._cached(dest, key, sha256)
+            if cached is not None:
+                return cached
+            return await self._download(url, dest, key, sha256, on_progress)
+
+    # --- whole repositories ----------------------------------------------------
+
+    async def _repo(
+        self,
+        source: ModelSource,
+        sha256: str,
+        allow_pickle: bool,
+        mirror_url: str,
+        on_progress: ProgressCallback | None,
+    ) -> Weights:
+        if sha256:
+            raise WeightsError(
+                f"{source} is a whole repository; a sha256 pins one file",
+                hint="remove sha256 from the model: each file is checked against the hub's own",
+            )
+        hub = HubClient(
+            mirror_url or self.hf_base_url,
+            client=self._client,
+            retries=self.retries,
+            retry_backoff_s=self.retry_backoff_s,
+        )
+        async with hub:
+            path, size, downloaded = await self.repos.ensure(
+                source, hub, allow_pickle=allow_pickle, on_progress=on_progress
+            )
+        return Weights(path, size, "", downloaded=downloaded)
+
+    # --- local sources --------------------------------------------------------
+
+    async def _local(self, model: str, path: Path, sha256: str, allow_pickle: bool) -> Weights:
+        if not path.exists():
+            raise WeightsMissing(
+                f"{path} does not exist on this node",
+                hint="copy the weights there, or give an https: or hf: source",
+            )
+        if path.is_dir():
+            if sha256:
+                raise WeightsError(
+                    f"{path} is a directory; a sha256 pins one file",
+                    hint="remove sha256 from the model, or point it at the file",
+                )
+            if not allow_pickle:
+                found = next((p for p in sorted(path.rglob("*")) if is_pickled(p.name)), None)
+                if found is not None:
+                    raise PickleRefused(
+                        f"{path} holds {found.relative_to(path)}, in a pickle format, which runs "
+                        "code when an engine loads it; the directory is refused",
+                        hint=f"remove the pickle files, or {PICKLE_HINT}",
+                    )
+            self._check_format(path)
+            return Weights(path, 0, "", downloaded=False)
+        if not (allow_pickle and is_pickled(path.name)):
+            self._check_format(path)
+        size = path.stat().st_size
+        if sha256:
+            got = await self._local_sha(model, path)
+            if got != sha256:
+                raise ChecksumMismatch(
+                    f"{path} has sha256 {got}, not the {sha256} the model pins",
+                    hint="check the file, or correct the model's sha256",
+                )
+        return Weights(path, size, sha256, downloaded=False)
+
+    @staticmethod
+    def _check_format(path: Path) -> None:
+        try:
+            check_local_weights(path)
+        except NotWeights as e:
+            raise WeightsError(e.message, hint=e.hint) from e
+
+    async def _local_sha(self, model: str, path: Path) -> str:
+        """The sha256 of a local file, remembered while its size and mtime stay the same.
+
+        Hashing 100 GB takes minutes; a restart should not pay that again.
+        """
+        st = path.stat()
+        memo = self.cache_dir / model / ".local.json"
+        key = {"path": str(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+        seen = read_json(memo)
+        if seen and all(seen.get(k) == v for k, v in key.items()) and seen.get("sha256"):
+            return seen["sha256"]
+        digest = await asyncio.to_thread(sha256_file, path)
+        write_atomic(memo, json.dumps({**key, "sha256": digest}))
+        return digest
+
+    # --- the cache of single files ---------------------------------------------
+
+    @staticmethod
+    def _record(dest: Path) -> Path:
+        return dest.with_name(f".{dest.name}.json")
+
+    def _cached(self, dest: Path, source: str, sha256: str) -> Weights | None:
+        """The cached file if it is whole and what the model asks for, else None."""
+        rec = read_json(self._record(dest))
+        if not rec or rec.get("source") != source or not dest.is_file():
+            return None
+        if dest.stat().st_size != rec.get("size") or (sha256 and rec.get("sha256") != sha256):
+            return None
+        return Weights(dest, rec["size"], rec.get("sha256", ""), downloaded=False)
+
+    async def _download(
+        self, url: str, dest: Path, source: str, sha256: str, on_progress: ProgressCallback | None
+    ) -> Weights:
+        total, digest = await self._downloader.fetch(
+            url, dest, source=source, expect=Expect(sha256=sha256), on_progress=on_progress
+        )
+        write_atomic(
+            self._record(dest),
+            json.dumps(
+                {
+                    "source": source,
+                    "size": total,
+                    "sha256": digest,
+                    "fetched_unix": int(time.time()),
+                }
+            ),
+        )
+        return Weights(dest, total, digest, downloaded=True)
+
+
+__all__ = ["CONNECT_READ_TIMEOUT_S", "Weights", "WeightsFetcher", "hf_url", "refuse_pickles"]
