@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import random
 import socket
 import time
@@ -25,6 +26,7 @@ from agentd.heartbeat import build_heartbeat, foreign_gpu_bytes
 from agentd.provision.manager import installable_engines
 from agentd.shards import ShardRunner
 from agentd.status import StatusBoard, StatusServer, StatusView
+from agentd.supervisor.users import ALLOW_ROOT_ENV, ensure_engine_user, root_engines_allowed
 from agentd.weights import WeightsFetcher
 from llmgw import __version__
 from llmgw.config import AgentConfig, split_host_port
@@ -97,9 +99,27 @@ class Agent:
             # hf: weights come from agent.yaml's hub; a StartShard's mirror_url wins.
             fetcher=WeightsFetcher(self.data_dir / "weights", hf_base_url=cfg.hub_url),
         )
+        # What the probe needs in every engine's environment (a fake probe's
+        # processes directory), and where a GPU shard's readiness is read.
+        engine_env = getattr(probe, "engine_env", None)
+        self.shards.probe_env = dict(engine_env()) if engine_env else {}
+        self.shards.supervisor.gpu_processes = getattr(probe, "processes", None)
+        # The host's memory bandwidth, measured once after the first
+        # registration (0.0 until then).
+        self.mem_bandwidth_gbs = 0.0
+        self._bandwidth_task: asyncio.Task | None = None
         # -- the node console's status socket (agentd/status.py) --
         self.board = StatusBoard()
         self.status_socket = status_socket or paths.agent_status_socket
+
+    async def _engine_user_setup(self) -> None:
+        """As root with no engine_user of its own: make llmgw-engine where it is missing."""
+        if root_engines_allowed():
+            log.warning("%s=1: engines may run as root (throwaway machines only)", ALLOW_ROOT_ENV)
+            return
+        if os.geteuid() != 0 or self.cfg.engine_user:
+            return
+        log.info("%s", await asyncio.to_thread(ensure_engine_user, self.data_dir))
 
     def register_message(self, inv: Inventory) -> Register:
         return Register(
@@ -129,10 +149,12 @@ class Agent:
 
     async def _run(self, stop: asyncio.Event) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        await self._engine_user_setup()
         adopted = await self.shards.adopt()
         if adopted:
             log.info("adopted %d engines still running: %s", len(adopted), ", ".join(adopted))
         self.inventory = await asyncio.to_thread(self.probe.inventory)
+        self.shards.inventory = self.inventory  # MIG instances' uuids, cards' memory
         manager = getattr(self.engines, "manager", None)
         if manager is not None:
             manager.inventory = self.inventory  # vLLM/SGLang builds follow the hardware
@@ -186,6 +208,8 @@ class Agent:
             recheck.cancel()
             with contextlib.suppress(BaseException):
                 await recheck
+        if self._bandwidth_task is not None:
+            self._bandwidth_task.cancel()
 
     async def _end_session(self, session: asyncio.Task) -> None:
         """Close the stream politely, so the control plane hears "stopped", not "lost"."""
@@ -214,6 +238,10 @@ class Agent:
                 self.heartbeat_interval_s = max(first.registered.heartbeat_interval_ms, 100) / 1000
                 self.connected_to = addr
                 self.board.connected(addr)
+                if self._bandwidth_task is None:
+                    self._bandwidth_task = asyncio.create_task(
+                        self._measure_bandwidth(), name="mem-bandwidth"
+                    )
                 self._stream = stream
                 log.info(
                     "registered with %s as %s (heartbeat every %.1f s)",
@@ -245,6 +273,26 @@ class Agent:
         finally:
             channel.close()
 
+    async def _measure_bandwidth(self) -> None:
+        """Measure the host's memory bandwidth once; heartbeats carry it from then on.
+
+        After registering, not before: the measurement holds every CPU for
+        a moment, which must not delay the node joining.
+        """
+        measure = getattr(self.probe, "mem_bandwidth_gbs", None)
+        if measure is None:
+            return
+        try:
+            gbs = float(await asyncio.to_thread(measure) or 0.0)
+        except (OSError, MemoryError, ValueError) as e:
+            # A figure missing leaves CPU speeds unestimated; the node serves on.
+            log.warning("memory bandwidth not measured: %s", e)
+            return
+        if gbs > 0:
+            self.mem_bandwidth_gbs = gbs
+            if self.inventory is not None:  # a later Register carries it too
+                self.inventory.host.mem_bandwidth_gbs = gbs
+
     def _engine_report(self, state) -> None:
         log.info("engine %s %s: %s", state.engine, state.version, state.words)
         if self._send is not None:
@@ -260,8 +308,9 @@ class Agent:
             self._seq += 1
             foreign = await foreign_gpu_bytes(self.probe, self.shards.supervisor)
             hb = await asyncio.to_thread(
-                build_heartbeat, self.probe, self.data_dir, self._seq, foreign
-            )
+                build_heartbeat, self.probe, self.data_dir, self._seq, foreign,
+                self.mem_bandwidth_gbs,
+            )  # fmt: skip
             outbox.put_nowait(AgentMessage(heartbeat=hb))
             await asyncio.sleep(self.heartbeat_interval_s)
 

@@ -1,23 +1,46 @@
-"""The user an engine runs as.
+"""The user an engine runs as: never root.
 
 An agent runs as root (it reads NVML, installs engines, owns the node's
 state); an engine runs code and weights that came from elsewhere, so it never
-does. Engines run as ``llmgw-engine``, which the installer creates. The
-supervisor does not create users: where that user is missing it falls back
-to ``nobody`` and says so in the shard's reason, so an operator sees it.
+does. Engines run as ``llmgw-engine``: a system user with no login shell and
+its home under the agent's data dir, made by ``llmgw node add`` and, where it
+is still missing, by the agent itself when it starts as root
+(``ensure_engine_user``). An agent not running as root (``llmgw up`` by an
+ordinary user) has no one else to run engines as and runs them as itself.
+
+``engine_user`` in agent.yaml names another user; naming root, or any user
+of uid 0, is refused. The one way to run engines as root is
+``LLMGW_ALLOW_ROOT_ENGINES=1`` in the agent's environment, for throwaway
+machines where everything runs as root (CI containers, the test suite); it
+is said in the agent's log at every start.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import pwd
+import shutil
+import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from agentd.supervisor.model import SupervisorError
 
+log = logging.getLogger(__name__)
+
 ENGINE_USER = "llmgw-engine"
-FALLBACK_USER = "nobody"
+ALLOW_ROOT_ENV = "LLMGW_ALLOW_ROOT_ENGINES"
+# The engine user's home, under the agent's data dir: engines' caches
+# (~/.cache of vLLM, Triton, FlashInfer) land beside the agent's own files.
+ENGINE_HOME = "engine-home"
+NOLOGIN_SHELLS = ("/usr/sbin/nologin", "/sbin/nologin", "/bin/false")
+USERADD_TIMEOUT_S = 60.0
+SET_ENGINE_USER = (
+    f"leave engine_user empty in agent.yaml (engines then run as {ENGINE_USER}) "
+    "or name an unprivileged user"
+)
 
 
 @dataclass(frozen=True)
@@ -29,8 +52,13 @@ class EngineUser:
     gid: int | None
     home: str
     groups: list[int] = field(default_factory=list)
-    # Said in the shard's reason when not empty: the fallback to nobody.
+    # Said in the shard's reason when not empty.
     note: str = ""
+
+
+def root_engines_allowed(environ: dict[str, str] | None = None) -> bool:
+    """Whether LLMGW_ALLOW_ROOT_ENGINES=1 lets engines run as root (throwaway machines only)."""
+    return (os.environ if environ is None else environ).get(ALLOW_ROOT_ENV, "") == "1"
 
 
 def _switch_to(pw: pwd.struct_passwd, note: str = "") -> EngineUser:
@@ -59,17 +87,18 @@ def resolve_engine_user(
     run_as: str | None,
     *,
     euid: int | None = None,
+    allow_root: bool | None = None,
     lookup: Callable[[str], pwd.struct_passwd] = pwd.getpwnam,
     lookup_uid: Callable[[int], pwd.struct_passwd] = pwd.getpwuid,
 ) -> EngineUser:
     """The user to start an engine as.
 
-    ``run_as`` names one; None chooses: as root, ``llmgw-engine`` (or
-    ``nobody``, with a note, where it is missing); as anyone else, the agent's
-    own user (``llmgw up`` without root has no one else to run as). Looked up
-    at each start, so a user created while the agent runs is taken.
+    ``run_as`` names one (never root); None chooses: as root, ``llmgw-engine``;
+    as anyone else, the agent's own user. Looked up at each start, so a user
+    created while the agent runs is taken.
     """
     euid = os.geteuid() if euid is None else euid
+    allow_root = root_engines_allowed() if allow_root is None else allow_root
     if run_as is not None:
         try:
             pw = lookup(run_as)
@@ -78,6 +107,13 @@ def resolve_engine_user(
                 f"there is no user {run_as} on this node to run the engine as",
                 hint=f"create it (useradd --system --no-create-home {run_as}) or choose another",
             ) from None
+        if pw.pw_uid == 0:
+            if allow_root and euid == 0:
+                return _as_self(euid, lookup_uid)
+            raise SupervisorError(
+                f"engine_user {run_as} is root (uid 0); an engine never runs as root",
+                hint=SET_ENGINE_USER,
+            )
         if pw.pw_uid == euid:
             return _as_self(euid, lookup_uid)
         if euid != 0:
@@ -88,22 +124,89 @@ def resolve_engine_user(
         return _switch_to(pw)
     if euid != 0:
         return _as_self(euid, lookup_uid)
+    if allow_root:
+        # Said once in the agent's log at its start, not in every shard's reason.
+        return _as_self(euid, lookup_uid)
     try:
-        return _switch_to(lookup(ENGINE_USER))
-    except KeyError:
-        pass
-    try:
-        pw = lookup(FALLBACK_USER)
+        pw = lookup(ENGINE_USER)
     except KeyError:
         raise SupervisorError(
-            f"this node has neither a user {ENGINE_USER} nor {FALLBACK_USER}; "
-            "an engine is never run as root",
-            hint=f"create one: useradd --system --no-create-home {ENGINE_USER}",
+            f"this node has no user {ENGINE_USER} to run engines as, and an engine never"
+            " runs as root",
+            hint=f"restart the agent as root (it creates {ENGINE_USER}), or create it: "
+            + " ".join(useradd_argv("/var/lib/llmgw-agent/engine-home", which=shutil.which)),
         ) from None
-    return _switch_to(
-        pw,
-        note=(
-            f"running as {FALLBACK_USER}: this node has no user {ENGINE_USER} "
-            f"(create one: useradd --system --no-create-home {ENGINE_USER})"
-        ),
-    )
+    if pw.pw_uid == 0:
+        raise SupervisorError(
+            f"the user {ENGINE_USER} on this node has uid 0; an engine never runs as root",
+            hint=f"give {ENGINE_USER} its own unprivileged uid (usermod -u)",
+        )
+    return _switch_to(pw)
+
+
+def nologin_shell(exists: Callable[[str], bool] = os.path.exists) -> str:
+    return next((s for s in NOLOGIN_SHELLS if exists(s)), NOLOGIN_SHELLS[-1])
+
+
+def useradd_argv(
+    home: str,
+    *,
+    which: Callable[[str], str | None] = shutil.which,
+    exists: Callable[[str], bool] = os.path.exists,
+) -> list[str]:
+    """The command that makes the engine user here: shadow's useradd, or BusyBox's adduser.
+
+    A system user (a uid below the login users'), its own group, no login
+    shell, and a home that is not made (the agent makes it, owned by the user).
+    """
+    shell = nologin_shell(exists)
+    if which("useradd") or not which("adduser"):
+        return [
+            "useradd", "--system", "--user-group", "--no-create-home",
+            "--home-dir", home, "--shell", shell, ENGINE_USER,
+        ]  # fmt: skip
+    # Alpine and other BusyBox systems: -S system, -D no password, -H no home made.
+    return ["adduser", "-S", "-D", "-H", "-h", home, "-s", shell, ENGINE_USER]
+
+
+def ensure_engine_user(
+    data_dir: Path,
+    *,
+    lookup: Callable[[str], pwd.struct_passwd] = pwd.getpwnam,
+    run: Callable[..., subprocess.CompletedProcess] = subprocess.run,
+) -> str:
+    """Make ``llmgw-engine`` where it is missing, and its home; what was done, in words.
+
+    Blocking (runs useradd): called through asyncio.to_thread by an agent
+    that runs as root with no engine_user of its own. A failure is said, not
+    raised: the agent keeps running, and a shard it is asked to start fails
+    with the reason.
+    """
+    home = data_dir / ENGINE_HOME
+    try:
+        pw = lookup(ENGINE_USER)
+        done = f"engines run as {ENGINE_USER} (uid {pw.pw_uid})"
+    except KeyError:
+        argv = useradd_argv(str(home))
+        try:
+            made = run(argv, capture_output=True, text=True, timeout=USERADD_TIMEOUT_S)
+        except (OSError, subprocess.SubprocessError) as e:
+            return f"could not create the user {ENGINE_USER} ({' '.join(argv)}): {e}"
+        if made.returncode != 0:
+            words = (made.stderr or made.stdout).strip().splitlines()
+            return (
+                f"could not create the user {ENGINE_USER} ({' '.join(argv)}):"
+                f" {words[-1] if words else f'exit {made.returncode}'}"
+            )
+        try:
+            pw = lookup(ENGINE_USER)
+        except KeyError:
+            return f"{' '.join(argv)} ran, yet there is no user {ENGINE_USER}"
+        done = f"created the user {ENGINE_USER} (uid {pw.pw_uid}) to run engines as"
+    if Path(pw.pw_dir) == home:
+        try:
+            home.mkdir(parents=True, exist_ok=True, mode=0o700)
+            os.chown(home, pw.pw_uid, pw.pw_gid)
+        except OSError as e:
+            return f"{done}; its home {home} could not be made: {e.strerror}"
+    return done

@@ -10,6 +10,7 @@ import psutil
 import pytest
 
 from agentd.supervisor import ENGINE_USER, SupervisorError, resolve_engine_user
+from agentd.supervisor.users import ALLOW_ROOT_ENV, root_engines_allowed
 from tests.agentd.supervisor.conftest import eventually
 
 
@@ -37,57 +38,79 @@ ALICE = passwd("alice", 1000, "/home/alice")
 
 
 def test_a_root_agent_runs_engines_as_the_engine_user():
-    user = resolve_engine_user(None, euid=0, **users(ROOT, ENGINE, NOBODY))
+    user = resolve_engine_user(None, euid=0, allow_root=False, **users(ROOT, ENGINE, NOBODY))
     assert (user.name, user.uid, user.gid, user.home, user.note) == (
         ENGINE_USER, 990, 990, "/var/lib/llmgw-engine", "",
     )  # fmt: skip
 
 
-def test_without_the_engine_user_a_root_agent_falls_back_to_nobody_and_says_so():
-    user = resolve_engine_user(None, euid=0, **users(ROOT, NOBODY))
-    assert (user.name, user.uid) == ("nobody", 65534)
-    assert user.note.startswith(f"running as nobody: this node has no user {ENGINE_USER}")
-
-
-def test_a_root_agent_with_no_one_to_run_as_refuses_rather_than_running_as_root():
-    with pytest.raises(SupervisorError, match="an engine is never run as root"):
-        resolve_engine_user(None, euid=0, **users(ROOT))
+def test_without_the_engine_user_a_root_agent_refuses_rather_than_running_as_nobody():
+    # Guards the old fallback: onboarded nodes ran every engine as nobody,
+    # a user other daemons share.
+    with pytest.raises(SupervisorError, match=f"this node has no user {ENGINE_USER}") as refused:
+        resolve_engine_user(None, euid=0, allow_root=False, **users(ROOT, NOBODY))
+    assert "restart the agent as root" in refused.value.hint
+    assert "useradd --system" in refused.value.hint or "adduser -S" in refused.value.hint
 
 
 def test_an_agent_that_is_not_root_runs_engines_as_itself():
-    user = resolve_engine_user(None, euid=1000, **users(ALICE))
+    user = resolve_engine_user(None, euid=1000, allow_root=False, **users(ALICE))
     assert (user.name, user.uid, user.home) == ("alice", None, "/home/alice")
 
 
 def test_a_named_user_is_taken_and_a_missing_one_refused():
-    assert resolve_engine_user("alice", euid=0, **users(ROOT, ALICE)).uid == 1000
-    assert resolve_engine_user("root", euid=0, **users(ROOT)).uid is None
+    assert resolve_engine_user("alice", euid=0, allow_root=False, **users(ROOT, ALICE)).uid == 1000
     with pytest.raises(SupervisorError, match="there is no user bob on this node"):
-        resolve_engine_user("bob", euid=0, **users(ROOT))
+        resolve_engine_user("bob", euid=0, allow_root=False, **users(ROOT))
     with pytest.raises(SupervisorError, match="cannot start engines as nobody"):
-        resolve_engine_user("nobody", euid=1000, **users(ALICE, NOBODY))
+        resolve_engine_user("nobody", euid=1000, allow_root=False, **users(ALICE, NOBODY))
 
 
-def _has_engine_user() -> bool:
-    try:
-        pwd.getpwnam(ENGINE_USER)
-    except KeyError:
-        return False
-    return True
+def test_an_engine_user_of_root_or_of_uid_0_is_refused_saying_what_to_set():
+    toor = passwd("toor", 0, "/root")
+    for name in ("root", "toor"):
+        with pytest.raises(SupervisorError, match=f"engine_user {name} is root") as refused:
+            resolve_engine_user(name, euid=0, allow_root=False, **users(ROOT, toor))
+        assert refused.value.hint.startswith("leave engine_user empty in agent.yaml")
+    with pytest.raises(SupervisorError, match="has uid 0"):
+        resolve_engine_user(None, euid=0, allow_root=False, **users(passwd(ENGINE_USER, 0)))
 
 
-@pytest.mark.skipif(
-    os.geteuid() != 0 or _has_engine_user() or not os.access("/usr/bin/python3", os.X_OK),
-    reason="needs root on a node without the engine user",
+def test_root_engines_run_only_where_the_environment_allows_them_on_purpose():
+    assert resolve_engine_user("root", euid=0, allow_root=True, **users(ROOT)).uid is None
+    assert resolve_engine_user(None, euid=0, allow_root=True, **users(ROOT)).uid is None
+    assert root_engines_allowed({ALLOW_ROOT_ENV: "1"}) is True
+    assert root_engines_allowed({ALLOW_ROOT_ENV: "yes"}) is False
+    assert root_engines_allowed({}) is False
+
+
+NEEDS_ROOT = pytest.mark.skipif(
+    os.geteuid() != 0 or not os.access("/usr/bin/python3", os.X_OK), reason="needs root"
 )
-async def test_a_real_engine_runs_as_nobody_where_the_engine_user_is_missing(harness):
-    sup, events = harness.supervisor(run_as=None)
-    code = "import os, time; print('uid', os.getuid(), flush=True); time.sleep(60)"
-    spec = harness.spec().model_copy(update={"argv": ["/usr/bin/python3", "-c", code], "cwd": "/"})
+SAY_UID = "import os, time; print('uid', os.getuid(), flush=True); time.sleep(60)"
+
+
+@NEEDS_ROOT
+async def test_a_real_engine_is_never_started_as_root(harness, monkeypatch):
+    monkeypatch.delenv(ALLOW_ROOT_ENV, raising=False)
+    sup, events = harness.supervisor(run_as="root")
+    spec = harness.spec().model_copy(update={"argv": ["/usr/bin/python3", "-c", SAY_UID]})
+
+    info = await sup.start(spec)
+
+    assert events.states()[-1] == "failed" and not info.pid
+    assert "engine_user root is root (uid 0); an engine never runs as root" in info.reason
+
+
+@NEEDS_ROOT
+async def test_a_real_engine_runs_as_the_unprivileged_user_named(harness):
+    sup, events = harness.supervisor(run_as="nobody")
+    spec = harness.spec().model_copy(
+        update={"argv": ["/usr/bin/python3", "-c", SAY_UID], "cwd": "/"}
+    )
     info = await sup.start(spec)
 
     assert info.user == "nobody"
-    assert "running as nobody: this node has no user llmgw-engine" in events.last().reason
     assert psutil.Process(info.pid).uids().real == 65534
     await eventually(lambda: "uid 65534" in sup.log_tail("s1"), "no output from the engine")
     await sup.stop("s1", grace_s=2)
@@ -96,4 +119,6 @@ async def test_a_real_engine_runs_as_nobody_where_the_engine_user_is_missing(har
 
 @pytest.mark.skipif(sys.platform != "linux", reason="Linux only")
 def test_the_agents_own_user_resolves():
-    assert resolve_engine_user(pwd.getpwuid(os.geteuid()).pw_name).uid is None
+    me = pwd.getpwuid(os.geteuid()).pw_name
+    # Root is its own user only where root engines are allowed on purpose.
+    assert resolve_engine_user(me, allow_root=True).uid is None
