@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from llmgw.catalog.model import ENGINES
+from llmgw.catalog.model import ENGINES, precision_refusal
 from llmgw.errors import UsageError
 from llmgw.inventory import GpuInfo, Inventory
 from llmgw.modelplan import bandwidth, memory
@@ -66,13 +66,16 @@ def plan_model(
     cards: Sequence[GpuInfo] | None = None,
     host_memory_bytes: int = 0,
     cpu_bandwidth_gbs: float = 0.0,
+    precision: str = "",
 ) -> Plan:
     """Every layout that runs the model on these cards (one node's) or its CPU, best first.
 
     context 0 plans the model's trained context, capped to what fits on the
     fewest cards; a context asked for is kept whole on the fewest cards that
-    hold it, and shrunk only where none does.
+    hold it, and shrunk only where none does. ``precision`` ("bf16", "fp8")
+    plans the weights as vLLM or SGLang load them at it; other engines refuse it.
     """
+    facts, precision_note = _at_precision(facts, engine, precision)
     target, explicit, refused = _target_context(facts, engine, context, slots)
     if refused:
         return Plan(
@@ -90,9 +93,33 @@ def plan_model(
         if cpu is not None:
             layouts.append(cpu)
     plan = _finish(facts, target, explicit, layouts)
+    if precision_note:
+        plan.notes.insert(0, precision_note)
     if not plan.layouts:
         plan.refused = _refusal(facts, engine, target, slots, classes, host_memory_bytes)
     return plan
+
+
+def _at_precision(facts: ModelFacts, engine: str, precision: str) -> tuple[ModelFacts, str]:
+    """The facts at ``precision``, and the note that says so ("" for none)."""
+    if not precision:
+        return facts, ""
+    if engine not in memory.QUANTIZING_ENGINES:
+        raise UsageError(precision_refusal(engine, precision))
+    if precision not in memory.PRECISION_BYTES:
+        raise UsageError(
+            f"precision {precision!r} is not known", hint="one of: bf16, fp8 (or none)"
+        )
+    converted = memory.at_precision(facts, precision)
+    if converted.weights_bytes == facts.weights_bytes:
+        return converted, (
+            f"weights planned as stored ({gb(facts.weights_bytes)}): "
+            f"{precision} would not make them smaller"
+        )
+    return converted, (
+        f"weights planned at {precision}, as {engine} loads them: "
+        f"{gb(converted.weights_bytes)} instead of {gb(facts.weights_bytes)}"
+    )
 
 
 def plan_for_inventories(
@@ -103,6 +130,7 @@ def plan_for_inventories(
     inventories: Sequence[Inventory] = (),
     *,
     cpu_bandwidth_gbs_by_host: Mapping[str, float] | None = None,
+    precision: str = "",
 ) -> Plan:
     """The layouts of every distinct node shape among inventories, best first.
 
@@ -116,6 +144,7 @@ def plan_for_inventories(
         for inv in inventories
     }
     bandwidths.update(cpu_bandwidth_gbs_by_host or {})
+    facts, precision_note = _at_precision(facts, engine, precision)
     target, explicit, refused = _target_context(facts, engine, context, slots)
     if refused:
         return Plan(
@@ -152,6 +181,8 @@ def plan_for_inventories(
             else:
                 merged[key] = layout.model_copy(update={"hosts": list(hosts)})
     plan = _finish(facts, target, explicit, list(merged.values()))
+    if precision_note:
+        plan.notes.insert(0, precision_note)
     if not plan.layouts:
         if refusals:
             # The shape with the most memory says the most useful "needs".
@@ -162,12 +193,21 @@ def plan_for_inventories(
 
 
 def card_classes(cards: Sequence[GpuInfo]) -> list[CardClass]:
-    """The node's cards grouped by kind, in the order first seen."""
+    """The node's cards grouped by kind, in the order first seen.
+
+    A card in MIG mode is planned through its instances, never whole, and a
+    MIG instance runs a model on itself alone (no layout spans instances),
+    so instances of a kind count as one card.
+    """
     groups: dict[tuple[str, int], list[GpuInfo]] = {}
     for card in cards:
+        if card.mig_mode == "enabled" and not card.mig_instance:
+            continue
         groups.setdefault((card.name, card.memory_total_bytes), []).append(card)
     return [
-        CardClass(name, total, len(group), _largest_nvlink_group(group))
+        CardClass(name, total, 1, 0)
+        if group[0].mig_instance
+        else CardClass(name, total, len(group), _largest_nvlink_group(group))
         for (name, total), group in groups.items()
     ]
 

@@ -14,6 +14,8 @@ plan object is replaced, and never take part in equality.
 
 from __future__ import annotations
 
+import weakref
+from collections import Counter
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
@@ -74,11 +76,18 @@ class NodeStatic:
         "host_total_bytes",
         "largest_linked",
         "links",
+        "mig",
+        "mig_note",
         "nvlink",
     )
 
     def __init__(self, inventory: Inventory) -> None:
-        # (index, total bytes, cc tuple or None, name, cc text) per card.
+        # The units placement hands out: whole cards, and the MIG instances
+        # of cards split into them. A card in MIG mode is never one itself:
+        # its memory belongs to its instances, and CUDA shows a process one
+        # instance, not the card.
+        units = [g for g in inventory.gpus if g.mig_instance or g.mig_mode != "enabled"]
+        # (index, total bytes, cc tuple or None, name, cc text, MIG instance) per unit.
         self.cards = tuple(
             (
                 g.index,
@@ -86,20 +95,27 @@ class NodeStatic:
                 cc_tuple(g.compute_capability),
                 g.name,
                 g.compute_capability,
+                g.mig_instance,
             )
-            for g in inventory.gpus
+            for g in units
         )
+        # Indexes of the MIG instances: one card per layout, one replica each.
+        self.mig = frozenset(g.index for g in units if g.mig_instance)
+        self.mig_note = _mig_note(inventory)
         self.gpu_total_bytes = sum(c[1] for c in self.cards)
         # Filled by filters._cards the first time a reason needs it.
         self.cards_text: str | None = None
         self.host_total_bytes = inventory.host.memory_total_bytes
         indexes = {c[0] for c in self.cards}
         # NVLink is symmetric; a recording that names the link on one side
-        # only still means the two cards are joined.
+        # only still means the two cards are joined. A MIG instance has no
+        # link of its own: tensor parallel never spans instances.
         links: dict[int, set[int]] = {i: set() for i in indexes}
-        for g in inventory.gpus:
+        for g in units:
+            if g.mig_instance:
+                continue
             for p in g.nvlink_peers:
-                if p in indexes and p != g.index:
+                if p in indexes and p != g.index and p not in self.mig:
                     links[g.index].add(p)
                     links[p].add(g.index)
         self.links = {i: frozenset(s) for i, s in links.items()}
@@ -121,20 +137,29 @@ class NodeStatic:
         self._eligible: dict[tuple, tuple] = {}
 
     def eligible(
-        self, min_cc: tuple[int, int] | None, min_total_bytes: int, card_name: str = ""
+        self,
+        min_cc: tuple[int, int] | None,
+        min_total_bytes: int,
+        card_name: str = "",
+        whole_only: bool = False,
     ) -> tuple[tuple[int, int], ...]:
         """(index, total bytes) of the cards of the needed kind, memoised per need.
 
-        ``card_name`` (a layout's planned card, "" for any) keeps only cards of that name.
+        ``card_name`` (a layout's planned card, "" for any) keeps only cards of
+        that name; ``whole_only`` leaves out MIG instances (a layout on more than one card).
         """
-        return self.cards_for(min_cc, min_total_bytes, card_name)[0]
+        return self.cards_for(min_cc, min_total_bytes, card_name, whole_only)[0]
 
     def eligible_names(self, min_cc: tuple[int, int] | None, min_total_bytes: int) -> frozenset:
         """The names of the cards of the needed kind."""
         return self.cards_for(min_cc, min_total_bytes, "")[2]
 
     def cards_for(
-        self, min_cc: tuple[int, int] | None, min_total_bytes: int, card_name: str = ""
+        self,
+        min_cc: tuple[int, int] | None,
+        min_total_bytes: int,
+        card_name: str = "",
+        whole_only: bool = False,
     ) -> tuple[tuple, list, frozenset]:
         """For one need: the cards' (index, total), their fit order when idle, their names.
 
@@ -142,7 +167,7 @@ class NodeStatic:
         a large cluster have nothing placed on them; their order is the same
         every decision, so it is worked out once.
         """
-        key = (min_cc, min_total_bytes, card_name)
+        key = (min_cc, min_total_bytes, card_name, whole_only and bool(self.mig))
         found = self._eligible.get(key)
         if found is None:
             cards = tuple(
@@ -151,6 +176,7 @@ class NodeStatic:
                 if (min_cc is None or (c[2] is not None and c[2] >= min_cc))
                 and c[1] >= min_total_bytes
                 and (not card_name or c[3] == card_name)
+                and not (whole_only and c[5])
             )
             found = self._eligible[key] = (
                 tuple((c[0], c[1]) for c in cards),
@@ -158,6 +184,54 @@ class NodeStatic:
                 frozenset(c[3] for c in cards),
             )
         return found
+
+
+def free_of(static: NodeStatic, index: int, total: int, used: dict[int, int]) -> int:
+    """A unit's free bytes as fit compares them: a MIG instance holds one replica.
+
+    Anything on an instance (a replica, or a process not ours) takes it
+    whole: CUDA gives each process the instance, and two engines on one
+    would fight over its memory and its compute slices.
+    """
+    held = used.get(index, 0)
+    if held and index in static.mig:
+        return 0
+    return total - held
+
+
+def _mig_note(inventory: Inventory) -> str:
+    """'GPU 0 is split into MIG instances (7 × 1g.10gb, GPUs 1-7); …', or ''."""
+    parents = [g for g in inventory.gpus if g.mig_mode == "enabled" and not g.mig_instance]
+    if not parents:
+        return ""
+    parts = []
+    for parent in parents:
+        mine = [g for g in inventory.gpus if g.mig_instance and g.mig_parent_index == parent.index]
+        if not mine:
+            parts.append(f"GPU {parent.index} is in MIG mode with no instances made")
+            continue
+        profiles = Counter(g.mig_profile or "unknown" for g in mine)
+        kinds = ", ".join(f"{n} × {p}" for p, n in profiles.items())
+        parts.append(
+            f"GPU {parent.index} is split into MIG instances ({kinds}: "
+            f"GPU{'s' if len(mine) > 1 else ''} {_span([g.index for g in mine])})"
+        )
+    return (
+        "; ".join(parts) + "; a MIG instance takes one replica on one card, "
+        "never a layout across cards"
+    )
+
+
+def _span(indexes: list[int]) -> str:
+    """[1, 2, 3, 5] -> '1-3, 5'."""
+    indexes = sorted(indexes)
+    runs: list[list[int]] = []
+    for i in indexes:
+        if runs and i == runs[-1][-1] + 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return ", ".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
 
 
 def _largest_clique(links: dict[int, frozenset[int]]) -> int:
@@ -207,6 +281,9 @@ class NodeCandidate(BaseModel):
     # them for all. Changing a node after its first decision (other than
     # through reserve) is not supported.
     _likeness: _Cache = PrivateAttr(default_factory=_Cache)
+    # Indexes (index.NodeIndex) holding this node, told of every reservation
+    # so they keep their buckets right; weak, so a pass's index dies with it.
+    _watchers: _Cache = PrivateAttr(default_factory=_Cache)
 
     def likeness(self) -> int:
         """A small number equal for nodes that are alike (hashing the facts once)."""
@@ -245,8 +322,9 @@ class NodeCandidate(BaseModel):
     def free_bytes(self, gpu: GpuInfo | int) -> int:
         """Memory of one card not reserved by anything (never below zero)."""
         index = gpu if isinstance(gpu, int) else gpu.index
-        total = next((c[1] for c in self.static().cards if c[0] == index), 0)
-        return max(0, total - self.gpu_used_bytes.get(index, 0))
+        static = self.static()
+        total = next((c[1] for c in static.cards if c[0] == index), 0)
+        return max(0, free_of(static, index, total, self.gpu_used_bytes))
 
     @property
     def host_free_bytes(self) -> int:
@@ -258,11 +336,23 @@ class NodeCandidate(BaseModel):
         The reconciler places one model after another within a pass; without
         this, two models would both be given the same free card.
         """
+        watchers = [w() for w in self.__pydantic_private__["_watchers"].value or ()]
+        watchers = [w for w in watchers if w is not None]
+        for w in watchers:
+            w.before_reserve(self)
         for index, n in per_gpu_bytes.items():
             self.gpu_used_bytes[index] = self.gpu_used_bytes.get(index, 0) + n
         self.host_memory_used_bytes += host_memory_bytes
         # Its likeness changed: worked out again on the next decision.
         self.__pydantic_private__["_likeness"].value = None
+        for w in watchers:
+            w.after_reserve(self)
+
+    def watch(self, index: Any) -> None:
+        """Tell ``index`` (weakly held) before and after every reservation on this node."""
+        cache = self.__pydantic_private__["_watchers"]
+        alive = [w for w in cache.value or () if w() is not None and w() is not index]
+        cache.value = [*alive, weakref.ref(index)]
 
 
 class LayoutNeed:

@@ -81,14 +81,18 @@ def gpu_suitable(request: PlacementRequest, node: NodeCandidate) -> str | None:
         return None
     static = node.static()
     names = static.eligible_names(prep.min_cc, prep.min_total_bytes)
+    # On a node with MIG the reason also says why its cards look small.
+    mig = f"; {static.mig_note}" if static.mig_note else ""
     if names:
         if not prep.card_names or not names.isdisjoint(prep.card_names):
             return None
         return (
             f"the plan has no layout for its cards ({_cards(static)}); "
-            f"its layouts are for {', '.join(prep.card_names)}"
+            f"its layouts are for {', '.join(prep.card_names)}{mig}"
         )
     if not static.cards:
+        if static.mig_note:
+            return f"has no GPU to place on: {static.mig_note}"
         note = node.inventory.host.gpu_note
         return f"has no GPU ({note})" if note else "has no GPU"
     wants = []
@@ -96,7 +100,7 @@ def gpu_suitable(request: PlacementRequest, node: NodeCandidate) -> str | None:
         wants.append(f"of compute capability {prep.min_cc_text} or newer")
     if prep.min_total_bytes:
         wants.append(f"with {gib(prep.min_total_bytes)} or more")
-    return f"no GPU {' '.join(wants)}: has {_cards(static)}"
+    return f"no GPU {' '.join(wants)}: has {_cards(static)}{mig}"
 
 
 def _cards(static: NodeStatic) -> str:

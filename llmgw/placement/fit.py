@@ -25,6 +25,7 @@ from llmgw.placement.candidates import (
     NodeStatic,
     PlacementRequest,
     Prepared,
+    free_of,
     gib,
 )
 
@@ -75,7 +76,10 @@ def fit_prepared(prep: Prepared, node: NodeCandidate) -> Fit | Misfit:
     # Per card name (a plan's layouts may be for several kinds of card):
     # the suitable cards, and their (free bytes, index) fullest first, the
     # order cards are tried in.
-    name: str | None = None
+    # MIG instances are left out of layouts across cards, so the cards
+    # depend on the card count too, on nodes with MIG.
+    kind: tuple | None = None
+    name = ""
     eligible: tuple = ()
     frees: list[tuple[int, int]] = []
     misses: list[tuple[LayoutNeed, str, list, int]] = []
@@ -86,11 +90,16 @@ def fit_prepared(prep: Prepared, node: NodeCandidate) -> Fit | Misfit:
                 return Fit(need, (), True, host_free - need.host_bytes)
             misses.append((need, "host", [], 0))
             continue
-        if need.card_name != name:
+        whole = need.cards > 1
+        if (need.card_name, whole) != kind:
+            kind = (need.card_name, whole)
             name = need.card_name
-            eligible, frees, _ = static.cards_for(prep.min_cc, prep.min_total_bytes, name)
+            eligible, frees, _ = static.cards_for(prep.min_cc, prep.min_total_bytes, name, whole)
             if used and eligible:
-                frees = sorted([(total - used.get(i, 0), i) for i, total in eligible])
+                if static.mig:
+                    frees = sorted([(free_of(static, i, t, used), i) for i, t in eligible])
+                else:
+                    frees = sorted([(total - used.get(i, 0), i) for i, total in eligible])
         if not eligible and name:
             continue  # planned for a kind of card this node does not have
         if len(eligible) < need.cards:
@@ -142,9 +151,10 @@ def _misfit(node: NodeCandidate, misses: list[tuple[LayoutNeed, str, list, int]]
     if not misses:
         # Every layout was planned for cards this node does not have.
         names = sorted({c[3] for c in static.cards}) or ["no GPU"]
-        return Misfit(
-            f"the plan has no layout for its cards ({', '.join(names)})", TOO_FEW_GPUS, 0, 0
-        )
+        reason = f"the plan has no layout for its cards ({', '.join(names)})"
+        if static.mig_note:
+            reason += f"; {static.mig_note}"
+        return Misfit(reason, TOO_FEW_GPUS, 0, 0)
     host_free = max(0, static.host_total_bytes - node.host_memory_used_bytes)
     phrases = []
     largest = most_cards = 0
@@ -181,7 +191,11 @@ def _misfit(node: NodeCandidate, misses: list[tuple[LayoutNeed, str, list, int]]
         category, largest = SHORT_HOST, host_free
     else:
         category = TOO_FEW_GPUS
-    return Misfit("; ".join(phrases), category, largest, most_cards)
+    reason = "; ".join(phrases)
+    if static.mig_note and kinds != {"host"}:
+        # Why the cards look smaller or fewer than the machine has.
+        reason += f"; {static.mig_note}"
+    return Misfit(reason, category, largest, most_cards)
 
 
 def _nth_most_free(frees: list[tuple[int, int]], n: int) -> tuple[int, int]:
