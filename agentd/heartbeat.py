@@ -13,12 +13,18 @@ from proto.llmgw.v1 import Heartbeat
 
 
 def build_heartbeat(
-    probe, data_dir: Path, seq: int, foreign_bytes: dict[int, int] | None = None
+    probe,
+    data_dir: Path,
+    seq: int,
+    foreign_bytes: dict[int, int] | None = None,
+    mem_bandwidth_gbs: float = 0.0,
 ) -> Heartbeat:
     """Blocking (NVML, statvfs): call through asyncio.to_thread.
 
     ``foreign_bytes``: per GPU, memory held by processes that are not this
-    node's engines (see ``foreign_gpu_bytes``).
+    node's engines (see ``foreign_gpu_bytes``). ``mem_bandwidth_gbs``: the
+    host's measured figure once known (0 until then: the control plane keeps
+    the last one it had).
     """
     try:
         disk_free = shutil.disk_usage(data_dir).free
@@ -33,11 +39,16 @@ def build_heartbeat(
         gpus=gpus,
         disk_free_bytes=disk_free,
         memory_available_bytes=psutil.virtual_memory().available,
+        mem_bandwidth_gbs=mem_bandwidth_gbs,
     )
 
 
 async def foreign_gpu_bytes(probe, supervisor) -> dict[int, int]:
-    """Per GPU, bytes used by processes that do not descend from one of our shards."""
+    """Per GPU, bytes used by processes that do not descend from one of our shards.
+
+    Where the probe lists them (NVML's compute and graphics processes, the
+    fake probe's directory); a GPU it cannot list counts nothing foreign.
+    """
     import asyncio
 
     read = getattr(probe, "processes", None)

@@ -87,6 +87,9 @@ class ShardRunner:
         # The node's hardware, set once discovery has run: a card's memory
         # turns the plan's bytes into an engine's share of it.
         self.inventory: Inventory | None = None
+        # What every engine's environment gets for the node's GPU probe to
+        # see it (a fake probe's processes directory); set by the agent.
+        self.probe_env: dict[str, str] = {}
         self.status: dict[str, ShardStatus] = {}
         self._starting: dict[str, asyncio.Task] = {}
         self._send: Send | None = None
@@ -149,10 +152,14 @@ class ShardRunner:
                     shard_id=msg.shard_id,
                     replica_id=msg.replica_id,
                     argv=cmd.argv,
-                    env={**engine_env, **cmd.env},
+                    env={**engine_env, **self.probe_env, **cmd.env},
                     health_url=cmd.health_url,
                     startup_deadline_s=msg.startup_timeout_s or 600,
                     port=port,
+                    # Ready only once it holds memory on exactly its cards.
+                    gpu_indexes=tuple(msg.gpu_indexes)
+                    if adapter.holds_gpu_memory and not msg.cpu
+                    else (),
                 )
             )
         except LlmgwError as e:
@@ -174,6 +181,7 @@ class ShardRunner:
             else msg.context_length,
             slots=max(msg.slots, 1),
             gpu_indexes=tuple(msg.gpu_indexes),
+            gpu_uuids=self._gpu_uuids(msg),
             tensor_parallel=msg.tensor_parallel,
             pipeline_parallel=msg.pipeline_parallel,
             expert_parallel=msg.expert_parallel,
@@ -184,6 +192,15 @@ class ShardRunner:
             extra_env=dict(msg.env),
             engine_key=msg.engine_key,
         )
+
+    def _gpu_uuids(self, msg: StartShard) -> tuple[str, ...]:
+        """The uuids of the shard's units, or () when any is unknown (CUDA indexes then)."""
+        inventory = self.inventory or getattr(
+            getattr(self._engines, "manager", None), "inventory", None
+        )
+        by_index = {g.index: g.uuid for g in inventory.gpus} if inventory is not None else {}
+        uuids = tuple(by_index.get(i, "") for i in msg.gpu_indexes)
+        return uuids if all(uuids) else ()
 
     def _card_totals(self, msg: StartShard) -> list[int]:
         inventory = self.inventory or getattr(

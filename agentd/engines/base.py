@@ -42,8 +42,12 @@ class ShardSpec:
     context_length: int = 0
     # Requests the engine runs at once; more wait in its queue.
     slots: int = 1
-    # NVML indexes; empty runs on CPU.
+    # NVML indexes; empty runs on CPU. A MIG instance is a unit numbered
+    # after the cards (agentd/discovery/nvml.py).
     gpu_indexes: tuple[int, ...] = ()
+    # The uuids of gpu_indexes, in the same order, where the agent knows
+    # them ("GPU-…", "MIG-…"): CUDA reaches a MIG instance only by its uuid.
+    gpu_uuids: tuple[str, ...] = ()
     # 0: as many as gpu_indexes (over the pipeline stages).
     tensor_parallel: int = 0
     # Pipeline stages the plan chose; 0 or 1: none. tensor x pipeline cards.
@@ -113,12 +117,14 @@ def gpu_env(spec: ShardSpec) -> dict[str, str]:
     CUDA numbers cards fastest first unless told otherwise, while NVML (and
     so placement) numbers them by PCI bus: on a node with mixed cards GPU 1
     would be another card. An empty CUDA_VISIBLE_DEVICES keeps a CPU shard
-    off the cards other shards were given.
+    off the cards other shards were given. A MIG instance has no CUDA index
+    of its own: it is named by its "MIG-…" uuid, and then every unit is
+    (indexes and uuids cannot be mixed in one list).
     """
-    return {
-        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
-        "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in spec.gpu_indexes),
-    }
+    uuids = spec.gpu_uuids
+    by_uuid = len(uuids) == len(spec.gpu_indexes) and any(u.startswith("MIG-") for u in uuids)
+    visible = uuids if by_uuid else [str(i) for i in spec.gpu_indexes]
+    return {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": ",".join(visible)}
 
 
 def is_hub_id(model_path: str) -> bool:
@@ -148,6 +154,10 @@ class EngineAdapter(ABC):
     metrics_path: ClassVar[str] = "/metrics"
     # Whether the engine can run without a GPU.
     runs_on_cpu: ClassVar[bool] = True
+    # Whether a shard of it given cards holds memory on them once it serves:
+    # it is ready only then (agentd/supervisor/gpu_hold.py). False for an
+    # engine that never touches a card, which is never checked.
+    holds_gpu_memory: ClassVar[bool] = True
     # Whether the engine loads weights (the sim has none: its model path may be empty).
     needs_weights: ClassVar[bool] = True
 

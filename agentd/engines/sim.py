@@ -18,6 +18,8 @@ class SimAdapter(EngineAdapter):
     # agentd.sim reads its key from here and unsets it.
     key_env = "LLMGW_ENGINE_KEY"
     needs_weights = False
+    # It plays a model without a card: placed on GPUs, it holds none of them.
+    holds_gpu_memory = False
 
     def __init__(self, launcher: Sequence[str] = DEFAULT_LAUNCHER) -> None:
         self._launcher = list(launcher)

@@ -109,6 +109,20 @@ class NodeLive:
     send: Callable[[ControlMessage], None] | None = field(default=None, repr=False)
 
 
+def keep_bandwidth(live: NodeLive, gbs: float) -> None:
+    """Keep a node's measured memory bandwidth as its figure; 0 (not measured) keeps the last.
+
+    The host facts become a new message rather than one changed in place:
+    placement keeps its inventory per host message (controller/candidates.py).
+    """
+    host = live.host_msg
+    if not gbs or host is None or host.mem_bandwidth_gbs == gbs:
+        return
+    live.host_msg = HostFacts.parse(bytes(host))
+    live.host_msg.mem_bandwidth_gbs = gbs
+    live.record.host = {**(live.record.host or {}), "mem_bandwidth_gbs": gbs}
+
+
 class NodeRegistry:
     """Every node, in memory, backed by the store."""
 
@@ -173,6 +187,10 @@ class NodeRegistry:
         self._sessions += 1
         live = NodeLive(record=rec, connected=True, last_seen_mono=self._clock())
         live.host_msg, live.gpus_msg = reg.host or HostFacts(), list(reg.gpus)
+        if prev is not None and not live.host_msg.mem_bandwidth_gbs:
+            # A restarted agent measures again after registering; until its
+            # figure comes, the last one stands.
+            keep_bandwidth(live, float((prev.host or {}).get("mem_bandwidth_gbs") or 0.0))
         live.session_id = self._sessions
         self._nodes[reg.node_id] = live
         log.info("node %s registered from %s (was %s)", reg.node_id, address, was or "new")
@@ -221,6 +239,8 @@ class NodeRegistry:
         live.heartbeat_dirty = True
         live.record.heartbeat_seq = hb.seq
         live.record.last_heartbeat_at = utcnow()
+        if hb.mem_bandwidth_gbs:
+            keep_bandwidth(live, hb.mem_bandwidth_gbs)
         if live.record.state == NOT_READY:
             # Heartbeats resumed on the same stream (the agent was frozen, not cut).
             await self._set_state(live, READY, self._ready_reason(live.record, utcnow()))

@@ -106,3 +106,20 @@ async def test_watchers_hear_of_state_changes(store):
     changes = sub.changes()
     assert await anext(changes) == ("nodes", "w")
     reg.watch.unsubscribe(sub)
+
+
+async def test_a_nodes_measured_memory_bandwidth_is_kept_from_its_heartbeats(store):
+    # CPU speed estimates read it from the host facts placement and plans see.
+    from gatewayd.controller.candidates import live_inventory
+
+    reg = NodeRegistry(store, not_ready_grace_s=15)
+    session = await reg.register(register("n1"), address="10.0.0.1")
+    assert reg.view("n1").host.mem_bandwidth_gbs == 0
+    await reg.heartbeat("n1", session, Heartbeat(seq=1, mem_bandwidth_gbs=41.9))
+    assert reg.view("n1").host.mem_bandwidth_gbs == 41.9
+    assert live_inventory(reg.live("n1")).host.mem_bandwidth_gbs == 41.9
+    # A heartbeat without a figure leaves the last one, and so does a new registration.
+    await reg.heartbeat("n1", session, Heartbeat(seq=2))
+    assert reg.view("n1").host.mem_bandwidth_gbs == 41.9
+    await reg.register(register("n1"), address="10.0.0.1")
+    assert reg.view("n1").host.mem_bandwidth_gbs == 41.9
