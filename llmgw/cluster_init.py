@@ -192,6 +192,16 @@ def issue_node_bundle(paths: Paths, node_id: str, *, control_planes: list[str]) 
     )
 
 
+def local_engine_user(euid: int | None = None, user: str | None = None) -> str:
+    """Who the local node's engines run as: whoever runs `llmgw up`, never root.
+
+    Under `sudo llmgw server init --node` that would be root: left empty
+    instead, so the agent runs its engines as llmgw-engine.
+    """
+    euid = os.geteuid() if euid is None else euid
+    return "" if euid == 0 else (user or getpass.getuser())
+
+
 def write_local_agent(paths: Paths, node_id: str, control_planes: list[str]) -> Path:
     """agent.yaml and a node certificate in pki_dir for the agent ``llmgw up`` runs here.
 
@@ -212,8 +222,7 @@ def write_local_agent(paths: Paths, node_id: str, control_planes: list[str]) -> 
                 cert=str(paths.pki_dir / "node.crt"),
                 key=str(paths.pki_dir / "node.key"),
             ),
-            # The local node of `llmgw up` runs engines as whoever runs it.
-            engine_user=getpass.getuser(),
+            engine_user=local_engine_user(),
         )
     cert_path = Path(cfg.pki.cert or paths.pki_dir / "node.crt")
     key_path = Path(cfg.pki.key or paths.pki_dir / "node.key")

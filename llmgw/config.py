@@ -303,8 +303,9 @@ class AgentConfig(_Strict):
     pki: AgentPki = AgentPki()
     data_dir: str = ""
     hardware: HardwareConfig = HardwareConfig()
-    # The user engines run as. Empty: as root, llmgw-engine (or nobody);
-    # otherwise the agent's own user. `llmgw up` sets its own user here.
+    # The user engines run as, never root. Empty: as root, llmgw-engine
+    # (the agent makes it where missing); otherwise the agent's own user.
+    # `llmgw up` run by an ordinary user sets that user here.
     engine_user: str = ""
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     # What the node says of itself (zone, rack, llmgw.role: judge): sent in
