@@ -186,3 +186,37 @@ def gb(n_bytes: float) -> str:
     """Bytes as people read them in plan notes: GiB written "GB", one decimal (two below 1)."""
     value = n_bytes / GIB
     return f"{value:.2f} GB" if value < 1 else f"{value:.1f} GB"
+
+
+# Bytes a weight takes at the precisions vLLM and SGLang can load a model at.
+PRECISION_BYTES = {"bf16": 2, "fp8": 1}
+# Engines that quantize weights as they load them (--quantization fp8, --dtype).
+QUANTIZING_ENGINES = ("vllm", "sglang")
+
+
+def at_precision(facts: ModelFacts, precision: str) -> ModelFacts:
+    """The model's facts with its weights at ``precision`` ("" leaves them as stored).
+
+    A weight takes at most the precision's bytes: fp8 halves a bf16 model and
+    quarters an fp32 one; a model stored smaller (fp8, 4-bit) stays as it is,
+    since an engine does not widen quantized weights back. The KV cache keeps
+    the engine's 16-bit default.
+    """
+    if not precision:
+        return facts
+    per_param = PRECISION_BYTES.get(precision)
+    if per_param is None:
+        raise ValueError(f"precision {precision!r}: one of " + ", ".join(PRECISION_BYTES))
+    if facts.parameters <= 0 or facts.weights_bytes <= 0:
+        return facts
+    weights = min(facts.weights_bytes, facts.parameters * per_param)
+    if weights == facts.weights_bytes:
+        return facts
+    active = facts.active_weights_bytes or facts.weights_bytes
+    return facts.model_copy(
+        update={
+            "weights_bytes": weights,
+            "active_weights_bytes": active * weights // facts.weights_bytes,
+            "quantisation": precision.upper(),
+        }
+    )
