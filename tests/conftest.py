@@ -1,4 +1,9 @@
-pytest_plugins = ["tests.pg_fixture", "tests.cluster_fixture", "tests.models_fixture"]
+pytest_plugins = [
+    "tests.pg_fixture",
+    "tests.cluster_fixture",
+    "tests.models_fixture",
+    "tests.fakes.engines.fixtures",
+]
 
 import os
 

@@ -159,6 +159,7 @@ class EngineManager:
             if engine == llamacpp.ENGINE:
                 return await self._ensure_llamacpp(version, variant, source)
             if engine in pyenv.ENGINES:
+                variant = self._build_for(engine, variant, source)
                 return await self._ensure_python(engine, version, variant, source)
             raise InstallError(
                 f"{engine} is not an engine this agent knows",
@@ -192,6 +193,16 @@ class EngineManager:
             else:
                 raise self._no_source(llamacpp.ENGINE, version, variant)
             return self._installed(inst)
+
+    def _build_for(self, engine: str, variant: str, source: Source | None) -> str:
+        """The CUDA build this node takes of a recipe, so every report names it; "" if none."""
+        if variant or not isinstance(source, PyEnvSource) or self.inventory is None:
+            return variant
+        try:
+            spec = pyenv.ENGINES[engine]
+            return pyenv.choose_build(spec, source.requirements, self.inventory).tag
+        except LlmgwError:
+            return variant  # said in full when the install is tried
 
     async def _ensure_python(
         self, engine: str, version: str, variant: str, source: Source | None

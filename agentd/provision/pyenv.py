@@ -478,11 +478,15 @@ async def _run(
 
 
 def _last_words(output: str) -> str:
-    """The line of uv's output that says what went wrong, or its last."""
+    """What uv said went wrong: its error line and the causes under it, or its last line."""
     lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
-    for ln in reversed(lines):
-        if ln.lower().startswith(("error:", "×", "╰─▶", "caused by:")):
-            return ln.lstrip("×╰─▶ ").strip()[:300]
+    for i in range(len(lines) - 1, -1, -1):
+        if lines[i].lower().startswith(("error:", "×")):
+            said = [lines[i].lstrip("× ").removeprefix("error:").strip()]
+            for ln in lines[i + 1 :]:
+                if ln.lower().startswith(("cause:", "caused by:", "╰─▶")):
+                    said.append(ln.lstrip("╰─▶ ").split(":", 1)[-1].strip())
+            return "; ".join(s for s in said if s)[:500]
     return lines[-1][:300] if lines else "no output"
 
 

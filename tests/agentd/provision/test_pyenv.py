@@ -238,7 +238,7 @@ async def test_a_failing_uv_is_reported_by_its_error_line_and_leaves_nothing(tmp
         )
 
     assert caught.value.message == (
-        "uv pip install failed (exit 1): error: Hash mismatch for `torch==2.4.0`"
+        "uv pip install failed (exit 1): Hash mismatch for `torch==2.4.0`"
     )
     assert os.listdir(tmp_path / "vllm") == []
 
