@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -63,4 +64,6 @@ def _build(stand_ins: StandIns, engine: str, engines_dir: Path) -> Path:
         python, _env = await engines.ensure(engine, stand_ins.release(engine).version)
         return Path(python)
 
-    return asyncio.run(build())
+    # A loop of its own in a thread: the first test to ask may be running in one.
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, build()).result()
