@@ -228,9 +228,10 @@ class Supervisor:
         shard.ring.add("[adopted by a restarted agent]")
         base = f"adopted from a previous agent (pid {record.pid})"
         url = record.health_url
-        hold = await self._hold(shard) if await health.probe_once(url) is None else None
-        if hold is not None and hold.ready:
-            on_cards = f"; {hold.words}" if hold.words else ""
+        answers = await health.probe_once(url) is None
+        hold = await self._hold(shard) if answers else None
+        if answers and (hold is None or hold.ready):
+            on_cards = f"; {hold.words}" if hold is not None and hold.words else ""
             self._set(shard, "ready", f"{base}; answers {url}{on_cards}")
             self._watch(shard, None)
         else:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 
@@ -113,8 +114,14 @@ async def test_gpu_memory_of_processes_not_ours_is_reported_as_foreign(cluster):
     (r,) = await wait_for(lambda: ready(cluster, "small"), attempts=400)
     agent = next(a for a, _, _ in cluster.agents if a.cfg.node_id == r.node_id)
     gpu = r.gpu_indexes[0]
-    # NVML would list both: the replica's engine, and something else on the card.
-    agent.probe.gpu_processes = {gpu: [(r.pid, 9 * GIB), (os.getpid(), 3 * GIB)]}
+    uuid = next(g.uuid for g in agent.inventory.gpus if g.index == gpu)
+    # NVML would list both: the replica's engine, and something else on the card
+    # (here this test's process), as the fake probe reads them (agentd/discovery/fake.py).
+    procs = agent.probe.procs_dir
+    procs.mkdir(parents=True, exist_ok=True)
+    for pid, used in ((r.pid, 9 * GIB), (os.getpid(), 3 * GIB)):
+        entry = {"pid": pid, "cuda_visible_devices": uuid, "used_bytes_per_gpu": used}
+        (procs / f"{pid}.json").write_text(json.dumps(entry))
 
     async def foreign():
         async with cluster.admin() as admin:
