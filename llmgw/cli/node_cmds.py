@@ -16,6 +16,8 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from llmgw.errors import LlmgwError
+from llmgw.labels import parse_assignments
 from llmgw.onboard import AddPlan, RemovePlan, SshTarget, StepEvent, add_node, remove_node
 from llmgw.onboard.words import event_lines
 from llmgw.paths import resolve
@@ -71,6 +73,14 @@ def node_add(
     python: Annotated[
         str, typer.Option("--python", help="The node's Python 3.11+ (default python3).")
     ] = "python3",
+    label: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--label",
+            help="A label for the node's agent.yaml, KEY=VALUE (repeatable): zone=a,"
+            " llmgw.role=judge. Labels agent.yaml has already are kept.",
+        ),
+    ] = None,
     json_output: Annotated[
         bool, typer.Option("--json", help="Print one JSON object per step event.")
     ] = False,
@@ -78,6 +88,10 @@ def node_add(
     """Add a machine over SSH: check it, install llmgw and its agent, join it to the cluster."""
     if wheelhouse and not Path(wheelhouse).is_dir():
         _usage(f"--wheelhouse {wheelhouse} is not a folder", json_output)
+    try:
+        labels = parse_assignments(label or [], flag="--label")
+    except LlmgwError as e:
+        _usage(e.message, json_output)
     plan = AddPlan(
         target=SshTarget(
             host=host,
@@ -93,6 +107,7 @@ def node_add(
         install_root=install_root,
         wheelhouse=wheelhouse,
         python=python,
+        labels=labels,
     )
     raise typer.Exit(code=_drive(add_node(plan), json_output))
 

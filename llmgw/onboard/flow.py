@@ -1,4 +1,4 @@
-"""``node add`` as one async generator of step events: connect, doctor, install, packages, join, register.
+"""``node add`` as one async generator of step events: connect, doctor, install, packages, user, join, register.
 
 The CLI prints the events (a line each, or NDJSON); the console's Add node
 dialog shows the same ones. A failure ends the run with a ``fail`` event
@@ -17,6 +17,7 @@ from llmgw.cluster_init import _default_control_planes
 from llmgw.config import check_name
 from llmgw.errors import ExitCode, LlmgwError, UsageError
 from llmgw.onboard.checks import node_checks
+from llmgw.onboard.engine_user import ensure_engine_user
 from llmgw.onboard.events import Clock, OnboardError, StepEvent, result_event
 from llmgw.onboard.install import install_llmgw
 from llmgw.onboard.join import join_node
@@ -115,6 +116,10 @@ async def add_node(plan: AddPlan) -> AsyncIterator[StepEvent]:
         ):
             yield ev
 
+        step, clock = "user", Clock()
+        async for ev in ensure_engine_user(shell, facts, layout):
+            yield ev
+
         step, clock = "join", Clock()
         async for ev in join_node(
             shell,
@@ -124,6 +129,7 @@ async def add_node(plan: AddPlan) -> AsyncIterator[StepEvent]:
             control_planes=planes,
             systemd=facts.systemd,
             state=state,
+            labels=plan.labels,
         ):
             if ev.status == "warn":
                 state["warnings"].append({"check": "systemd", "detail": ev.detail, "fix": ev.fix})

@@ -15,10 +15,13 @@ import shlex
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import yaml
+
 from llmgw import pki
 from llmgw.cluster_init import RENEW_BEFORE, issue_node_bundle, load_ca
 from llmgw.config import AgentConfig, AgentPki, dump_yaml
 from llmgw.errors import PkiError
+from llmgw.labels import check_labels
 from llmgw.onboard.events import Clock, OnboardError, StepEvent
 from llmgw.onboard.layout import UNIT_NAME, NodeLayout
 from llmgw.onboard.remote_files import install_file, make_dir, remote_sha256
@@ -49,13 +52,31 @@ def unit_text(layout: NodeLayout, description: str = "llmgw node agent") -> str:
     )
 
 
-def agent_yaml(layout: NodeLayout, node_id: str, control_planes: list[str]) -> str:
+def agent_yaml(
+    layout: NodeLayout,
+    node_id: str,
+    control_planes: list[str],
+    labels: dict[str, str] | None = None,
+) -> str:
     cfg = AgentConfig(
         node_id=node_id,
         control_planes=control_planes,
         pki=AgentPki(ca_cert=layout.ca_crt, cert=layout.node_crt, key=layout.node_key),
+        labels=dict(labels or {}),
     )
     return dump_yaml(cfg)
+
+
+async def labels_there(shell: NodeShell, layout: NodeLayout) -> dict[str, str]:
+    """The labels the node's agent.yaml has now ({} when none, or when it does not load)."""
+    ran = await shell.run(["cat", str(layout.paths.agent_yaml)], timeout_s=30)
+    if not ran.ok:
+        return {}
+    try:
+        labels = (yaml.safe_load(ran.stdout) or {}).get("labels") or {}
+        return check_labels(labels) if isinstance(labels, dict) else {}
+    except (yaml.YAMLError, AttributeError, ValueError):
+        return {}  # a file node add does not understand is written anew
 
 
 def _sound_local_bundle(paths: Paths, node_id: str, ca: pki.CertKey) -> tuple[bytes, bytes] | None:
@@ -82,8 +103,11 @@ async def join_node(
     control_planes: list[str],
     systemd: bool,
     state: dict,
+    labels: dict[str, str] | None = None,
 ) -> AsyncIterator[StepEvent]:
     clock = Clock()
+    # A second node add keeps the labels agent.yaml has and adds those given.
+    labels = {**await labels_there(shell, layout), **(labels or {})}
     try:
         ca = load_ca(paths)
     except PkiError as e:
@@ -117,7 +141,11 @@ async def join_node(
         (ca.cert_pem, layout.ca_crt, 0o644),
         (cert_pem, layout.node_crt, 0o644),
         (key_pem, layout.node_key, 0o600),
-        (agent_yaml(layout, node_id, control_planes).encode(), str(layout.paths.agent_yaml), 0o644),
+        (
+            agent_yaml(layout, node_id, control_planes, labels).encode(),
+            str(layout.paths.agent_yaml),
+            0o644,
+        ),
     ):
         if await install_file(shell, data, dest, mode=mode, have=have):
             changed.append(Path(dest).name)

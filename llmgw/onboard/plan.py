@@ -32,6 +32,8 @@ class AddPlan:
     lock_wait_s: float = LOCK_WAIT_S
     lock_retry_s: float = LOCK_RETRY_S
     register_timeout_s: float = REGISTER_TIMEOUT_S
+    # Written into the node's agent.yaml (over the labels it has there already).
+    labels: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass

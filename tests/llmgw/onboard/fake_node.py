@@ -4,9 +4,10 @@ The SSH login, SFTP and everything on the control plane's side are real; only
 the remote machine is played. The uploaded probe runs for real, reading its
 os-release and /proc from a scenario's folder (LLMGW_PROBE_ROOT); file commands
 (cat, test, sha256sum, install, rm, chmod) run for real on paths under the
-test's tmp dir; package managers, pip, venv, systemctl and the agent's start
-are played, and recorded. Anything else answers 127, so a new remote command
-shows up in a test instead of running on this machine.
+test's tmp dir; package managers, pip, venv, systemctl, users (getent,
+useradd, adduser) and the agent's start are played, and recorded. Anything
+else answers 127, so a new remote command shows up in a test instead of
+running on this machine.
 
 With ``Scenario(real_agent=True)`` the detached agent start (no systemd) is
 not played: a real agent runs, with this venv's python (``python -m llmgw
@@ -53,6 +54,8 @@ class Scenario:
     installed: set[str] = field(default_factory=set)
     # Start a real agent where the node would start one detached (see the module's doc).
     real_agent: bool = False
+    # Users the node has beyond root; getent reads them, useradd/adduser add to them (played).
+    users: dict[str, int] = field(default_factory=dict)
 
 
 # The detached start join.py sends (`setsid LLMGW agent --config YAML <… >>LOG … > PIDFILE`).
@@ -143,6 +146,15 @@ class FakeNode:
                 return "", APT_LOCK, 100
             if argv[1] == "install":
                 s.installed.update(a for a in argv[2:] if not a.startswith("-"))
+            return "", "", 0
+        if prog == "getent" and argv[1:2] == ["passwd"]:
+            name = argv[2]
+            if name not in s.users:
+                return "", "", 2  # getent's "not found"
+            uid = s.users[name]
+            return f"{name}:x:{uid}:{uid}::/nonexistent:/usr/sbin/nologin\n", "", 0
+        if prog in ("useradd", "adduser"):
+            s.users[argv[-1]] = 990 + len(s.users)
             return "", "", 0
         if prog == "sh" and s.real_agent:
             return self._agent(" ".join(argv[1:]), env)
