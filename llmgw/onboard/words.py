@@ -12,7 +12,7 @@ from rich.text import Text
 from llmgw.onboard.events import StepEvent
 
 # node add's steps, in order (the last event, "result", is none of them).
-ADD_STEPS = ("connect", "doctor", "install", "packages", "join", "register")
+ADD_STEPS = ("connect", "doctor", "install", "packages", "user", "join", "register")
 
 # Each status's mark and colour: running goes on, waiting waits on something else,
 # kept found everything in place.

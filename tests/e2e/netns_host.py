@@ -506,7 +506,7 @@ def host_control_plane(host: NetnsHost, workdir: Path) -> Iterator[HostControlPl
 # llmgw node add against the test host --------------------------------------------------------
 
 # The steps node add reports, in order (its NDJSON "step" names).
-NODE_ADD_STEPS = ("connect", "doctor", "install", "packages", "join", "register")
+NODE_ADD_STEPS = ("connect", "doctor", "install", "packages", "user", "join", "register")
 # pip installs ~60 wheels into the node's venv; on a loaded 2-core machine that is minutes.
 NODE_ADD_TIMEOUT_S = 480.0
 

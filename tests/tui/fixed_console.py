@@ -301,6 +301,13 @@ ADD_NODE_EVENTS = [
     _step("install", "running", "installing llmgw and its dependencies from PyPI", 4.2),
     _step("install", "ok", "llmgw 0.1.0 installed in /opt/llmgw/venv", 48.7),
     _step("packages", "kept", "libgomp1 is installed already", 0.3),
+    _step("user", "running", "creating the system user llmgw-engine for engines", 0.0),
+    _step(
+        "user",
+        "ok",
+        "created llmgw-engine, a system user with no login, home /var/lib/llmgw-agent/engine-home",
+        0.1,
+    ),
     _step(
         "join",
         "running",

@@ -110,7 +110,7 @@ async def test_add_node_runs_node_add_and_shows_each_step_and_the_failures_fix(t
                 assert log.index("packages") < log.index("join") < log.index("register")
                 # A warning carries its fix under it.
                 assert "fix: nothing restarts it after a crash or reboot" in log
-                assert text(app, "#add-step").strip() == "step 6 of 6: register"
+                assert text(app, "#add-step").strip() == "step 7 of 7: register"
                 # No gatewayd here: register fails, with what to do, and nothing crashed.
                 result = text(app, "#add-result")
                 assert "this control plane's admin API does not answer" in result
@@ -140,7 +140,7 @@ async def test_a_login_without_passwordless_sudo_shows_the_sudoers_fix(tmp_path,
                 log = text(app, "#add-log")
                 assert "✗ connect   ops on 127.0.0.1 is not root and cannot use sudo" in log
                 assert "fix: log in as root (--user root)" in log and "NOPASSWD" in log
-                assert "step 1 of 6: connect" in text(app, "#add-step")
+                assert "step 1 of 7: connect" in text(app, "#add-step")
                 assert "NOPASSWD" in text(app, "#add-result")
                 # Nothing was installed on a machine it could not become root on.
                 assert not any("pip" in c or "apt-get" in c for c in node.commands)
