@@ -3,21 +3,34 @@
 Every change goes through pydantic ``Model`` validation (names, sources,
 profiles) before it reaches the store, and is announced on the watch topic
 "models" so consoles and the reconciler see it at once.
+
+When a model is added, what its source names is checked where the control
+plane can see it: an hf: source's revision is pinned to the commit it names
+now (a branch moving upstream later changes nothing: replicas fetch the
+pinned commit), a missing repository, revision or file refused in the hub's
+words; a local path the control plane can read must be a GGUF file, a
+safetensors file or a model directory (a path only the nodes have is checked
+by them).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from datetime import UTC, datetime
+from pathlib import Path
 
 from pydantic import ValidationError
 
 from gatewayd.nodes.watch import Broadcaster
 from gatewayd.store import ModelRecord, Store
 from llmgw.catalog import Model
+from llmgw.catalog.model import is_pickled
 from llmgw.engine_flags import check_args, check_env
 from llmgw.errors import LlmgwError
+from llmgw.hub import HF_BASE_URL, HubClient, HubError, HubUnreachable
 from llmgw.modelfmt import validation_text
+from llmgw.modelplan.formats import NotWeights, check_local_weights
 
 log = logging.getLogger(__name__)
 
@@ -32,9 +45,10 @@ class CatalogError(Exception):
 
 
 class Catalog:
-    def __init__(self, store: Store, watch: Broadcaster):
+    def __init__(self, store: Store, watch: Broadcaster, *, hub_url: str = HF_BASE_URL):
         self._store = store
         self._watch = watch
+        self.hub_url = hub_url
         self._models: dict[str, ModelRecord] = {}
 
     async def load(self) -> None:
@@ -81,8 +95,40 @@ class Catalog:
                 f"a model named {model.name!r} exists; change it with llmgw ctl model scale/context,"
                 f" or remove it first (llmgw ctl model rm {model.name})",
             )
+        if not model.is_external:
+            await asyncio.to_thread(_check_local, model)
+            model = await self._pin(model, self.get(model.name))
         await self._save(model)
         return model
+
+    async def _pin(self, model: Model, prev: Model | None) -> Model:
+        """An hf: model with the commit its revision names now, checked on the hub.
+
+        A model put again with the same source keeps its commit: only a new
+        source (or a commit given on purpose) moves it.
+        """
+        src = model.parsed_source
+        if src.kind != "hf":
+            return model.model_copy(update={"commit": ""}) if model.commit else model
+        if not model.commit and prev is not None and prev.source == model.source and prev.commit:
+            return model.model_copy(update={"commit": prev.commit})
+        try:
+            async with HubClient(self.hub_url) as hub:
+                commit = await hub.resolve(src.location, model.commit or src.revision)
+                if src.is_repo:
+                    files = [f.path for f in await hub.list_files(src.location, commit)]
+                    _check_repo_files(str(src), files, model.allow_pickle)
+                else:
+                    await hub.head(src.location, commit, src.file)
+        except HubUnreachable as e:
+            raise CatalogError(
+                "unavailable",
+                f"{model.source} cannot be pinned to a commit: {e.message} ({e.hint})",
+            ) from None
+        except HubError as e:
+            raise CatalogError("invalid", e.message + (f" ({e.hint})" if e.hint else "")) from None
+        log.info("model %s: %s pinned to commit %s", model.name, model.source, commit)
+        return model.model_copy(update={"commit": commit})
 
     async def scale(self, name: str, replicas: int) -> Model:
         model = self._need(name)
@@ -123,3 +169,34 @@ class Catalog:
         self._models[model.name] = rec
         log.info("model %s saved (%s replicas)", model.name, model.replicas_min)
         self._watch.publish("models", model.name)
+
+
+def _check_local(model: Model) -> None:
+    """A local path the control plane can see must hold weights (the sim needs none)."""
+    src = model.parsed_source
+    if src.kind != "file" or all(p.engine == "sim" for p in model.profiles):
+        return
+    path = Path(src.location)
+    if not path.exists():
+        return  # a path on the nodes only: each node checks it before starting
+    try:
+        check_local_weights(path)
+    except NotWeights as e:
+        raise CatalogError("invalid", e.message + (f" ({e.hint})" if e.hint else "")) from None
+
+
+def _check_repo_files(source: str, files: list[str], allow_pickle: bool) -> None:
+    """A whole repository must hold what an engine loads: a config and safetensors."""
+    if "config.json" not in files:
+        raise CatalogError(
+            "invalid",
+            f"{source} has no config.json: it is not a model an engine can load whole "
+            "(name one GGUF file of it: hf:org/repo:file.gguf)",
+        )
+    pickles = allow_pickle and any(is_pickled(f) for f in files)
+    if not pickles and not any(f.endswith(".safetensors") for f in files):
+        raise CatalogError(
+            "invalid",
+            f"{source} holds no safetensors weights (models stored only as pickles are not "
+            "served; name a GGUF file of it, or a repository with safetensors)",
+        )

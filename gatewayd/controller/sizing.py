@@ -1,38 +1,110 @@
 """What a model needs, as far as the control plane can tell.
 
-The control plane reads a model's metadata itself when it can reach the
-file (a local path, as for `llmgw up`'s starter model); otherwise it plans
-from the profile's stated needs and says the size is unknown.
+The control plane reads a model's metadata itself where it can: a local
+GGUF it can see (as for `llmgw up`'s starter model), and a whole Hugging Face
+repository through the hub (config.json and every safetensors shard's
+header, a few kilobytes each, never the weights). Facts of a repository are
+kept per commit: a commit never changes. Otherwise it plans from the
+profile's stated needs and says the size is unknown.
+
+``learn`` (async, may ask the hub) fills what ``plan`` (pure, sync) reads:
+the reconciler and the admin API call it before they plan.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
 from llmgw.catalog import Model, Profile
 from llmgw.errors import LlmgwError
+from llmgw.hub import COMMIT_RE, HF_BASE_URL, HubClient, HubError
+from llmgw.hub.facts import read_repo_facts
 from llmgw.inventory import Inventory
 from llmgw.modelplan.types import CardNeed, Layout, ModelFacts, Plan
 
 log = logging.getLogger(__name__)
 
+# A hub that could not be read is asked again after this long, not at every
+# reconcile pass (which runs every second or so).
+RETRY_AFTER_S = 60.0
+
 
 class Sizing:
-    """Model facts per source, read once and remembered."""
+    """Model facts per source (and per commit for hub repositories), read once and remembered."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, hub_url: str = HF_BASE_URL) -> None:
+        self.hub_url = hub_url
         self._facts: dict[str, ModelFacts | None] = {}
-
-    def facts(self, model: Model) -> ModelFacts | None:
-        key = f"{model.source}#{model.sha256}"
-        if key not in self._facts:
-            self._facts[key] = self._read(model)
-        return self._facts[key]
+        # (repo, commit) -> facts: two models of one commit read it once.
+        self._by_commit: dict[tuple[str, str], ModelFacts] = {}
+        # source#commit -> (monotonic time of the failure, what went wrong).
+        self._failed: dict[str, tuple[float, str]] = {}
 
     @staticmethod
-    def _read(model: Model) -> ModelFacts | None:
+    def _key(model: Model) -> str:
+        return f"{model.source}#{model.commit or model.sha256}"
+
+    def facts(self, model: Model) -> ModelFacts | None:
+        """What is known of the model now, without asking the hub."""
+        key = self._key(model)
+        if key not in self._facts:
+            src = model.parsed_source
+            if src.is_repo:
+                return None  # only learn() asks the hub
+            self._facts[key] = self._read_local(model)
+        return self._facts[key]
+
+    def problem(self, model: Model) -> str:
+        """Why the hub could not tell the model's facts ("" when it did or was not asked)."""
+        failed = self._failed.get(self._key(model))
+        return failed[1] if failed else ""
+
+    async def learn(self, model: Model, *, strict: bool = False) -> ModelFacts | None:
+        """The model's facts, asking the hub for a whole repository not read yet.
+
+        ``strict`` raises the hub's error (planning a source before adding it);
+        otherwise a failure is logged, remembered for a minute, and the model
+        is sized from its profile meanwhile.
+        """
+        src = model.parsed_source
+        if not src.is_repo:
+            return self.facts(model)
+        key = self._key(model)
+        if self._facts.get(key) is not None:
+            return self._facts[key]
+        failed = self._failed.get(key)
+        if failed and not strict and time.monotonic() - failed[0] < RETRY_AFTER_S:
+            return None
+        try:
+            facts = await self._read_repo(src.location, model.commit or src.revision)
+        except HubError as e:
+            text = e.message + (f" ({e.hint})" if e.hint else "")
+            self._failed[key] = (time.monotonic(), text)
+            if strict:
+                raise
+            log.warning("cannot read %s from the hub: %s", model.source, text)
+            return None
+        self._failed.pop(key, None)
+        self._facts[key] = facts
+        return facts
+
+    async def _read_repo(self, repo: str, revision: str) -> ModelFacts:
+        async with HubClient(self.hub_url) as hub:
+            commit = revision if COMMIT_RE.fullmatch(revision or "") else ""
+            if not commit:
+                commit = await hub.resolve(repo, revision)
+            cached = self._by_commit.get((repo, commit))
+            if cached is not None:
+                return cached
+            facts = await read_repo_facts(hub, repo, commit)
+        self._by_commit[(repo, commit)] = facts
+        return facts
+
+    @staticmethod
+    def _read_local(model: Model) -> ModelFacts | None:
         src = model.parsed_source
         if src.kind != "file" or not Path(src.location).is_file():
             return None
@@ -57,13 +129,16 @@ class Sizing:
                 context=model.context_length,
                 slots=model.slots,
                 inventories=list(inventories),
+                precision=profile.precision,
             )
-        return stated_plan(model, profile)
+        return stated_plan(model, profile, self.problem(model))
 
 
-def stated_plan(model: Model, profile: Profile) -> Plan:
+def stated_plan(model: Model, profile: Profile, problem: str = "") -> Plan:
     """A plan from the profile's own words, when the weights cannot be read here."""
     note = "the model's size is unknown to the control plane; sized from its profile"
+    if problem:
+        note += f" (the hub: {problem})"
     layouts: list[Layout] = []
     if not profile.cpu:
         need = profile.gpu
