@@ -22,6 +22,7 @@ from gatewayd.agents.revocations import Revocations
 from gatewayd.agents.service import AgentService
 from gatewayd.catalog.catalog import Catalog
 from gatewayd.controller.reconciler import Reconciler
+from gatewayd.controller.sizing import Sizing
 from gatewayd.gateway.bands import BandPools
 from gatewayd.gateway.endpoints import Endpoints
 from gatewayd.gateway.keys import KeyCache
@@ -62,7 +63,7 @@ class GatewayServer:
         self.paths = paths
         self.store = store or open_store_from_config(cfg.store, paths)
         self.registry = NodeRegistry(self.store, not_ready_grace_s=cfg.nodes.not_ready_grace_s)
-        self.catalog = Catalog(self.store, self.registry.watch)
+        self.catalog = Catalog(self.store, self.registry.watch, hub_url=cfg.hub_url)
         self.reconciler: Reconciler | None = None
         self.ports: dict[str, int] = {}
         self._grpc: list[Server] = []
@@ -95,6 +96,7 @@ class GatewayServer:
             engine_key=self._engine_key(),
             lost_grace_s=self.cfg.nodes.lost_grace_s,
             engines=self.cfg.engines,
+            sizing=Sizing(hub_url=self.cfg.hub_url),
         )
         await self.reconciler.load()
         self.keys = KeyCache(self.store)
