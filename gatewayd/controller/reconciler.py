@@ -241,6 +241,8 @@ class Reconciler:
         await self._forget_stopped()
 
     async def _reconcile_model(self, model: Model) -> None:
+        # A hub repository's facts are read once per commit, before it is placed.
+        await self.sizing.learn(model)
         mine = list(self._by_model.get(model.name, []))
         now = utcnow()
         # Failed replicas come back after their backoff, unplaced ones when
@@ -389,7 +391,8 @@ class Reconciler:
         where = f"node {p.node_id}" + (f" GPUs {r.gpu_indexes}" if r.gpu_indexes else " CPU")
         r.move(rs.PLACED, f"placed on {where}", deadline_s=profile.startup_timeout_s)
         await self._save(r)
-        src = model.parsed_source
+        # At the commit pinned when the model was added: a moved branch changes nothing.
+        src = model.fetch_source
         engine_version = await self._engine_for(p.node_id, profile.engine, profile.engine_version)
         layout = p.layout
         msg = ControlMessage(
