@@ -12,6 +12,7 @@ from gatewayd.nodes.registry import NodeRegistry
 from llmgw.catalog import Model, Profile
 from llmgw.catalog.price import spec_from_wire
 from llmgw.errors import LlmgwError
+from llmgw.modelfmt import validation_text
 from llmgw.protojson import to_plain
 from proto.llmgw.v1 import (
     ControlMessage,
@@ -106,6 +107,7 @@ class ModelAdmin:
         trial = model.model_copy(
             update={"context_length": message.context_length, "slots": message.slots or model.slots}
         )
+        await self._reconciler.sizing.learn(trial)
         plan = self._reconciler.sizing.plan(
             trial, trial.profiles[0], self._reconciler.inventories()
         )
@@ -127,8 +129,15 @@ class ModelAdmin:
                 model = Model(
                     name=message.name or "plan",
                     source=message.source,
-                    profiles=[Profile(engine=message.engine or "llama.cpp")],
+                    profiles=[
+                        Profile(engine=message.engine or "llama.cpp", precision=message.precision)
+                    ],
                 )
+            elif message.precision:
+                profile = Profile.model_validate(
+                    {**model.profiles[0].model_dump(), "precision": message.precision}
+                )
+                model = model.model_copy(update={"profiles": [profile, *model.profiles[1:]]})
             update = {}
             if message.context_length:
                 update["context_length"] = message.context_length
@@ -137,8 +146,10 @@ class ModelAdmin:
             model = model.model_copy(update=update)
             _refuse_external(model, "nothing of it runs here to plan")
         except ValueError as e:
-            raise GRPCError(Status.INVALID_ARGUMENT, str(e)) from None
+            raise GRPCError(Status.INVALID_ARGUMENT, validation_text(e)) from None
         try:
+            # A hub repository: its config and shard headers, read now if not yet.
+            await self._reconciler.sizing.learn(model, strict=True)
             plan = self._reconciler.sizing.plan(
                 model, model.profiles[0], self._reconciler.inventories()
             )
