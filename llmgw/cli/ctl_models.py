@@ -13,6 +13,7 @@ from llmgw import output
 from llmgw.catalog import Model
 from llmgw.cli.ctl import JsonOpt, app, call
 from llmgw.errors import UsageError
+from llmgw.labels import parse_assignments
 from llmgw.modelfmt import serve_spec, to_spec, validation_text
 from proto.llmgw.v1 import ModelSpec, PlanModelRequest
 
@@ -71,7 +72,9 @@ def model_add(
 
 @model_app.command("serve")
 def model_serve(
-    source: str = typer.Argument(..., help="A path, file://, https:// or hf:org/repo[@rev]:file"),
+    source: str = typer.Argument(
+        ..., help="A path, file://, https://, hf:org/repo[@rev] or hf:org/repo[@rev]:file"
+    ),
     name: str = typer.Option("", "--name", help="The model's name (default: from the file name)."),
     engine: str = typer.Option("llama.cpp", "--engine", help="llama.cpp, vllm, sglang or sim."),
     replicas: int = typer.Option(1, "--replicas", min=0, max=1000),
@@ -79,10 +82,18 @@ def model_serve(
     gpus: int = typer.Option(0, "--gpus", min=0, max=64, help="GPUs per replica (0: planned)."),
     cpu: bool = typer.Option(False, "--cpu", help="Run on CPU only."),
     sha256: str = typer.Option("", "--sha256", help="Pin the weights' sha256."),
+    label: list[str] = typer.Option(
+        [],
+        "--label",
+        help="Place only on nodes with this label, KEY=VALUE (repeatable): zone=a;"
+        " llmgw.role=judge for nodes kept for that role.",
+        show_default=False,
+    ),
     json: bool = JsonOpt,
 ) -> None:
     """Add a model and serve it now (refused if a model of that name exists)."""
     try:
+        labels = parse_assignments(label, flag="--label")
         spec = serve_spec(
             source,
             name=name,
@@ -93,6 +104,7 @@ def model_serve(
             cpu=cpu,
             sha256=sha256,
         )
+        spec.labels = labels
     except UsageError as e:
         raise typer.Exit(code=output.fail(e)) from None
     call(
@@ -135,9 +147,16 @@ def model_plan(
     context: int = typer.Option(0, "--context", min=0),
     slots: int = typer.Option(0, "--slots", min=0),
     engine: str = typer.Option("", "--engine"),
+    precision: str = typer.Option(
+        "",
+        "--precision",
+        help="bf16 or fp8: plan the weights as vLLM or SGLang load them at it.",
+    ),
     json: bool = JsonOpt,
 ) -> None:
     """What the model needs: every layout that fits, per-card memory and speed."""
+    if precision not in ("", "bf16", "fp8"):
+        raise typer.Exit(code=output.fail(UsageError(f"--precision {precision!r}: bf16 or fp8")))
     is_source = source.startswith(("/", "file://", "https://", "hf:"))
     request = PlanModelRequest(
         name="" if is_source else source,
@@ -145,6 +164,7 @@ def model_plan(
         engine=engine,
         context_length=context,
         slots=slots,
+        precision=precision,
     )
     call(lambda c: c.plan_model(request), json=json)
 

@@ -77,3 +77,26 @@ def test_node_label_refuses_what_it_cannot_do_in_words(labelled_up):
     unknown = llmgw(home, "ctl", "node", "label", "nope", "zone=a")
     assert unknown.returncode == ExitCode.NOT_FOUND and "no node named 'nope'" in unknown.stderr
     assert nodes_json(home)[0]["labels"] == {"zone": "a"}
+
+
+def test_a_model_served_with_a_label_says_in_explain_placement_why_the_node_is_refused(
+    labelled_up,
+):
+    home = labelled_up
+    served = llmgw(
+        home, "ctl", "model", "serve", "/m/x.gguf", "--engine", "sim", "--name", "west",
+        "--label", "zone=w", "--json",
+    )  # fmt: skip
+    assert served.returncode == 0, served.stderr
+    assert json.loads(served.stdout)["spec"]["labels"] == {"zone": "w"}
+
+    explained = json.loads(llmgw(home, "ctl", "explain-placement", "west", "--json").stdout)
+    assert explained.get("placement") is None
+    assert explained["reasons"] == [
+        {"node_id": NODE, "reason": "labels do not match: needs zone=w, node has zone=a"}
+    ]
+    people = llmgw(home, "ctl", "explain-placement", "west", COLUMNS="200")
+    assert "labels do not match: needs zone=w, node has zone=a" in people.stdout
+
+    bad = llmgw(home, "ctl", "model", "serve", "/m/y.gguf", "--name", "y", "--label", "zone")
+    assert bad.returncode == ExitCode.USAGE and "--label 'zone' is not KEY=VALUE" in bad.stderr
