@@ -2,7 +2,9 @@
 
 filters.py drops nodes with a reason each, fit.py finds the first layout of
 the plan a node can hold and on which cards, scorers.py ranks the nodes that
-fit, decide.py puts the three together. No I/O: the controller hands in
+fit, decide.py puts the three together. For a large cluster, index.py keeps
+the nodes by kind and free memory and search.py finds the same choice on it
+without weighing every node. No I/O: the controller hands in
 ``NodeCandidate``s built from what agents report.
 """
 
@@ -10,6 +12,7 @@ from llmgw.placement.candidates import ROLE_LABEL, NodeCandidate, PlacementReque
 from llmgw.placement.decide import Decision, Placement, place
 from llmgw.placement.filters import CHAIN, FILTERS
 from llmgw.placement.fit import Fit, Misfit, fit_node
+from llmgw.placement.index import NodeIndex
 from llmgw.placement.scorers import Score
 
 __all__ = [
@@ -20,6 +23,7 @@ __all__ = [
     "Fit",
     "Misfit",
     "NodeCandidate",
+    "NodeIndex",
     "Placement",
     "PlacementRequest",
     "Score",

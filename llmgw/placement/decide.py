@@ -10,19 +10,27 @@ Pure and synchronous: the reconciler calls it once per replica to place, the
 admin service once for ``explain-placement``. A pass that places several
 replicas reserves each placement on its node (``NodeCandidate.reserve``)
 before the next decision, so two replicas are never given the same free card.
+
+Given a list, ``place`` weighs every node (``scan``). Given a ``NodeIndex``
+(index.py), it finds the same choice without weighing every node
+(search.py), and the decision works out ``reasons``, ``counts`` and
+``fitting`` the first time one of them is read, as the nodes were when it
+was made: the answer is the scan's, the work only done for who reads it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from operator import itemgetter
+from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, PrivateAttr
 
 from llmgw.modelplan.types import Layout
 from llmgw.placement.candidates import LayoutNeed, NodeCandidate, PlacementRequest, gib
 from llmgw.placement.filters import CHAIN, category
 from llmgw.placement.fit import SHORT_GPU, SHORT_HOST, TOO_FEW_GPUS, Misfit, fit_prepared
+from llmgw.placement.index import NodeIndex
 from llmgw.placement.scorers import Score, score_key, score_of, why_lower
 
 # Refusal counts read in the order the chain drops nodes; the memory
@@ -60,6 +68,76 @@ class Decision(BaseModel):
     # How many nodes could have taken it (the chosen one included).
     fitting: int = 0
 
+    # For a decision made on an index: gives (reasons, counts, fitting) when
+    # first read; None once they are filled in (and for a scan's decision).
+    _later: Callable[[], tuple[dict, dict, int]] | None = PrivateAttr(default=None)
+
+    @classmethod
+    def later(cls, later: Callable[[], tuple[dict, dict, int]], **fields: Any) -> Decision:
+        """A decision whose fields not given (of reasons, counts, fitting) come from ``later``."""
+        d = cls.model_construct(**fields)
+        for name in _LATER:
+            if name not in fields:
+                d.__dict__.pop(name, None)
+                d.__pydantic_fields_set__.discard(name)
+        d.__pydantic_private__["_later"] = later
+        return d
+
+    def settle(self) -> Decision:
+        """Fill in what was left for later; every way of reading the decision does so first."""
+        private = self.__pydantic_private__
+        later = private.get("_later") if private else None
+        if later is not None:
+            private["_later"] = None
+            values = dict(zip(_LATER, later(), strict=True))
+            fields = self.__dict__
+            values.update(fields)
+            # In the order of the fields, as an eager decision has them.
+            ordered = {name: values[name] for name in type(self).model_fields}
+            fields.clear()
+            fields.update(ordered)
+            self.__pydantic_fields_set__.update(_LATER)
+        return self
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for a field not yet filled in (or a private attribute).
+        if name in _LATER:
+            private = object.__getattribute__(self, "__pydantic_private__")
+            if private and private.get("_later") is not None:
+                return self.settle().__dict__[name]
+        return super().__getattr__(name)
+
+    def model_dump(self, **kwargs: Any) -> dict[str, Any]:
+        return super(Decision, self.settle()).model_dump(**kwargs)
+
+    def model_dump_json(self, **kwargs: Any) -> str:
+        return super(Decision, self.settle()).model_dump_json(**kwargs)
+
+    def model_copy(self, **kwargs: Any) -> Decision:
+        return super(Decision, self.settle()).model_copy(**kwargs)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Decision):
+            other.settle()
+        return super(Decision, self.settle()).__eq__(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr_args__(self):
+        return super(Decision, self.settle()).__repr_args__()
+
+    def __iter__(self):
+        return super(Decision, self.settle()).__iter__()
+
+    def __getstate__(self) -> dict[Any, Any]:
+        return super(Decision, self.settle()).__getstate__()
+
+    def __copy__(self) -> Decision:
+        return super(Decision, self.settle()).__copy__()
+
+    def __deepcopy__(self, memo: dict[int, Any] | None = None) -> Decision:
+        return super(Decision, self.settle()).__deepcopy__(memo)
+
     def explain(self) -> str:
         """The decision and every node's reason, as ``explain-placement`` prints it."""
         head = f"{self.model} (profile {self.profile}, {self.engine})"
@@ -80,15 +158,32 @@ class Decision(BaseModel):
         return "\n".join(lines)
 
 
+_LATER = ("reasons", "counts", "fitting")
+
+
 def place(
-    request: PlacementRequest, nodes: Iterable[NodeCandidate], *, explain: bool = True
+    request: PlacementRequest, nodes: Iterable[NodeCandidate] | NodeIndex, *, explain: bool = True
 ) -> Decision:
     """Choose a node and cards for one replica of the request, or say why none can take it.
 
     ``explain=False`` leaves out the reasons of nodes that fit but scored
     lower (a reconcile pass placing hundreds of models needs only the choice,
-    or the refusal); every other reason is kept.
+    or the refusal); every other reason is kept. ``nodes`` a ``NodeIndex``:
+    the same decision, found without weighing every node (see the module's
+    docstring).
     """
+    if isinstance(nodes, NodeIndex):
+        # search.py builds on this module's Decision and scan.
+        from llmgw.placement.search import place_indexed
+
+        return place_indexed(request, nodes, explain=explain)
+    return scan(request, nodes, explain=explain)
+
+
+def scan(
+    request: PlacementRequest, nodes: Iterable[NodeCandidate], *, explain: bool = True
+) -> Decision:
+    """place() weighing every node: the reference the index's search must agree with."""
     nodes = list(nodes)
     prep = request.prepared()
     base = {"model": request.model, "profile": request.profile, "engine": request.engine}
