@@ -106,13 +106,18 @@ class Sizing:
     @staticmethod
     def _read_local(model: Model) -> ModelFacts | None:
         src = model.parsed_source
-        if src.kind != "file" or not Path(src.location).is_file():
+        path = Path(src.location)
+        if src.kind != "file":
             return None
         try:
-            if src.location.endswith(".gguf"):
+            if path.is_file() and src.location.endswith(".gguf"):
                 from llmgw.modelplan.gguf_meta import read_gguf
 
-                return read_gguf(Path(src.location))
+                return read_gguf(path)
+            if path.is_dir() and (path / "config.json").is_file():
+                from llmgw.modelplan.hf_meta import read_hf_dir
+
+                return read_hf_dir(path)
         except LlmgwError as e:
             log.warning("cannot read %s: %s", src.location, e)
         return None
@@ -123,7 +128,7 @@ class Sizing:
         if facts is not None:
             from llmgw.modelplan.plan import plan_for_inventories
 
-            return plan_for_inventories(
+            plan = plan_for_inventories(
                 facts,
                 profile.engine,
                 context=model.context_length,
@@ -131,7 +136,29 @@ class Sizing:
                 inventories=list(inventories),
                 precision=profile.precision,
             )
+            return on_cards_asked(plan, profile)
         return stated_plan(model, profile, self.problem(model))
+
+
+def on_cards_asked(plan: Plan, profile: Profile) -> Plan:
+    """The plan's GPU layouts on exactly the cards a profile asks for (``--gpus N``).
+
+    The operator's count is a decision, not a floor: a model that fits one
+    card still runs tensor parallel over two when asked. CPU layouts go too,
+    as a profile with a GPU count never runs on the CPU.
+    """
+    count = profile.gpu.count if profile.gpu else 0
+    if not count:
+        return plan
+    kept = [lay for lay in plan.layouts if lay.kind == "gpu" and lay.gpus == count]
+    if kept:
+        return plan.model_copy(update={"layouts": kept})
+    return plan.model_copy(
+        update={
+            "layouts": [],
+            "refused": plan.refused or f"the plan has no layout on {count} GPU(s) for this model",
+        }
+    )
 
 
 def stated_plan(model: Model, profile: Profile, problem: str = "") -> Plan:

@@ -89,3 +89,10 @@ async def test_a_repository_the_hub_cannot_tell_is_sized_from_its_profile_saying
     assert "size is unknown" in plan.notes[0] and "org/nope is not a repository" in plan.notes[0]
     with pytest.raises(RepoNotFound):
         await sizing.learn(model, strict=True)
+
+
+def test_a_local_model_directory_the_control_plane_sees_is_planned_from_its_headers(tmp_path):
+    d = REPO.write(tmp_path / "tiny")
+    model = Model(name="tiny", source=str(d), profiles=[{"engine": "vllm"}])
+    facts = Sizing().facts(model)
+    assert facts is not None and facts.parameters == REPO.parameters
