@@ -28,7 +28,7 @@ from llmgw.catalog import Model
 from llmgw.config import EngineRelease
 from llmgw.engine_recipes import PYTHON_ENGINES, install_message, recipe_for
 from llmgw.inventory import Inventory
-from llmgw.placement import Decision, PlacementRequest, place
+from llmgw.placement import Decision, NodeIndex, PlacementRequest, place
 from proto.llmgw.v1 import (
     ControlMessage,
     ShardStatus,
@@ -96,7 +96,7 @@ class Reconciler:
         self.sizing = sizing or Sizing()
         self.replicas: dict[str, Replica] = {}
         self._kick = asyncio.Event()
-        self._pass_nodes: list | None = None
+        self._pass_nodes: NodeIndex | None = None
         self._drained: set[str] = set()
         self._by_model: dict[str, list[Replica]] = {}
         self._lock = asyncio.Lock()
@@ -319,14 +319,16 @@ class Reconciler:
 
     # ---- placement and start -------------------------------------------
 
-    def _pass_candidates(self) -> list:
+    def _pass_candidates(self) -> NodeIndex:
         """Placement's view of the nodes for this pass, built once and reserved into.
 
+        Indexed, so that each decision of the pass need not weigh every node.
         Inside a pass the replicas being (re)placed are pending or failed and
         hold nothing, so none needs leaving out.
         """
         if self._pass_nodes is None:
-            self._pass_nodes = node_candidates(self._registry.live_nodes(), self.replicas.values())
+            nodes = node_candidates(self._registry.live_nodes(), self.replicas.values())
+            self._pass_nodes = NodeIndex(nodes)
         return self._pass_nodes
 
     def decide(
@@ -334,7 +336,7 @@ class Reconciler:
         model: Model,
         *,
         exclude: set[str] = frozenset(),
-        nodes: list | None = None,
+        nodes: list | NodeIndex | None = None,
         explain: bool = True,
     ) -> Decision:
         """Where a replica of ``model`` goes now, with every node's reason.
@@ -373,11 +375,9 @@ class Reconciler:
             await self._save(r)
             return
         p = decision.placement
-        if self._pass_nodes is not None:
-            for node in self._pass_nodes:  # the next decision in this pass sees it taken
-                if node.node_id == p.node_id:
-                    node.reserve(dict(p.per_gpu_bytes), p.host_memory_bytes)
-                    break
+        node = self._pass_nodes.get(p.node_id) if self._pass_nodes is not None else None
+        if node is not None:  # the next decision in this pass sees it taken
+            node.reserve(dict(p.per_gpu_bytes), p.host_memory_bytes)
         r.node_id, r.gpu_indexes = p.node_id, list(p.gpu_indexes)
         r.per_gpu_bytes = dict(p.per_gpu_bytes)
         r.host_memory_bytes = p.host_memory_bytes
