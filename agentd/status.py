@@ -263,6 +263,9 @@ class StatusView:
             engines=self.engines(),
             shards=self.shards(),
             warnings=board.warnings(),
+            mem_bandwidth_gbs=getattr(agent, "mem_bandwidth_gbs", 0.0)
+            or (host.mem_bandwidth_gbs if host else 0.0),
+            gpus=list(agent.inventory.gpus) if agent.inventory is not None else [],
         )
 
     def engines(self) -> list[EngineReport]:

@@ -31,6 +31,7 @@ from typing import Literal
 from pydantic import BaseModel, ValidationError
 
 from llmgw.errors import ExitCode, LlmgwError
+from llmgw.inventory import GpuInfo
 
 SCHEMA_VERSION = 1
 STATUS_TARGET = "/status"
@@ -144,6 +145,11 @@ class AgentStatus(BaseModel):
     disks: list[DiskReport] = []
     # Oldest first, the last hour only.
     warnings: list[AgentWarning] = []
+    # The host's memory bandwidth as the agent measured it (0: not yet).
+    mem_bandwidth_gbs: float = 0.0
+    # The cards and MIG instances the agent reports to the cluster, with
+    # their links (PCIe, NVLink); what NVML alone does not say per index.
+    gpus: list[GpuInfo] = []
 
 
 # ---- framing (both sides) ------------------------------------------------------

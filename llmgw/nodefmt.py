@@ -12,11 +12,12 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from llmgw.inventory import GpuInfo
 from llmgw.labels import labels_text
 from proto.llmgw.v1 import Gpu, NodeView
 
 NODE_COLUMNS = ("NODE", "STATE", "REASON", "OS", "ARCH", "CPUS", "MEMORY", "GPUS", "LABELS")
-GPU_COLUMNS = ("#", "NAME", "MEMORY", "CC", "PCI", "MIG")
+GPU_COLUMNS = ("#", "NAME", "MEMORY", "CC", "PCI", "PCIE", "NVLINK", "MIG")
 # What an empty cluster says, with the next step, in the command and the console alike.
 NO_NODES = "No nodes yet. Add one: llmgw node add HOST (or run llmgw up here)."
 STATE_STYLE = {"ready": "green", "not_ready": "red", "registering": "yellow", "gone": "dim"}
@@ -89,22 +90,63 @@ def node_facts(n: NodeView) -> list[tuple[str, str | Text]]:
             ("arch", h.arch),
             ("cpus", f"{h.cpu_count} (AVX2: {'yes' if h.avx2 else 'no'})"),
             ("memory", gib(h.memory_total_bytes)),
+            ("memory bandwidth", bandwidth_text(h.mem_bandwidth_gbs)),
             ("free disk", gib(h.disk_free_bytes)),
             ("nvidia driver", h.nvidia_driver_version or h.gpu_note or "-"),
             ("probe", h.probe + (" (fake inventory)" if h.fake else "")),
         ]
+        if h.warnings:
+            rows.append(("warnings", Text("\n".join(h.warnings), style="yellow")))
     return rows
 
 
-def gpu_cells(gpu: Gpu) -> tuple[str, ...]:
+def bandwidth_text(gbs: float) -> str:
+    """The host's measured memory bandwidth, or that it is not measured yet."""
+    return f"{gbs:.1f} GB/s (measured)" if gbs else "not measured yet"
+
+
+def pcie_text(gpu: Gpu | GpuInfo) -> str:
+    """The PCIe link as generation×lanes, with the most it can do where that differs.
+
+    "4×16", "1×16 (max 5×16)" (a card idles at Gen1), "-" when not read.
+    """
+    if not gpu.pcie_gen and not gpu.pcie_width:
+        return "-"
+    now = f"{gpu.pcie_gen or '?'}×{gpu.pcie_width or '?'}"
+    most = f"{gpu.pcie_gen_max or gpu.pcie_gen}×{gpu.pcie_width_max or gpu.pcie_width}"
+    return now if most == now else f"{now} (max {most})"
+
+
+def index_ranges(indexes: list[int]) -> str:
+    """GPU indexes as runs: [1, 2, 3, 5] is "1-3,5"; [] is "-"."""
+    runs: list[list[int]] = []
+    for i in sorted(set(indexes)):
+        if runs and i == runs[-1][-1] + 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return ",".join(f"{r[0]}-{r[-1]}" if len(r) > 2 else ",".join(map(str, r)) for r in runs) or "-"
+
+
+def mig_text(gpu: Gpu | GpuInfo) -> str:
+    """A card's MIG mode, or which card a MIG instance is carved from and how big."""
+    if gpu.mig_instance:
+        return f"{gpu.mig_profile or 'instance'} of GPU {gpu.mig_parent_index}"
+    return gpu.mig_mode or "-"
+
+
+def gpu_cells(gpu: Gpu) -> tuple[str | Text, ...]:
     """One GPU's cells, in the order of ``GPU_COLUMNS``."""
     return (
         str(gpu.index),
-        gpu.name,
+        # Text, not markup: a bus id like 00000000:AB:00.0 holds rich's ":ab:" emoji code.
+        Text(gpu.name),
         gib(gpu.memory_total_bytes),
         gpu.compute_capability,
-        gpu.pci_bus_id,
-        gpu.mig_mode or "-",
+        Text(gpu.pci_bus_id),
+        pcie_text(gpu),
+        index_ranges(list(gpu.nvlink_peers)),
+        mig_text(gpu),
     )
 
 

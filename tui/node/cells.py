@@ -11,11 +11,13 @@ import time
 from rich.text import Text
 
 from llmgw.agent_status import AgentStatus, ControlPlaneState, EngineReport, ShardReport
+from llmgw.inventory import GpuInfo
+from llmgw.nodefmt import bandwidth_text, index_ranges, pcie_text
 from tui.node.gpus import GpuReading
 from tui.node.probe import PlaneAnswer
 
 PLANE_COLUMNS = ("CONTROL PLANE", "FROM", "AGENT", "ANSWERS", "LAST SUCCESS")
-GPU_COLUMNS = ("#", "NAME", "MEMORY", "UTIL", "TEMP", "MODELS")
+GPU_COLUMNS = ("#", "NAME", "MEMORY", "UTIL", "TEMP", "MODELS", "PCIE", "NVLINK")
 ENGINE_COLUMNS = ("ENGINE", "VERSION", "STATE", "THE NODE SAYS")
 SHARD_COLUMNS = ("MODEL", "STATE", "PORT", "PID", "GPUS", "REASON")
 
@@ -82,6 +84,7 @@ def agent_line(s: AgentStatus) -> Text:
         t.append(f" to {s.connected_to}")
     t.append(f" since {clock(s.state_since_unix)}")
     t.append(f" · llmgw {s.version or '?'} · pid {s.pid}")
+    t.append(f" · memory {bandwidth_text(s.mem_bandwidth_gbs)}")
     return t
 
 
@@ -129,17 +132,32 @@ def models_on(gpu: GpuReading, shards: list[ShardReport]) -> list[str]:
     return names
 
 
-def gpu_cells(gpu: GpuReading, shards: list[ShardReport]) -> tuple[str | Text, ...]:
+def gpu_cells(
+    gpu: GpuReading, shards: list[ShardReport], facts: GpuInfo | None = None
+) -> tuple[str | Text, ...]:
+    """One unit's row; ``facts`` (the agent's, else the reading's own) give its links."""
     util = "?" if gpu.utilization_percent is None else f"{gpu.utilization_percent}%"
     temp = "?" if gpu.temperature_c is None else f"{gpu.temperature_c}°C"
     models = ", ".join(models_on(gpu, shards)) or NONE
+    facts = facts or gpu.facts
+    name = gpu.name
+    if facts is not None and facts.mig_instance and "MIG" not in name:
+        name = f"{name} MIG {facts.mig_profile}"
+    if facts is not None and facts.mig_instance:
+        pcie, nvlink = f"of GPU {facts.mig_parent_index}", NONE
+    elif facts is not None:
+        pcie, nvlink = pcie_text(facts), index_ranges(list(facts.nvlink_peers))
+    else:
+        pcie = nvlink = NONE
     return (
         str(gpu.index),
-        gpu.name,
+        Text(name),
         memory_bar(gpu.memory_used_bytes, gpu.memory_total_bytes),
         util,
         temp,
         models,
+        pcie,
+        nvlink,
     )
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from llmgw.inventory import Inventory
+from llmgw.inventory import GpuInfo, Inventory
 
 NO_DRIVER = "no NVIDIA driver"
 NO_GPUS = "NVML found no GPUs"
@@ -33,6 +33,9 @@ class GpuReading:
     temperature_c: int | None = None
     # Processes on the card, to find the node's engines on it.
     pids: tuple[int, ...] = ()
+    # Its links and MIG facts where this reader knows them (a recorded
+    # inventory); NVML's reader leaves them to the agent's status.
+    facts: GpuInfo | None = None
 
 
 @dataclass(frozen=True)
@@ -79,12 +82,14 @@ class NvmlGpuReader:
             return GpuReport(note=f"NVML failed: {e}")
         try:
             gpus = []
-            for index in range(lib.nvmlDeviceGetCount()):
+            count = lib.nvmlDeviceGetCount()
+            for index in range(count):
                 try:
-                    gpus.append(_reading(lib, index))
+                    gpus.append(_reading(lib, lib.nvmlDeviceGetHandleByIndex(index), index))
                 except lib.NVMLError as e:
                     # A card fallen off the bus must not hide the others.
                     gpus.append(GpuReading(index=index, name=f"not readable: {e}"))
+            gpus += _mig_readings(lib, count)
             return GpuReport(gpus=gpus, note="" if gpus else NO_GPUS)
         except lib.NVMLError as e:
             return GpuReport(note=f"NVML failed: {e}")
@@ -95,8 +100,32 @@ class NvmlGpuReader:
                 pass  # nothing to do about it; the next read inits again
 
 
-def _reading(lib: Any, index: int) -> GpuReading:
-    handle = lib.nvmlDeviceGetHandleByIndex(index)
+def _mig_readings(lib: Any, count: int) -> list[GpuReading]:
+    """The MIG instances of cards in MIG mode, numbered after the cards as the agent does."""
+    readings: list[GpuReading] = []
+    next_index = count
+    for index in range(count):
+        try:
+            handle = lib.nvmlDeviceGetHandleByIndex(index)
+            if lib.nvmlDeviceGetMigMode(handle)[0] != getattr(lib, "NVML_DEVICE_MIG_ENABLE", 1):
+                continue
+            slots = lib.nvmlDeviceGetMaxMigDeviceCount(handle)
+        except (lib.NVMLError, AttributeError):
+            continue  # no MIG here, or a driver or pynvml that cannot say
+        for slot in range(slots):
+            try:
+                mig = lib.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
+            except lib.NVMLError:
+                continue  # an empty slot
+            try:
+                readings.append(_reading(lib, mig, next_index))
+            except lib.NVMLError as e:
+                readings.append(GpuReading(index=next_index, name=f"not readable: {e}"))
+            next_index += 1
+    return readings
+
+
+def _reading(lib: Any, handle: Any, index: int) -> GpuReading:
     memory = lib.nvmlDeviceGetMemoryInfo(handle)
 
     def optional(fn: Any, *args: Any) -> Any:
@@ -108,6 +137,8 @@ def _reading(lib: Any, index: int) -> GpuReading:
     util = optional(lib.nvmlDeviceGetUtilizationRates, handle)
     temp = optional(lib.nvmlDeviceGetTemperature, handle, lib.NVML_TEMPERATURE_GPU)
     procs = optional(lib.nvmlDeviceGetComputeRunningProcesses, handle) or []
+    # Vulkan engines (llama.cpp's Vulkan build) are graphics processes.
+    procs += optional(getattr(lib, "nvmlDeviceGetGraphicsRunningProcesses", list), handle) or []
     return GpuReading(
         index=index,
         name=_text(lib.nvmlDeviceGetName(handle)),
@@ -137,6 +168,7 @@ class InventoryGpuReader:
                 memory_total_bytes=g.memory_total_bytes,
                 utilization_percent=self.load.get(g.index, (0, 0))[1],
                 temperature_c=IDLE_TEMPERATURE_C,
+                facts=g,
             )
             for g in self._inventory.gpus
         ]

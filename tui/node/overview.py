@@ -158,9 +158,11 @@ class OverviewScreen(Screen[None]):
         note = self.query_one("#gpu-note", Static)
         table = self.query_one("#gpus", DataTable)
         shards = facts.status.shards if facts.status is not None else []
+        # The agent's view of each unit gives its links (PCIe, NVLink, MIG).
+        known = {g.index: g for g in facts.status.gpus} if facts.status is not None else {}
         table.clear()
         for gpu in facts.gpus.gpus:
-            table.add_row(*cells.gpu_cells(gpu, shards))
+            table.add_row(*cells.gpu_cells(gpu, shards, known.get(gpu.index)))
         table.display = bool(facts.gpus.gpus)
         lines = []
         if facts.gpus.note:
