@@ -32,6 +32,7 @@ def claim_cards(fraction: float) -> Path | None:
     if not procs or not devices or os.environ.get(ON_CPU_ENV) == "1":
         return None
     card = int(os.environ.get(CARD_BYTES_ENV) or NOMINAL_CARD_BYTES)
+    Path(procs).mkdir(parents=True, exist_ok=True)
     path = Path(procs) / f"{os.getpid()}.json"
     record = {
         "pid": os.getpid(),

@@ -1,0 +1,179 @@
+"""vLLM and SGLang end to end on a fake 2 x A100 NVLink node: `ctl model serve` to answers.
+
+What is real: the control plane and the agent (in-process, real gRPC and
+mutual TLS), `llmgw ctl` (a subprocess, as an operator types it), uv
+building the engine's environment with --require-hashes from a package
+index on loopback, the weights fetched file by file from a hub on loopback,
+the engine process and its command line, the gateway, and the official
+openai SDK. What is not: the GPUs (a recorded inventory, driver R580) and
+the engines (stand-ins that take vLLM's and SGLang's flags and answer as
+they do, and write what NVML would show of their memory on their cards).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+
+import openai
+import pytest
+
+from llmgw.config import dump_yaml, load_server_config
+from tests.cluster_fixture import running_cluster, wait_for
+from tests.fakes.engines.fixtures import a100_pair_fixture_file
+from tests.fakes.engines.stand_ins import VERSIONS
+from tests.fakes.hub import FakeHub
+from tests.fakes.tiny_repo import make_tiny_repo
+
+GIB = 2**30
+A100_BYTES = 42949672960
+
+
+@pytest.fixture
+async def hub():
+    async with FakeHub() as hub:
+        hub.add_repo("org/tiny", make_tiny_repo().files)
+        yield hub
+
+
+async def ctl(cluster, *args: str) -> dict:
+    """``llmgw ctl ARGS --json`` against the cluster, as an operator runs it; its JSON reply."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "llmgw",
+        "ctl",
+        *args,
+        "--json",
+        env={**os.environ, "LLMGW_HOME": str(cluster.paths.home)},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        stdin=asyncio.subprocess.DEVNULL,
+    )
+    out, err = await proc.communicate()
+    assert proc.returncode == 0, err.decode()
+    return json.loads(out)
+
+
+def proc_file(pid: int, name: str) -> list[bytes]:
+    """/proc/<pid>/<name> (cmdline, environ): what every user of the node can read."""
+    return Path(f"/proc/{pid}/{name}").read_bytes().rstrip(b"\0").split(b"\0")
+
+
+def cmdline(pid: int) -> list[str]:
+    return [a.decode() for a in proc_file(pid, "cmdline")]
+
+
+def flag(argv: list[str], name: str) -> str:
+    return argv[argv.index(name) + 1]
+
+
+async def serve_on_the_a100_pair(tmp_path, hub, stand_ins, engine: str):
+    """A cluster with the engine's recipe, the A100 pair's agent, and `ctl model serve`."""
+
+    def configure(cfg):
+        cfg.hub_url = hub.url
+
+    cluster_cm = running_cluster(tmp_path, engines=[stand_ins.release(engine)], configure=configure)
+    cluster = await cluster_cm.__aenter__()
+    try:
+        # ctl finds the admin port in server.yaml: the one the test's server took.
+        cfg = load_server_config(cluster.paths.server_yaml)
+        cfg.listen.admin = f"127.0.0.1:{cluster.server.ports['admin']}"
+        cluster.paths.server_yaml.write_text(dump_yaml(cfg))
+        agent_cfg = cluster.agent_config(
+            "a100-pair", fixture=str(a100_pair_fixture_file(tmp_path / "a100-pair.json"))
+        )
+        agent_cfg.hub_url = hub.url
+        await cluster.start_agent("a100-pair", cfg=agent_cfg)
+        added = await ctl(
+            cluster, "model", "serve", "hf:org/tiny", "--engine", engine, "--gpus", "2",
+            "--name", "tiny",
+        )  # fmt: skip
+        assert added["spec"]["source"].startswith("hf:org/tiny")
+    except BaseException:
+        await cluster_cm.__aexit__(*sys.exc_info())
+        raise
+    return cluster_cm, cluster
+
+
+async def ready_replica(cluster, seen: list[str]):
+    async def ready():
+        async with cluster.admin() as admin:
+            rs = (await admin.list_replicas("tiny")).replicas
+        if rs:
+            seen.append(f"{rs[0].state}: {rs[0].reason}")
+        return rs[0] if rs and rs[0].state == "ready" else None
+
+    return await wait_for(ready, attempts=600, interval_s=0.1)
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+async def test_ctl_model_serve_runs_the_engine_on_the_nvlink_pair_and_the_sdk_gets_answers(
+    tmp_path, hub, stand_ins, engine
+):
+    cluster_cm, cluster = await serve_on_the_a100_pair(tmp_path, hub, stand_ins, engine)
+    try:
+        seen: list[str] = []
+        r = await ready_replica(cluster, seen)
+        # TP=2 on the two cards NVLink joins; the node built the engine meanwhile.
+        assert r.node_id == "a100-pair" and sorted(r.gpu_indexes) == [0, 1]
+        assert any(s.startswith("installing:") and engine in s for s in seen), seen
+
+        argv = cmdline(r.pid)
+        assert argv[0].endswith(f"/{engine}/{VERSIONS[engine]}-cu129/venv/bin/python")
+        planned = cluster.server.reconciler.replicas[r.replica_id]
+        per_card = max(planned.per_gpu_bytes.values())
+        if engine == "vllm":
+            assert argv[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
+            assert flag(argv, "--tensor-parallel-size") == "2"
+            assert flag(argv, "--served-model-name") == "tiny"
+            share = float(flag(argv, "--gpu-memory-utilization"))
+            model_path = flag(argv, "--model")
+            assert flag(argv, "--max-model-len") == str(planned.context)
+        else:
+            assert "sglang.launch_server" in argv[2]
+            assert flag(argv, "--tp-size") == "2"
+            assert flag(argv, "--served-model-name") == "tiny"
+            share = float(flag(argv, "--mem-fraction-static"))
+            model_path = flag(argv, "--model-path")
+            assert flag(argv, "--context-length") == str(planned.context)
+        assert (flag(argv, "--host"), flag(argv, "--port")) == ("127.0.0.1", str(r.port))
+        # The plan's bytes on each card as the engine's share of it, never less.
+        assert share >= per_card / A100_BYTES and share - per_card / A100_BYTES < 0.011
+        # The weights the agent fetched and checked, and the cache as the download dir.
+        weights = cluster.paths.agent_data_dir / "a100-pair" / "weights"
+        assert model_path.startswith(str(weights)) and os.path.isfile(
+            os.path.join(model_path, "config.json")
+        )
+        assert flag(argv, "--download-dir") == str(weights)
+        # The key is in the engine's environment only, and it is kept off the hub.
+        key = (cluster.paths.secrets_dir / "engine-key").read_text().strip()
+        assert key not in " ".join(argv)
+        environ = proc_file(r.pid, "environ")
+        assert b"HF_HUB_OFFLINE=1" in environ and b"TRANSFORMERS_OFFLINE=1" in environ
+        assert b"CUDA_VISIBLE_DEVICES=0,1" in environ
+
+        async with cluster.admin() as admin:
+            await admin.create_tenant("project", "acme/ml/search", parents=True)
+            api_key = await admin.create_key("acme/ml/search", name="tests")
+        base = f"http://127.0.0.1:{cluster.server.ports['http']}/v1"
+        async with openai.AsyncOpenAI(base_url=base, api_key=api_key.secret, max_retries=0) as sdk:
+            chat = await sdk.chat.completions.create(
+                model="tiny", messages=[{"role": "user", "content": "hello"}], max_tokens=5
+            )
+            assert chat.choices[0].message.content
+            assert chat.usage.completion_tokens == 5
+            stream = await sdk.chat.completions.create(
+                model="tiny",
+                messages=[{"role": "user", "content": "hello"}],
+                max_tokens=4,
+                stream=True,
+            )
+            words = [c.choices[0].delta.content async for c in stream if c.choices]
+            assert len([w for w in words if w]) == 4
+    finally:
+        await cluster_cm.__aexit__(None, None, None)
