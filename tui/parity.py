@@ -124,6 +124,8 @@ PARITY: dict[Item, Mirror] = {
     ("NodesScreen", "uncordon"): ctl("uncordon {node}", shown_by="nodes"),
     ("NodesScreen", "drain"): ctl("drain {node}", shown_by="nodes"),
     ("NodesScreen", "remove"): ctl("node rm {node}", shown_by="nodes"),
+    ("NodesScreen", "label"): ctl("node label {node} {label} --rm {key}", shown_by="nodes"),
+    ("LabelDialog", None): _FORM,
     ("NodesScreen", "details"): opens("NodeDetails"),
     ("NodeDetails", None): ctl("node show {node}"),
     ("NodeDetails", "dismiss"): _CLOSES,

@@ -324,6 +324,30 @@ async def do_remove_node(app, pilot, live):
     await nodes_agree(app, pilot, live, item)
 
 
+async def do_label(app, pilot, live):
+    item = ("NodesScreen", "label")
+
+    async def label_with(set_: str, remove: str) -> None:
+        await to_nodes(app, pilot, live)
+        await cursor_to(pilot, "#nodes", "spare-node")
+        await press(pilot, *item, "LabelDialog")
+        app.screen.query_one("#label-set", Input).value = set_
+        app.screen.query_one("#label-rm", Input).value = remove
+        await pilot.press("enter")
+        await until(pilot, lambda: screen_is(app, "NodesScreen"))
+
+    await label_with("zone=a rack=r7", "")
+    await until(pilot, lambda: table_rows(app, "#nodes")["spare-node"][8] == "rack=r7, zone=a")
+    assert (await nodes_json(live, item))["spare-node"].labels == {"zone": "a", "rack": "r7"}
+    await nodes_agree(app, pilot, live, item)
+
+    await label_with("", "rack")
+    await until(pilot, lambda: table_rows(app, "#nodes")["spare-node"][8] == "zone=a")
+    assert (await nodes_json(live, item))["spare-node"].labels == {"zone": "a"}
+    await nodes_agree(app, pilot, live, item)
+    await live.client.label_node("spare-node", remove=["zone"])
+
+
 # node add builds its wheel (once, seconds), then the agent registers (a second or two):
 # 60 s covers a loaded machine.
 ONBOARD_TRIES = 1200
@@ -452,6 +476,7 @@ ACTIONS: dict[Item, Step] = {
     ("NodesScreen", "uncordon"): do_uncordon,
     ("NodesScreen", "drain"): do_drain,
     ("NodesScreen", "remove"): do_remove_node,
+    ("NodesScreen", "label"): do_label,
     ("AddNodeDialog", "add"): do_add_node,
     ("ReplicasScreen", "restart"): do_restart,
     ("ReplicaDetails", "restart"): do_restart_in_details,

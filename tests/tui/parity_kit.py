@@ -222,6 +222,7 @@ MODE_OF = {
     "ExplainPlacement": "models",
     "ServeDialog": "models",
     "AddNodeDialog": "nodes",
+    "LabelDialog": "nodes",
     "ReplicasScreen": "replicas",
     "ReplicaDetails": "replicas",
     "KeysScreen": "keys",

@@ -2,7 +2,8 @@
 
 Each action calls the admin client method its command calls: ``c`` is
 ``llmgw ctl cordon NODE`` (or ``uncordon`` on a cordoned node), ``d`` is
-``llmgw ctl drain NODE``, ``x`` is ``llmgw ctl node rm NODE``. Drain and
+``llmgw ctl drain NODE``, ``x`` is ``llmgw ctl node rm NODE``, ``l`` is
+``llmgw ctl node label NODE k=v … --rm k`` (a dialog asks which). Drain and
 remove ask first. ``a`` opens the Add node dialog (``llmgw node add HOST``,
 with each step's progress); it needs no selected node, nor any node at all. A refusal ("drain it first …") lands on the status line
 with what to do; what changed shows in the row and the pane as the watch
@@ -23,6 +24,7 @@ from llmgw.errors import LlmgwError
 from proto.llmgw.v1 import NodeView, RemoveNodeReply
 from tui.screens.add_node import AddNodeDialog
 from tui.screens.key_dialogs import Confirm
+from tui.screens.label_dialog import LabelChange, LabelDialog
 from tui.screens.node_pane import replicas_on
 
 
@@ -61,12 +63,13 @@ class NodeActions:
         Binding("c", "uncordon", "Uncordon"),
         Binding("d", "drain", "Drain"),
         Binding("x,delete", "remove", "Remove"),
+        Binding("l", "label", "Label"),
         Binding("a", "add_node", "Add node"),
         # Before the table's own Enter (select), so that the footer shows it.
         Binding("enter", "details", "Details", priority=True),
     ]
     ON_A_NODE: ClassVar[frozenset[str]] = frozenset(
-        {"cordon", "uncordon", "drain", "remove", "details"}
+        {"cordon", "uncordon", "drain", "remove", "label", "details"}
     )
 
     _client: AdminClient
@@ -141,6 +144,21 @@ class NodeActions:
                 self.run_remove(node_id)
 
         self.app.push_screen(Confirm(f"Remove {node_id}", question, "Remove"), confirmed)
+
+    def action_label(self) -> None:
+        view = self.selected_node()
+        if view is None:
+            return
+        node_id = view.node_id
+
+        def given(change: LabelChange | None) -> None:
+            if change is not None:
+                self.run_node_action(
+                    self._client.label_node(node_id, change.set, change.remove),
+                    f"Labels of {node_id} changed; placement sees them at once.",
+                )
+
+        self.app.push_screen(LabelDialog(view), given)
 
     def action_add_node(self) -> None:
         # The new node's row comes by itself (the screen follows the watch); the line

@@ -11,8 +11,10 @@ Enter on a row opens the node's details, read with ``get_node`` like
 ``llmgw ctl node show``.
 
 On the selected row (``node_actions.NodeActions``): ``c`` cordons or
-uncordons it, ``d`` drains it, ``x`` removes it — as ``llmgw ctl cordon``,
-``uncordon``, ``drain`` and ``node rm``.
+uncordons it, ``d`` drains it, ``x`` removes it, ``l`` sets or removes its
+labels — as ``llmgw ctl cordon``, ``uncordon``, ``drain``, ``node rm`` and
+``node label``. The LABELS column shows agent.yaml's with the operator's over
+them, as ``ctl nodes`` does.
 
 Only workers talk to gatewayd; what the app's watch brings is recorded in the
 screen's views as it comes (``feed_event``) and past-tense messages
