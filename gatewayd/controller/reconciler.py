@@ -115,6 +115,14 @@ class Reconciler:
     def kick(self) -> None:
         self._kick.set()
 
+    def set_engines(self, engines: list[EngineRelease]) -> None:
+        """The engine recipes nodes should have from now on (server.yaml's ``engines:``).
+
+        Nodes that connect later are sent them all; a node a replica is
+        placed on is sent its engine's recipe with the replica.
+        """
+        self._engines = list(engines)
+
     async def follow_nodes(self) -> None:
         """A node changing state or engines is a reason to look again; a heartbeat is not.
 
