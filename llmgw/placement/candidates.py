@@ -186,6 +186,23 @@ class NodeStatic:
         return found
 
 
+# id(inventory) -> (weak reference to it, its NodeStatic). The controller
+# builds new NodeCandidates every pass around the inventory object it keeps
+# per registration: the hardware facts are worked out once per registration,
+# not once per pass. An entry goes with its inventory.
+_STATICS: dict[int, tuple[weakref.ref, NodeStatic]] = {}
+
+
+def _static_of(inventory: Inventory) -> NodeStatic:
+    key = id(inventory)
+    entry = _STATICS.get(key)
+    if entry is not None and entry[0]() is inventory:
+        return entry[1]
+    static = NodeStatic(inventory)
+    _STATICS[key] = (weakref.ref(inventory, lambda _, key=key: _STATICS.pop(key, None)), static)
+    return static
+
+
 def free_of(static: NodeStatic, index: int, total: int, used: dict[int, int]) -> int:
     """A unit's free bytes as fit compares them: a MIG instance holds one replica.
 
@@ -316,7 +333,7 @@ class NodeCandidate(BaseModel):
         # private attribute costs more than the rest of a node's filters.
         cache = self.__pydantic_private__["_static"]
         if cache.key is not self.inventory:
-            cache.key, cache.value = self.inventory, NodeStatic(self.inventory)
+            cache.key, cache.value = self.inventory, _static_of(self.inventory)
         return cache.value
 
     def free_bytes(self, gpu: GpuInfo | int) -> int:

@@ -174,7 +174,14 @@ def _misfit(node: NodeCandidate, misses: list[tuple[LayoutNeed, str, list, int]]
             largest = max(largest, _nth_most_free(frees, 0)[0])
             if need.cards == 1:
                 free, i = _nth_most_free(frees, 0)
-                text = f"GPU {i} has {gib(free)} free, needs {gib(need.need_bytes)}"
+                if i in static.mig and node.gpu_used_bytes.get(i):
+                    # The most free is an instance with a replica: so is every other.
+                    text = (
+                        "every card it could use is taken (a MIG instance holds one "
+                        f"replica), needs {gib(need.need_bytes)}"
+                    )
+                else:
+                    text = f"GPU {i} has {gib(free)} free, needs {gib(need.need_bytes)}"
             else:
                 # The card that fell short: the most free of those without room.
                 have = sum(1 for f, _ in frees if f >= need.need_bytes)

@@ -39,4 +39,7 @@ def test_the_placement_benchmark_runs_on_a_tiny_cluster(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     result = json.loads(out.read_text())
     assert result["nodes"] == 12 and result["gpus"] == 96
-    assert result["sequential"]["n"] == 7
+    # Both ways, side by side, and whether they chose alike (a count, not a judgement).
+    assert set(result["ways"]) == {"index", "scan"}
+    assert all(w["sequential"]["n"] == 7 for w in result["ways"].values())
+    assert isinstance(result["choices_differ"], int)

@@ -8,7 +8,7 @@ take their plans from llmgw.modelplan itself, over the recorded inventories.
 from __future__ import annotations
 
 from llmgw.modelplan.plan import plan_for_inventories
-from llmgw.placement import PlacementRequest, place
+from llmgw.placement import NodeIndex, PlacementRequest, place
 from tests.llmgw.model_facts import LLAMA_8B_Q4, LLAMA_70B_F16
 from tests.llmgw.placement.cluster import (
     A100,
@@ -21,6 +21,7 @@ from tests.llmgw.placement.cluster import (
     cluster,
     gpu_layout,
     inventory,
+    node,
     on,
     request,
 )
@@ -89,3 +90,25 @@ def test_the_planners_small_model_fills_a_used_l4_before_opening_the_empty_h100s
     assert (p.node_id, p.gpu_indexes) == (L4, [2])
     assert p.per_gpu_bytes == {2: plan.layouts[p.layout_index].per_card.total_bytes}
     assert "pack before spread" in decision.reasons[H100]
+
+
+def test_the_planners_tensor_parallel_2_on_the_recorded_a100_pair_lands_on_its_nvlink_pair():
+    # 50 GB of weights: more than one 40 GB card holds, so TP 2 across the bridged pair.
+    facts = LLAMA_70B_F16.model_copy(update={"weights_bytes": 50_000_000_000})
+    plan = plan_for_inventories(facts, "vllm", 8192, 1, [inventory(FIXTURE_OF[A100])])
+    req = PlacementRequest(model="mid", engine="vllm", plan=plan)
+    assert plan.layouts[0].tensor_parallel == 2
+    # Beside it, the same cards without the bridge: the linked pair must win.
+    unbridged = inventory(FIXTURE_OF[A100])
+    unbridged.gpus = [g.model_copy(update={"nvlink_peers": []}) for g in unbridged.gpus]
+
+    for way in (list, NodeIndex):
+        decision = place(req, way([node("a100-bare", inventory=unbridged), node(A100)]))
+
+        p = decision.placement
+        assert (p.node_id, p.gpu_indexes, p.layout.tensor_parallel) == (A100, [0, 1], 2)
+        assert p.score.nvlinked
+        assert decision.reasons["a100-bare"] == (
+            "fits on GPUs [0, 1] but scored lower "
+            "(its cards are not joined by NVLink; those on a100-pair are)"
+        )
