@@ -30,6 +30,8 @@ log = logging.getLogger(__name__)
 # A hub that could not be read is asked again after this long, not at every
 # reconcile pass (which runs every second or so).
 RETRY_AFTER_S = 60.0
+# Per connect and per read when the reconciler (not an operator) asks.
+BACKGROUND_TIMEOUT_S = 5.0
 
 
 class Sizing:
@@ -79,7 +81,7 @@ class Sizing:
         if failed and not strict and time.monotonic() - failed[0] < RETRY_AFTER_S:
             return None
         try:
-            facts = await self._read_repo(src.location, model.commit or src.revision)
+            facts = await self._read_repo(src.location, model.commit or src.revision, strict)
         except HubError as e:
             text = e.message + (f" ({e.hint})" if e.hint else "")
             self._failed[key] = (time.monotonic(), text)
@@ -91,8 +93,11 @@ class Sizing:
         self._facts[key] = facts
         return facts
 
-    async def _read_repo(self, repo: str, revision: str) -> ModelFacts:
-        async with HubClient(self.hub_url) as hub:
+    async def _read_repo(self, repo: str, revision: str, strict: bool) -> ModelFacts:
+        # The reconciler waits on this inside a pass: a hub that does not
+        # answer costs it seconds once a minute, not the client's full retries.
+        patient = {} if strict else {"retries": 0, "timeout_s": BACKGROUND_TIMEOUT_S}
+        async with HubClient(self.hub_url, **patient) as hub:
             commit = revision if COMMIT_RE.fullmatch(revision or "") else ""
             if not commit:
                 commit = await hub.resolve(repo, revision)

@@ -131,6 +131,7 @@ class HubClient:
         client: httpx.AsyncClient | None = None,
         retries: int = RETRIES,
         retry_backoff_s: float = RETRY_BACKOFF_S,
+        timeout_s: float = TIMEOUT_S,
     ) -> None:
         self.base_url = (base_url or HF_BASE_URL).rstrip("/")
         self.retries = retries
@@ -140,7 +141,7 @@ class HubClient:
             headers["Authorization"] = f"Bearer {token}"
         self._own_client = client is None
         self._client = client or httpx.AsyncClient(
-            follow_redirects=True, timeout=httpx.Timeout(TIMEOUT_S), headers=headers
+            follow_redirects=True, timeout=httpx.Timeout(timeout_s), headers=headers
         )
 
     async def aclose(self) -> None:
