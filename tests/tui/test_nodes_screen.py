@@ -82,6 +82,7 @@ async def test_the_nodes_screen_shows_the_nodes_the_server_has(server):
                 "16",
                 "64 GiB",
                 "2× NVIDIA H100 80GB HBM3",
+                "-",
             ]
             assert got["cpu-1"][1:3] == ["not_ready", "no heartbeat for 30 s"]
             assert got["cpu-1"][7] == "none (no NVIDIA driver)"
