@@ -127,6 +127,10 @@ class LocalEngines:
         if engine in pyenv.ENGINES:
             if say is not None:
                 self._listeners.setdefault(engine, []).append(say)
+                # A build under way says where it is now, not only from here on.
+                for state in self.manager.states():
+                    if state.engine == engine and state.state == "installing":
+                        say(f"{state.engine} {state.version}: {state.words}")
             try:
                 return await self._python_engine(engine, version)
             finally:
