@@ -307,3 +307,39 @@ async def test_restart_without_systemd_says_how_to_do_it(tmp_path):
         assert "systemd cannot be asked here (System has not been booted" in note
         assert "stop `llmgw agent`" in note
         assert not mark.exists()
+
+
+async def test_the_gpus_show_their_pcie_links_nvlink_peers_and_the_hosts_memory_bandwidth(
+    cluster, tmp_path
+):
+    import json
+
+    data = json.loads((FIXTURES / "a100_40g_x2_nvlink.json").read_text())
+    data["host"]["mem_bandwidth_gbs"] = 41.9
+    for gpu in data["gpus"]:
+        gpu.update(pcie_gen=1, pcie_width=16, pcie_gen_max=4, pcie_width_max=16)
+    fixture = tmp_path / "a100_pair.json"
+    fixture.write_text(json.dumps(data))
+    await started(cluster, "node-l", str(fixture))
+    reader = InventoryGpuReader(Inventory.model_validate(data), "a100_pair")
+    app = NodeConsole(cluster.paths, gpus=reader)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: connected(app))
+        assert "memory 41.9 GB/s (measured)" in text(app, "#agent")
+        gpus = rows(app, "gpus")
+        assert [g[6:] for g in gpus] == [["1×16 (max 4×16)", "1"], ["1×16 (max 4×16)", "0"]]
+
+
+def test_the_nvml_reader_lists_mig_instances_after_the_cards_as_the_agent_numbers_them():
+    from tests.agentd.fake_pynvml import A100_MIG, FakePynvml
+
+    report = NvmlGpuReader(FakePynvml(A100_MIG)).read()
+    assert [(g.index, g.name.split()[-1]) for g in report.gpus] == [
+        (0, "A100-SXM4-80GB"),
+        (1, "A100-SXM4-80GB"),
+        (2, "3g.40gb"),
+        (3, "1g.10gb"),
+        (4, "1g.10gb"),
+    ]
+    # A Vulkan engine holds its memory as a graphics process.
+    assert report.gpus[4].pids == (5151,) and report.gpus[2].memory_used_bytes == 2 * 2**30
