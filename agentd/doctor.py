@@ -57,16 +57,28 @@ def run_checks(
 
 def check_nvml(report: NvmlReport) -> Check:
     if report.gpus:
-        counts = Counter(g.name for g in report.gpus)
+        cards = [g for g in report.gpus if not g.mig_instance]
+        counts = Counter(g.name for g in cards)
         kinds = ", ".join(f"{n}x {name}" for name, n in counts.items())
-        detail = f"{len(report.gpus)} GPU(s): {kinds}"
+        detail = f"{len(cards)} GPU(s): {kinds}"
+        if len(cards) < len(report.gpus):
+            detail += f", {len(report.gpus) - len(cards)} MIG instance(s)"
         if report.warnings:
+            if all("PCIe" in w for w in report.warnings):
+                fix = (
+                    "compare the card's LnkCap with its LnkSta in lspci -vv: reseat it, or "
+                    "move it to a slot of its PCIe generation and width"
+                )
+            else:
+                fix = (
+                    "run nvidia-smi and the kernel log (dmesg | grep -i xid): "
+                    "a GPU that fell off the bus needs a reboot or a reseat"
+                )
             return Check(
                 name="nvml",
                 status="warn",
                 detail=f"{detail}; {'; '.join(report.warnings)}",
-                fix="run nvidia-smi and the kernel log (dmesg | grep -i xid): "
-                "a GPU that fell off the bus needs a reboot or a reseat",
+                fix=fix,
             )
         return Check(name="nvml", status="ok", detail=detail)
     if report.note == NO_DRIVER:

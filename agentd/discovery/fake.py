@@ -164,6 +164,10 @@ class FakeGpuProbe:
                 continue
             if _alive(pid):
                 held.append((pid, used, visible_units(gpus, visible)))
+            else:
+                # Gone, as a dead engine's memory is: and its pid may come back as a
+                # process that holds nothing.
+                path.unlink(missing_ok=True)
         return held
 
     def processes(self) -> dict[int, list[tuple[int, int]]]:

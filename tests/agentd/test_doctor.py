@@ -131,3 +131,22 @@ def test_doctor_json_prints_only_the_checks_as_json(tmp_path):
 def test_doctor_prints_a_table_for_people(tmp_path):
     result = CliRunner().invoke(_cli(), ["doctor"], env={"LLMGW_HOME": str(tmp_path)})
     assert "nvidia driver" in result.stdout and "no NVIDIA driver" in result.stdout
+
+
+def test_a_card_in_the_wrong_pcie_slot_is_a_warning_pointing_at_lspci():
+    from agentd.discovery import nvml
+    from agentd.doctor import check_nvml
+    from tests.agentd.fake_pynvml import HGX_H100, FakePynvml
+
+    check = check_nvml(nvml.read_gpus(FakePynvml(HGX_H100), topo=lambda: ""))
+    assert check.status == "warn" and "runs on 8 of its 16 PCIe lanes" in check.detail
+    assert "LnkCap" in check.fix
+
+
+def test_mig_instances_are_counted_apart_from_the_cards():
+    from agentd.discovery import nvml
+    from agentd.doctor import check_nvml
+    from tests.agentd.fake_pynvml import A100_MIG, FakePynvml
+
+    check = check_nvml(nvml.read_gpus(FakePynvml(A100_MIG), topo=lambda: ""))
+    assert check.detail == "2 GPU(s): 2x NVIDIA A100-SXM4-80GB, 3 MIG instance(s)"
