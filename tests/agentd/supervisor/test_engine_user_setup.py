@@ -121,3 +121,33 @@ def test_a_useradd_that_fails_is_said_in_its_own_words_and_the_agent_goes_on(tmp
 def test_useradd_is_preferred_where_both_exist(tools, first):
     argv = useradd_argv("/h", which=lambda t: f"/usr/sbin/{t}" if t in tools else None)
     assert argv[0] == first and argv[-1] == ENGINE_USER
+
+
+def _has(user: str) -> bool:
+    try:
+        pwd.getpwnam(user)
+    except KeyError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or _has(ENGINE_USER), reason="needs root on a machine without the user"
+)
+async def test_a_root_agent_with_no_engine_user_runs_useradd_at_its_start(tmp_path, monkeypatch):
+    from tests.cluster_fixture import running_cluster, wait_for
+
+    # The fake records and adds to a passwd file of its own: this machine's stays as it is,
+    # so the agent then says the user is still missing, in words.
+    passwd_file, bin_dir = tmp_path / "passwd", tmp_path / "bin"
+    fake_tool(bin_dir, "useradd", passwd_file)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.delenv("LLMGW_ALLOW_ROOT_ENGINES", raising=False)
+    async with running_cluster(tmp_path) as cluster:
+        cfg = cluster.agent_config("root-node", fixture="cpu_only_16c")
+        cfg.engine_user = ""
+        await cluster.start_agent("root-node", cfg=cfg)
+        await wait_for(lambda: calls(bin_dir, "useradd"))
+    (argv,) = calls(bin_dir, "useradd")
+    assert argv.split()[:3] == ["--system", "--user-group", "--no-create-home"]
+    assert f"--home-dir {cfg.data_dir}/engine-home" in argv
