@@ -53,7 +53,15 @@ class Placement(BaseModel):
 
 
 class Decision(BaseModel):
-    """A placement, or none; and for every node not chosen, why."""
+    """A placement, or none; and for every node not chosen, why.
+
+    A decision made on a NodeIndex leaves reasons, counts and fitting (all
+    three, or those its refusal did not need) to be worked out when first
+    read: attribute access, dumps, copies, equality and repr all fill them
+    in first, so it reads as any other. (Pydantic's serializer reads fields
+    directly: a decision is not to be nested in another model unsettled;
+    ``settle()`` first.)
+    """
 
     model: str
     profile: str = "default"

@@ -128,7 +128,7 @@ def copies(nodes: list[NodeCandidate]) -> list[NodeCandidate]:
     return [n.model_copy(deep=True) for n in nodes]
 
 
-SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 # The search weighs the few groups a ladder shows can hold a layout, or walks
