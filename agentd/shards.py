@@ -102,6 +102,11 @@ class ShardRunner:
     async def adopt(self) -> list[str]:
         """Engines that kept running while the agent was down become ours again."""
         self._adopted = set(await self.supervisor.adopt_all())
+        # Their first reports went out while adopt_all ran, before the set
+        # was known: mark them now, so Register says they were adopted.
+        for shard_id in self._adopted:
+            if (status := self.status.get(shard_id)) is not None:
+                status.adopted = True
         return sorted(self._adopted)
 
     def running(self) -> list[ShardStatus]:

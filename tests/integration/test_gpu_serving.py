@@ -23,7 +23,7 @@ import pytest
 
 from llmgw.config import dump_yaml, load_server_config
 from tests.cluster_fixture import running_cluster, wait_for
-from tests.fakes.engines.fixtures import a100_pair_fixture_file
+from tests.fakes.engines.fixtures import NEW_DRIVER, a100_pair_fixture_file
 from tests.fakes.engines.stand_ins import VERSIONS
 from tests.fakes.hub import FakeHub
 from tests.fakes.tiny_repo import make_tiny_repo
@@ -71,7 +71,7 @@ def flag(argv: list[str], name: str) -> str:
     return argv[argv.index(name) + 1]
 
 
-async def serve_on_the_a100_pair(tmp_path, hub, stand_ins, engine: str):
+async def serve_on_the_a100_pair(tmp_path, hub, stand_ins, engine: str, driver: str = NEW_DRIVER):
     """A cluster with the engine's recipe, the A100 pair's agent, and `ctl model serve`."""
 
     def configure(cfg):
@@ -85,7 +85,8 @@ async def serve_on_the_a100_pair(tmp_path, hub, stand_ins, engine: str):
         cfg.listen.admin = f"127.0.0.1:{cluster.server.ports['admin']}"
         cluster.paths.server_yaml.write_text(dump_yaml(cfg))
         agent_cfg = cluster.agent_config(
-            "a100-pair", fixture=str(a100_pair_fixture_file(tmp_path / "a100-pair.json"))
+            "a100-pair",
+            fixture=str(a100_pair_fixture_file(tmp_path / "a100-pair.json", driver)),
         )
         agent_cfg.hub_url = hub.url
         await cluster.start_agent("a100-pair", cfg=agent_cfg)
@@ -97,6 +98,7 @@ async def serve_on_the_a100_pair(tmp_path, hub, stand_ins, engine: str):
     except BaseException:
         await cluster_cm.__aexit__(*sys.exc_info())
         raise
+    cluster.agent_cfg = agent_cfg
     return cluster_cm, cluster
 
 
@@ -173,5 +175,78 @@ async def test_ctl_model_serve_runs_the_engine_on_the_nvlink_pair_and_the_sdk_ge
             )
             words = [c.choices[0].delta.content async for c in stream if c.choices]
             assert len([w for w in words if w]) == 4
+    finally:
+        await cluster_cm.__aexit__(None, None, None)
+
+
+async def test_a_vllm_replica_is_scraped_logged_and_adopted_by_a_restarted_agent(
+    tmp_path, hub, stand_ins
+):
+    cluster_cm, cluster = await serve_on_the_a100_pair(tmp_path, hub, stand_ins, "vllm")
+    try:
+        r = await ready_replica(cluster)
+        # The router reads the engine's own metric names (vllm:num_requests_running, ...).
+        stats = await wait_for(lambda: cluster.server.scraper.stats(r.replica_id), attempts=100)
+        assert stats.kv_usage is not None
+        async with cluster.admin() as admin:
+            logs = (await admin.replica_logs(r.replica_id)).lines
+        assert any("Uvicorn running on http://127.0.0.1:" in line for line in logs), logs
+
+        # The agent goes and comes back; the engine kept running and is its own again.
+        await cluster.stop_agents()
+        agent, _, _ = await cluster.start_agent("a100-pair", cfg=cluster.agent_cfg)
+
+        def adopted():
+            status = agent.shards.status.get(
+                cluster.server.reconciler.replicas[r.replica_id].shard_id
+            )
+            ok = status is not None and status.adopted and status.state == "ready"
+            return status if ok else None
+
+        status = await wait_for(adopted, attempts=400)
+        assert status.pid == r.pid  # the same engine process, not a new one
+        assert status.reason.startswith(f"adopted from a previous agent (pid {r.pid})")
+        replica = cluster.server.reconciler.replicas[r.replica_id]
+        assert (replica.state, replica.pid) == ("ready", r.pid)
+        async with cluster.admin() as admin:
+            await admin.create_tenant("project", "acme/ml/search", parents=True)
+            api_key = await admin.create_key("acme/ml/search", name="tests")
+        base = f"http://127.0.0.1:{cluster.server.ports['http']}/v1"
+        async with openai.AsyncOpenAI(base_url=base, api_key=api_key.secret, max_retries=0) as sdk:
+            chat = await sdk.chat.completions.create(
+                model="tiny", messages=[{"role": "user", "content": "still there?"}], max_tokens=3
+            )
+        assert chat.usage.completion_tokens == 3
+        assert cmdline(r.pid)[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
+    finally:
+        await cluster_cm.__aexit__(None, None, None)
+
+
+async def test_the_recorded_a100_pair_on_driver_535_says_why_vllm_cannot_run_there(
+    tmp_path, hub, stand_ins
+):
+    # The recorded node's own driver: vLLM 0.11 is built for CUDA 12.9 and 12.8 only.
+    cluster_cm, cluster = await serve_on_the_a100_pair(
+        tmp_path, hub, stand_ins, "vllm", driver="535.129.03"
+    )
+    words = "driver 535 is older than what CUDA 12.9 needs"
+    try:
+
+        async def engine_failed():
+            async with cluster.admin() as admin:
+                engines = (await admin.list_engines()).engines
+            return [e for e in engines if e.engine == "vllm" and e.state == "failed"]
+
+        (engine,) = await wait_for(engine_failed, attempts=400)
+        assert words in engine.message and engine.node_id == "a100-pair"
+
+        async def explained():
+            async with cluster.admin() as admin:
+                reply = await admin.explain_placement("tiny")
+            return {n.node_id: n.reason for n in reply.reasons}.get("a100-pair", "")
+
+        assert words in await wait_for(lambda: explained(), attempts=200)
+        r = cluster.server.reconciler.replicas
+        assert all(x.state != "ready" for x in r.values())
     finally:
         await cluster_cm.__aexit__(None, None, None)
