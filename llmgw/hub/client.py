@@ -45,7 +45,7 @@ HF_BASE_URL = "https://huggingface.co"
 MAX_SAFETENSORS_HEADER_BYTES = 100_000_000
 # One Range read holds the length and the header of most shards (a 70B
 # model's are ~30 KB); a longer header takes a second read of exactly the rest.
-FIRST_READ_BYTES = 256 << 10
+FIRST_READ_BYTES = 64 << 10
 # config.json, the index, tokenizer files: read whole only up to this size.
 MAX_SMALL_FILE_BYTES = 64 << 20
 # Per connect and per read.

@@ -14,6 +14,7 @@ from llmgw.hub import (
     RepoNotFound,
     RevisionNotFound,
 )
+from llmgw.hub.client import FIRST_READ_BYTES
 from llmgw.hub.facts import read_repo_facts
 from tests.fakes.hub import FakeHub
 from tests.fakes.tiny_repo import make_tiny_repo, safetensors_bytes
@@ -59,7 +60,7 @@ async def test_a_shards_header_is_read_with_range_requests_never_the_weights(hub
     downloads = [r for r in hub.requests if "/resolve/" in r.path and r.method == "GET"]
     shard_reads = [r for r in downloads if r.path.endswith(".safetensors")]
     assert shard_reads and all(r.headers["range"].startswith("bytes=0-") for r in shard_reads)
-    sent = sum(min(len(repo.files[s]), 256 << 10) for s in repo.shards)
+    sent = sum(min(len(repo.files[s]), FIRST_READ_BYTES) for s in repo.shards)
     assert sent < repo.weights_bytes  # headers, not weights
 
 
