@@ -250,3 +250,29 @@ async def test_the_recorded_a100_pair_on_driver_535_says_why_vllm_cannot_run_the
         assert all(x.state != "ready" for x in r.values())
     finally:
         await cluster_cm.__aexit__(None, None, None)
+
+
+async def test_a_vllm_that_fell_back_to_the_cpu_is_not_ready_and_says_so(tmp_path, hub, stand_ins):
+    # The stand-in's switch plays an engine that serves without its cards.
+    cluster_cm, cluster = await serve_on_the_a100_pair(tmp_path, hub, stand_ins, "vllm")
+    try:
+        async with cluster.admin() as admin:
+            spec = (await admin.get_model("tiny")).spec
+            spec.profiles[0].env["LLMGW_FAKE_ENGINE_ON_CPU"] = "1"
+            await admin.put_model(spec)
+
+        def waiting_on_its_cards():
+            for replica in cluster.server.reconciler.replicas.values():
+                if replica.state == "starting" and "hold no memory on GPU" in replica.reason:
+                    return replica
+            return None
+
+        # It answers /health, but holds nothing on its cards: not ready, and
+        # failed "runs on the CPU" once its startup deadline passes.
+        replica = await wait_for(waiting_on_its_cards, attempts=600, interval_s=0.1)
+        assert replica.reason.endswith("its processes hold no memory on GPU 0 or 1 yet"), (
+            replica.reason
+        )
+        assert b"LLMGW_FAKE_ENGINE_ON_CPU=1" in proc_file(replica.pid, "environ")
+    finally:
+        await cluster_cm.__aexit__(None, None, None)
