@@ -22,6 +22,7 @@ import openai
 import pytest
 
 from llmgw.config import dump_yaml, load_server_config
+from llmgw.modelfmt import serve_spec
 from tests.cluster_fixture import running_cluster, wait_for
 from tests.fakes.engines.fixtures import NEW_DRIVER, a100_pair_fixture_file
 from tests.fakes.engines.stand_ins import VERSIONS
@@ -276,3 +277,35 @@ async def test_a_vllm_that_fell_back_to_the_cpu_is_not_ready_and_says_so(tmp_pat
         assert b"LLMGW_FAKE_ENGINE_ON_CPU=1" in proc_file(replica.pid, "environ")
     finally:
         await cluster_cm.__aexit__(None, None, None)
+
+
+async def test_a_node_that_joined_before_the_recipe_gets_it_with_the_replica(
+    tmp_path, hub, stand_ins
+):
+    # No recipe when the node connects; set later (as a reloaded server.yaml
+    # would), the control plane sends InstallEngine along with the StartShard.
+    def configure(cfg):
+        cfg.hub_url = hub.url
+
+    async with running_cluster(tmp_path, configure=configure) as cluster:
+        cfg = cluster.agent_config(
+            "a100-pair", fixture=str(a100_pair_fixture_file(tmp_path / "a100-pair.json"))
+        )
+        cfg.hub_url = hub.url
+        await cluster.start_agent("a100-pair", cfg=cfg)
+
+        async def node_ready():
+            async with cluster.admin() as admin:
+                return [n.state for n in (await admin.list_nodes()).nodes] == ["ready"]
+
+        await wait_for(node_ready, attempts=400)
+        assert not list(cluster.paths.engines_dir.glob("vllm/*"))
+        cluster.server.reconciler.set_engines([stand_ins.release("vllm")])
+        async with cluster.admin() as admin:
+            await admin.put_model(serve_spec("hf:org/tiny", name="tiny", engine="vllm", gpus=2))
+        r = await ready_replica(cluster)
+        assert cmdline(r.pid)[0].endswith("/vllm/0.11.0-cu129/venv/bin/python")
+        async with cluster.admin() as admin:
+            engines = (await admin.list_engines()).engines
+        (vllm,) = [e for e in engines if e.engine == "vllm"]
+        assert (vllm.state, vllm.version, vllm.variant) == ("installed", "0.11.0", "cu129")
