@@ -3,9 +3,12 @@
 A large fleet is a few kinds of machine, in a few states, each with some of
 its memory in use. The index groups its nodes twice:
 
-- a *class*: nodes alike in their hardware and in everything the filter
-  chain reads (state, overlays, labels, engines). The chain runs once per
-  class; a class it refuses gives all of its nodes the one reason.
+- a *class*: nodes alike in their hardware and in what the filter chain
+  decides on (state, overlays, which engines failed or can be installed).
+  The chain runs once per class; a class it refuses is counted whole.
+  Labels do not split classes (a label unique to each node would make
+  every node a class of its own): each class keeps its members by label
+  instead, and a request's selector becomes a gate on its members.
 - a *group*, within a class: nodes with the same memory in use. They fit
   alike and score alike, but for their ids and cached weights.
 
@@ -29,7 +32,7 @@ from bisect import bisect_left, insort
 from collections.abc import Iterable, Iterator
 from itertools import count
 
-from llmgw.placement.candidates import NodeCandidate, NodeStatic, free_of
+from llmgw.placement.candidates import ROLE_LABEL, NodeCandidate, NodeStatic, free_of
 
 # A node's memory in use, as fit reads it: ((card index, bytes), …) for the
 # cards with anything on them, and host bytes.
@@ -67,24 +70,30 @@ class Group:
 
 
 class NodeClass:
-    """Nodes alike in hardware and in every fact the filter chain reads."""
+    """Nodes alike in hardware and in what the filter chain decides on, labels aside."""
 
     __slots__ = (
+        "by_label",
         "cpu_order",
         "gpu_order",
         "groups",
         "host_ladder",
         "ladders",
         "rep",
+        "role_holders",
         "size",
         "static",
     )
 
     def __init__(self, rep: NodeCandidate) -> None:
-        # Any member stands for all in the filters (their facts are equal).
+        # Any member stands for all in the filters but labels_match.
         self.rep = rep
         self.static: NodeStatic = rep.static()
         self.size = 0
+        # (key, value) -> positions of the members labelled so.
+        self.by_label: dict[tuple[str, str], set[int]] = {}
+        # Positions of the members with a role label (llmgw.role).
+        self.role_holders: set[int] = set()
         self.groups: dict[Usage, Group] = {}
         # (-gpu bytes used, seq): the most used first; empty groups last.
         self.gpu_order: list[tuple[int, int]] = []
@@ -143,6 +152,19 @@ def _remove(entries: list, entry: tuple) -> None:
         del entries[i]
 
 
+def _engines_key(node: NodeCandidate) -> tuple:
+    """What engine_runs decides on: which engines the node has and which of them failed.
+
+    Not the node's words ("installing: downloading … (16 MB)"), which change
+    as it goes and would split a fleet installing an engine into classes of
+    one; they are read for the reasons, which the scan gives.
+    """
+    return (
+        frozenset(node.installable_engines),
+        tuple(sorted((e, w.startswith("failed")) for e, w in node.engines_installed.items())),
+    )
+
+
 def _class_key(node: NodeCandidate, hardware: dict[int, tuple]) -> tuple:
     static = node.static()
     kind = hardware.get(id(static))
@@ -153,15 +175,7 @@ def _class_key(node: NodeCandidate, hardware: dict[int, tuple]) -> tuple:
             static.host_total_bytes,
             node.inventory.host.gpu_note,
         )
-    return (
-        kind,
-        node.state,
-        node.cordoned,
-        node.draining,
-        tuple(sorted(node.labels.items())),
-        tuple(node.installable_engines),
-        tuple(sorted(node.engines_installed.items())),
-    )
+    return (kind, node.state, node.cordoned, node.draining, _engines_key(node))
 
 
 class NodeIndex:
@@ -192,6 +206,10 @@ class NodeIndex:
             if cls is None:
                 cls = classes[key] = NodeClass(node)
             cls.size += 1
+            for item in node.labels.items():
+                cls.by_label.setdefault(item, set()).add(pos)
+            if node.labels.get(ROLE_LABEL):
+                cls.role_holders.add(pos)
             self._group_of.append(self._join(cls, usage_of(node), pos))
             for model in node.models_cached:
                 self._cached.setdefault(model, []).append(pos)

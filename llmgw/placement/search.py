@@ -6,8 +6,9 @@ by card: GPUs or CPU, the card count and context of that layout, whether its
 cards can be joined by NVLink (fixed for most topologies), whether the node
 is empty, whether its weights are cached, its share of memory in use. So:
 
-1. The filter chain runs once per class of nodes (index.py); a refused
-   class is counted whole.
+1. The filter chain runs once per class of nodes (index.py), its label
+   filter once per class as a gate on the members; a class refused is
+   counted whole.
 2. Nodes with the model's weights cached are few; each is weighed in full.
 3. For each class and layout, best prefix first, the class's groups are
    walked most used first (the order pack-before-spread ranks them in),
@@ -15,7 +16,7 @@ is empty, whether its weights are cached, its share of memory in use. So:
    the next group's key is worse than the best key found. A group's key is
    worked out in full (fit.py, scorers.py: the scan's own code) only when
    it could win. Where a ladder shows few groups can hold the layout at
-   all, only those are looked at.
+   all, or the gate lets few members through, only those are looked at.
 
 Only the winner's key and fit are needed for the placement. The reasons of
 every other node, the counts and how many fit are left for later: the
@@ -30,7 +31,13 @@ from __future__ import annotations
 
 from bisect import bisect_left
 
-from llmgw.placement.candidates import LayoutNeed, NodeCandidate, NodeStatic, PlacementRequest
+from llmgw.placement.candidates import (
+    ROLE_LABEL,
+    LayoutNeed,
+    NodeCandidate,
+    NodeStatic,
+    PlacementRequest,
+)
 from llmgw.placement.decide import (
     _MEMORY_RANK,
     _RANK,
@@ -40,16 +47,61 @@ from llmgw.placement.decide import (
     _refusal,
     scan,
 )
-from llmgw.placement.filters import CHAIN, category
+from llmgw.placement.filters import CHAIN, category, labels_match
 from llmgw.placement.fit import SHORT_GPU, SHORT_HOST, TOO_FEW_GPUS, Fit, fit_prepared
 from llmgw.placement.index import Group, NodeClass, NodeIndex
 from llmgw.placement.scorers import score_key, score_of
 
-# When a ladder shows at most this many groups can hold a layout, those are
-# weighed directly instead of walking the class most used first.
+# When a ladder shows at most this many groups can hold a layout (or a
+# label gate lets at most this many members through), those are weighed
+# directly instead of walking the class most used first.
 FEW_GROUPS = 64
 # Positions of the key a group's lower bound covers (through the layout index).
 _BOUND = 9
+# The chain around its label filter: the filters before and after it read
+# only what a class's members share.
+_AT = CHAIN.index(labels_match)
+_BEFORE, _AFTER = CHAIN[:_AT], CHAIN[_AT + 1 :]
+_EMPTY: frozenset[int] = frozenset()
+
+
+class _Gate:
+    """Which members of a class the request's labels let through (labels_match)."""
+
+    __slots__ = ("allowed", "count", "denied")
+
+    def __init__(self, request: PlacementRequest, cls: NodeClass) -> None:
+        wanted = request.labels
+        # Every member but these (the common case: no selector), or exactly these.
+        self.denied: set[int] | frozenset[int] = _EMPTY
+        self.allowed: set[int] | None = None
+        if not wanted:
+            self.denied = cls.role_holders  # kept for a role nobody asked for
+            self.count = cls.size - len(self.denied)
+            return
+        sets = sorted((cls.by_label.get(item, _EMPTY) for item in wanted.items()), key=len)
+        allowed = set(sets[0]).intersection(*sets[1:])
+        if ROLE_LABEL not in wanted:
+            allowed -= cls.role_holders
+        # (A role asked for is among the labels wanted: its holders are all in.)
+        self.allowed = allowed
+        self.count = len(allowed)
+
+    def allows(self, pos: int) -> bool:
+        if self.allowed is not None:
+            return pos in self.allowed
+        return pos not in self.denied
+
+    def first(self, g: Group, index: NodeIndex, cached: frozenset) -> int | None:
+        """The lowest position of the group it lets through without cached weights."""
+        allowed = self.allowed
+        if allowed is not None and len(allowed) < len(g.members):
+            found = [p for p in allowed if p not in cached and index.group_of(p) is g]
+            return min(found) if found else None
+        for p in g.members:
+            if p not in cached and self.allows(p):
+                return p
+        return None
 
 
 class _Row:
@@ -69,10 +121,11 @@ class _Row:
 class _Table:
     """A class's layouts for one request, and how its nodes miss when none fits."""
 
-    __slots__ = ("cls", "has_host", "memory_rows", "most_cards", "rows")
+    __slots__ = ("cls", "gate", "has_host", "memory_rows", "most_cards", "rows")
 
-    def __init__(self, prep, cls: NodeClass) -> None:
+    def __init__(self, prep, cls: NodeClass, gate: _Gate) -> None:
         self.cls = cls
+        self.gate = gate
         static = cls.static
         self.rows: list[_Row] = []
         self.memory_rows: list[_Row] = []
@@ -113,6 +166,16 @@ class _Table:
                 return row.pos
         return -1
 
+    def top(self, ladder: list[tuple[int, int]], value_of, index: NodeIndex) -> int:
+        """The highest value of a ladder among the groups with a member the gate lets through."""
+        allowed = self.gate.allowed
+        if allowed is not None and len(allowed) < len(ladder):
+            return max(value_of(index.group_of(p)) for p in allowed)
+        for value, seq in reversed(ladder):
+            if any(self.gate.allows(p) for p in index.groups[seq].members):
+                return value
+        return 0
+
 
 def _unlinked_bound(need: LayoutNeed, static: NodeStatic) -> int:
     """The key's NVLink component where the topology alone decides it; 0 (its least) otherwise."""
@@ -121,6 +184,23 @@ def _unlinked_bound(need: LayoutNeed, static: NodeStatic) -> int:
     if static.nvlink != "some" or need.cards > static.largest_linked:
         return 0 if static.nvlink == "all" else 1
     return 0  # bridged pairs and such: which cards are free decides
+
+
+def _use(g: Group, need: LayoutNeed, static: NodeStatic) -> tuple[int, float]:
+    """The key's empty-node and share-in-use components for a group, as score_key has them."""
+    if need.gpu:
+        total = static.gpu_total_bytes
+        return (1 if g.gpu_used == 0 else 0), (min(1.0, g.gpu_used / total) if total else 0.0)
+    total = static.host_total_bytes
+    empty = 1 if g.host_used == 0 and g.gpu_used == 0 else 0
+    return empty, (min(1.0, g.host_used / total) if total else 0.0)
+
+
+def _order(g: Group, need: LayoutNeed) -> tuple:
+    """The walk's order for a group: as gpu_order / cpu_order rank it."""
+    if need.gpu:
+        return (-g.gpu_used, g.seq)
+    return (1 if g.host_used == 0 and g.gpu_used == 0 else 0, -g.host_used, g.seq)
 
 
 class _Best:
@@ -138,6 +218,13 @@ class _Best:
             self.key, self.fit, self.bound = key, fit, key[:_BOUND]
 
 
+def _refused_by(chain, request: PlacementRequest, node: NodeCandidate):
+    for f in chain:
+        if f(request, node) is not None:
+            return f
+    return None
+
+
 def place_indexed(request: PlacementRequest, index: NodeIndex, *, explain: bool = True) -> Decision:
     """place() on an index (see the module's docstring)."""
     prep = request.prepared()
@@ -149,21 +236,25 @@ def place_indexed(request: PlacementRequest, index: NodeIndex, *, explain: bool 
     tables: list[_Table] = []
     for cls in index.classes:
         node = cls.rep
-        reason = None
-        for f in CHAIN:
-            reason = f(request, node)
-            if reason is not None:
-                break
-        if reason is not None:
+        f = _refused_by(_BEFORE, request, node)
+        if f is not None:
             _count(tally, category(f, request, node), _RANK[f], cls.size)
-        else:
-            tables.append(_Table(prep, cls))
+            continue
+        gate = _Gate(request, cls)
+        if gate.count < cls.size:
+            refused = cls.size - gate.count
+            _count(tally, category(labels_match, request, node), _RANK[labels_match], refused)
+        if not gate.count:
+            continue
+        f = _refused_by(_AFTER, request, node)
+        if f is not None:
+            _count(tally, category(f, request, node), _RANK[f], gate.count)
+            continue
+        tables.append(_Table(prep, cls, gate))
 
     best = _Best()
-    cached = index.cached(request.model)
-    cached_set = frozenset(cached)
+    cached = frozenset(index.cached(request.model))
     _offer_cached(request, prep, index, tables, cached, best)
-
     pairs = sorted(
         ((row.prefix, row.need.index, row.pos, t) for t in tables for row in t.rows),
         key=lambda p: p[:2],
@@ -171,34 +262,13 @@ def place_indexed(request: PlacementRequest, index: NodeIndex, *, explain: bool 
     for prefix, layout_index, pos, t in pairs:
         if best.bound is not None and (*prefix, 0, 1, -1.0, layout_index) > best.bound:
             continue
-        _search(request, prep, index, t, t.rows[pos], cached_set, best)
+        _search(request, prep, index, t, t.rows[pos], cached, best)
 
+    version = index.version()
+    later = lambda: _settle(request, index, version, explain)
     if best.key is None:
-        largest_card = largest_host = most_cards = 0
-        for t in tables:
-            if t.memory_rows:
-                name = SHORT_GPU
-                for row in t.memory_rows:
-                    top = t.cls.ladder(row.kind, row.eligible, 1)[-1][0]
-                    largest_card = max(largest_card, top)
-            elif t.has_host:
-                name = SHORT_HOST
-                largest_host = max(largest_host, t.cls.hosts()[-1][0])
-            else:
-                name = TOO_FEW_GPUS
-                most_cards = max(most_cards, t.most_cards)
-            _count(tally, name, len(CHAIN) + _MEMORY_RANK[name], t.cls.size)
-        counts = _ordered(tally)
-        refused = _refusal(prep, counts, largest_card, largest_host, most_cards)
-        version = index.version()
-        return Decision.later(
-            lambda: _settle(request, index, version, explain),
-            **base,
-            refused=refused,
-            counts=counts,
-            fitting=0,
-        )
-
+        counts, refused = _refusal_of(prep, index, tables, tally)
+        return Decision.later(later, **base, refused=refused, counts=counts, fitting=0)
     key, fit = best.key, best.fit
     need = fit.need
     placement = Placement(
@@ -210,10 +280,7 @@ def place_indexed(request: PlacementRequest, index: NodeIndex, *, explain: bool 
         host_memory_bytes=need.host_bytes,
         score=score_of(key),
     )
-    version = index.version()
-    return Decision.later(
-        lambda: _settle(request, index, version, explain), **base, placement=placement
-    )
+    return Decision.later(later, **base, placement=placement)
 
 
 def _offer_cached(request, prep, index: NodeIndex, tables: list[_Table], cached, best: _Best):
@@ -221,10 +288,10 @@ def _offer_cached(request, prep, index: NodeIndex, tables: list[_Table], cached,
     table_of = {id(t.cls): t for t in tables}
     seen: set[int] = set()
     bounds = []
-    for pos in cached:  # ascending: the first of a group is the one that can win
+    for pos in sorted(cached):  # ascending: the first of a group is the one that can win
         g = index.group_of(pos)
         t = table_of.get(id(g.cls))
-        if t is None or g.seq in seen:
+        if t is None or g.seq in seen or not t.gate.allows(pos):
             continue
         seen.add(g.seq)
         at = t.first_fit(g)
@@ -239,20 +306,9 @@ def _offer_cached(request, prep, index: NodeIndex, tables: list[_Table], cached,
         best.offer(request, prep, index.node(pos))
 
 
-def _use(g: Group, need: LayoutNeed, static: NodeStatic) -> tuple[int, float]:
-    """The key's empty-node and share-in-use components for a group, as score_key has them."""
-    if need.gpu:
-        total = static.gpu_total_bytes
-        return (1 if g.gpu_used == 0 else 0), (min(1.0, g.gpu_used / total) if total else 0.0)
-    total = static.host_total_bytes
-    empty = 1 if g.host_used == 0 and g.gpu_used == 0 else 0
-    return empty, (min(1.0, g.host_used / total) if total else 0.0)
-
-
 def _search(request, prep, index: NodeIndex, t: _Table, row: _Row, cached: frozenset, best: _Best):
     """Offer ``best`` every group of the class that could beat it on this layout."""
-    cls = t.cls
-    need = row.need
+    cls, gate, need = t.cls, t.gate, row.need
     if row.k:
         ladder = cls.ladder(row.kind, row.eligible, row.k)
         start = bisect_left(ladder, (need.need_bytes, -1))
@@ -262,34 +318,55 @@ def _search(request, prep, index: NodeIndex, t: _Table, row: _Row, cached: froze
     if start == len(ladder):
         return  # no group of the class holds this layout
     groups = index.groups
-    if len(ladder) - start <= FEW_GROUPS:
-        candidates = [groups[seq] for _, seq in ladder[start:]]
-        candidates.sort(key=lambda g: _order(g, need))
+    if gate.allowed is not None and len(gate.allowed) <= FEW_GROUPS:
+        candidates = sorted(
+            {index.group_of(p) for p in gate.allowed}, key=lambda g: _order(g, need)
+        )
+    elif len(ladder) - start <= FEW_GROUPS:
+        candidates = sorted(
+            (groups[seq] for _, seq in ladder[start:]), key=lambda g: _order(g, need)
+        )
     else:
         order = cls.gpu_order if need.gpu else cls.cpu_order
         candidates = (groups[entry[-1]] for entry in order)
-    static = cls.static
-    head = row.prefix
+    static, head = cls.static, row.prefix
     for g in candidates:
         empty, fraction = _use(g, need, static)
         if best.bound is not None and (*head, empty, 1, -fraction, need.index) > best.bound:
             break  # groups come in the order of this bound: none further can win
         if t.first_fit(g) != row.pos:
             continue
-        member = next((p for p in g.members if p not in cached), None)
+        member = gate.first(g, index, cached)
         if member is not None:
             best.offer(request, prep, index.node(member))
 
 
-def _order(g: Group, need: LayoutNeed) -> tuple:
-    """The walk's order for a group: as gpu_order / cpu_order rank it."""
-    if need.gpu:
-        return (-g.gpu_used, g.seq)
-    return (1 if g.host_used == 0 and g.gpu_used == 0 else 0, -g.host_used, g.seq)
+def _refusal_of(prep, index: NodeIndex, tables: list[_Table], tally: dict[str, list]):
+    """Nothing fits: each class that passed the filters misses one way; the summary line."""
+    largest_card = largest_host = most_cards = 0
+    for t in tables:
+        if t.memory_rows:
+            name = SHORT_GPU
+            for row in t.memory_rows:
+                ladder = t.cls.ladder(row.kind, row.eligible, 1)
 
+                def most_free(g: Group, row: _Row = row) -> int:
+                    return g.frees_for(row.kind, row.eligible)[-1][0]
 
-def _ordered(tally: dict[str, list]) -> dict[str, int]:
-    return {c: n for c, (_, n) in sorted(tally.items(), key=lambda kv: (kv[1][0], kv[0]))}
+                largest_card = max(largest_card, t.top(ladder, most_free, index))
+        elif t.has_host:
+            name = SHORT_HOST
+
+            def host_free(g: Group, static: NodeStatic = t.cls.static) -> int:
+                return static.host_total_bytes - g.host_used
+
+            largest_host = max(largest_host, t.top(t.cls.hosts(), host_free, index))
+        else:
+            name = TOO_FEW_GPUS
+            most_cards = max(most_cards, t.most_cards)
+        _count(tally, name, len(CHAIN) + _MEMORY_RANK[name], t.gate.count)
+    counts = {c: n for c, (_, n) in sorted(tally.items(), key=lambda kv: (kv[1][0], kv[0]))}
+    return counts, _refusal(prep, counts, largest_card, largest_host, most_cards)
 
 
 def _settle(request, index: NodeIndex, version: int, explain: bool) -> tuple[dict, dict, int]:

@@ -75,7 +75,11 @@ def nodes_strategy(draw) -> list[NodeCandidate]:
         )
         engines = {}
         if draw(st.booleans()):
-            engines["vllm"] = draw(st.sampled_from(["installed 0.9.2", "failed: too old"]))
+            engines["vllm"] = draw(
+                st.sampled_from(
+                    ["installed 0.9.2", "installing: 16 MB", "failed: too old", "failed: no CUDA"]
+                )
+            )
         out.append(
             node(
                 f"n{k:02d}",
@@ -83,9 +87,15 @@ def nodes_strategy(draw) -> list[NodeCandidate]:
                 state=draw(st.sampled_from(["ready"] * 6 + ["not_ready", "registering"])),
                 cordoned=draw(st.booleans()) and draw(st.booleans()),
                 draining=draw(st.booleans()) and draw(st.booleans()),
-                labels=draw(
-                    st.sampled_from([{}, {}, {"zone": "a"}, {"zone": "b"}, {"llmgw.role": "judge"}])
-                ),
+                labels={
+                    **draw(
+                        st.sampled_from(
+                            [{}, {}, {"zone": "a"}, {"zone": "b"}, {"llmgw.role": "judge"}]
+                        )
+                    ),
+                    # A label of its own on some nodes: no two nodes share it.
+                    **({"host": f"n{k:02d}"} if draw(st.booleans()) else {}),
+                },
                 engines_installed=engines,
                 gpu_used_bytes=used,
                 host_memory_used_bytes=draw(st.sampled_from([0, 0, 8 * GIB, 60 * GIB])),
@@ -119,7 +129,11 @@ def request_strategy(draw) -> PlacementRequest:
         model=draw(st.sampled_from(MODELS)),
         min_cc=draw(st.sampled_from(["", "", "8.0", "8.9"])),
         min_memory_bytes=draw(st.sampled_from([0, 0, 0, 10 * GIB, 40 * GIB])),
-        labels=draw(st.sampled_from([{}, {}, {"zone": "a"}, {"llmgw.role": "judge"}])),
+        labels=draw(
+            st.sampled_from(
+                [{}, {}, {"zone": "a"}, {"llmgw.role": "judge"}, {"host": "n03"}, {"zone": ""}]
+            )
+        ),
         cpu=draw(st.booleans()) and draw(st.booleans()),
     )
 
