@@ -246,6 +246,14 @@ def read_gpus(lib: Any = pynvml, *, topo: Callable[[], str] = links.run_topo) ->
                     report.warnings.append(f"{what} {unit.index} skipped: NVML failed: {e}")
                     continue
                 report.gpus.append(gpu)
+            carved = {g.mig_parent_index for g in report.gpus if g.mig_instance}
+            for gpu in report.gpus:
+                if gpu.mig_mode == "enabled" and gpu.index not in carved:
+                    report.warnings.append(
+                        f"GPU {gpu.index} ({gpu.name}) is in MIG mode with no instances, so "
+                        "nothing can run on it: make some (nvidia-smi mig -cgi <profiles> -C) "
+                        "or turn MIG off (nvidia-smi -i <card> -mig 0)"
+                    )
             peers = links.with_fallback(links.nvml_peers(lib, handles), sorted(handles), topo)
             for gpu in report.gpus:
                 if not gpu.mig_instance:

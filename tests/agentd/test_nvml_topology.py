@@ -161,3 +161,12 @@ def test_a_lost_card_is_skipped_and_the_mig_units_keep_their_numbers():
     assert [g.index for g in report.gpus] == [1, 2, 3, 4, 5]
     (warning,) = report.warnings
     assert warning.startswith("GPU 0 skipped: NVML failed: ")
+
+
+def test_a_card_in_mig_mode_without_instances_is_a_warning_saying_what_to_do():
+    recording = {"cards": [dict(A100_MIG["cards"][0], mig_devices=[])]}
+    report = nvml.read_gpus(FakePynvml(recording), topo=lambda: "")
+    assert [g.index for g in report.gpus] == [0]
+    (warning,) = report.warnings
+    assert warning.startswith("GPU 0 (NVIDIA A100-SXM4-80GB) is in MIG mode with no instances")
+    assert "nvidia-smi mig -cgi" in warning
