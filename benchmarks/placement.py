@@ -19,15 +19,15 @@ Both must choose alike; the run counts the decisions where they did not
 The cluster cycles through five kinds of node of eight cards each: H100 80 GB
 with NVSwitch, A100 40 GB in NVLink pairs, L4 24 GB, Quadro RTX 6000 24 GB,
 and (one node in ten) an A100 80 GB DGX whose first two cards are split into
-seven 1g.10gb MIG instances each. A seeded share of the nodes is not ready,
-cordoned or draining, has a failed engine, carries a zone label, or has
-cards partly in use (MIG instances by a replica each); some have weights
-cached. The requests cycle through plans a planner would give: one card, TP
-2, TP 4 with a TP 2 fallback, TP 8, FP8 needing compute capability 8.9, a
-CPU layout behind a GPU one, one that fits a MIG instance, one that fits
-nowhere (so the refusal path, with a reason for every node, is timed too),
-one for zone a only, and two with a layout per kind of card, as model
-planning makes them.
+seven 1g.10gb MIG instances each. Every node carries a zone and a rack
+label (40 nodes a rack). A seeded share of the nodes is not ready, cordoned
+or draining, has a failed engine, or has cards partly in use (MIG instances
+by a replica each); some have weights cached. The requests cycle through
+plans a planner would give: one card, TP 2, TP 4 with a TP 2 fallback, TP 8,
+FP8 needing compute capability 8.9, a CPU layout behind a GPU one, one that
+fits a MIG instance, one that fits nowhere (so the refusal path, with a
+reason for every node, is timed too), one for zone a only, one for one
+rack, and two with a layout per kind of card, as model planning makes them.
 
 Figures, per way:
 
@@ -148,7 +148,7 @@ def build_cluster(n: int, seed: int) -> list[NodeCandidate]:
                 state=state,
                 cordoned=0.02 <= roll < 0.03,
                 draining=0.03 <= roll < 0.04,
-                labels={"zone": "a" if k % 2 else "b"},
+                labels={"zone": "a" if k % 2 else "b", "rack": f"r{k // 40:03d}"},
                 installable_engines=["llama.cpp", "vllm", "sglang", "sim"],
                 engines_installed=engines,
                 inventory=inv,
@@ -209,6 +209,7 @@ def requests() -> list[PlacementRequest]:
         ("vllm", None, _plan(_gpu(1, 8)), {}),  # fits a 1g.10gb MIG instance
         ("vllm", None, _plan(_gpu(1, 300), _gpu(8, 150)), {}),  # fits nowhere
         ("vllm", None, _plan(_gpu(1, 20)), {"zone": "a"}),
+        ("vllm", cc80, _plan(_gpu(2, 30)), {"rack": "r007"}),
         # As model planning gives them: a layout per kind of card, fastest first.
         ("llama.cpp", None, _plan(*(_gpu(1, 7, name) for name in card_names)), {}),
         ("vllm", None, _plan(_gpu(4, 38, card_names[0]), _gpu(2, 36, card_names[1])), {}),
