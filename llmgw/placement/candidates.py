@@ -64,6 +64,11 @@ class _Cache:
 
     __hash__ = None  # type: ignore[assignment]
 
+    def __reduce__(self):
+        # A copy or a pickle starts empty: what it held is worked out again,
+        # and the weak references of _watchers cannot be pickled anyway.
+        return (_Cache, ())
+
 
 class NodeStatic:
     """Facts of a node's hardware that do not change between decisions."""

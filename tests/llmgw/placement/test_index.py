@@ -11,6 +11,7 @@ later reservations.
 
 from __future__ import annotations
 
+import pickle
 from unittest.mock import patch
 
 import pytest
@@ -249,3 +250,12 @@ def test_a_plan_with_nothing_to_place_is_refused_alike_on_the_index():
     nodes = [node(H100)]
 
     assert place(req, NodeIndex(nodes)).model_dump() == scan(req, nodes).model_dump()
+
+
+def test_a_node_in_an_index_still_pickles_and_copies_equal():
+    n = node(H100)
+    index = NodeIndex([n])
+    place(request(card_layout(1, 60 * GIB)), index)
+
+    assert pickle.loads(pickle.dumps(n)) == n
+    assert n.model_copy(deep=True) == n
