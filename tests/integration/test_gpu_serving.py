@@ -309,3 +309,30 @@ async def test_a_node_that_joined_before_the_recipe_gets_it_with_the_replica(
             engines = (await admin.list_engines()).engines
         (vllm,) = [e for e in engines if e.engine == "vllm"]
         assert (vllm.state, vllm.version, vllm.variant) == ("installed", "0.11.0", "cu129")
+
+
+@pytest.mark.parametrize(
+    ("precision", "flags"), [("fp8", ["--quantization", "fp8"]), ("bf16", ["--dtype", "bfloat16"])]
+)
+async def test_the_profiles_precision_reaches_vllm_as_the_plan_sized_it(
+    tmp_path, hub, stand_ins, precision, flags
+):
+    def configure(cfg):
+        cfg.hub_url = hub.url
+
+    async with running_cluster(
+        tmp_path, engines=[stand_ins.release("vllm")], configure=configure
+    ) as cluster:
+        cfg = cluster.agent_config(
+            "a100-pair", fixture=str(a100_pair_fixture_file(tmp_path / "a100-pair.json"))
+        )
+        cfg.hub_url = hub.url
+        await cluster.start_agent("a100-pair", cfg=cfg)
+        spec = serve_spec("hf:org/tiny", name="tiny", engine="vllm", gpus=2)
+        spec.profiles[0].precision = precision
+        async with cluster.admin() as admin:
+            await admin.put_model(spec)
+        r = await ready_replica(cluster)
+        argv = cmdline(r.pid)
+        i = argv.index(flags[0])
+        assert argv[i : i + 2] == flags
