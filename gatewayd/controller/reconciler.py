@@ -366,7 +366,10 @@ class Reconciler:
         profile = model.profiles[0]
         if nodes is None:
             nodes = node_candidates(self._registry.live_nodes(), self.replicas.values(), exclude)
-        plan = self.sizing.plan(model, profile, [n.inventory for n in nodes])
+        inventories = (
+            nodes.inventories() if isinstance(nodes, NodeIndex) else [n.inventory for n in nodes]
+        )
+        plan = self.sizing.plan(model, profile, inventories)
         request = PlacementRequest.for_profile(model, profile, plan)
         return place(request, nodes, explain=explain)
 

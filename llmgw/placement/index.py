@@ -32,6 +32,7 @@ from bisect import bisect_left, insort
 from collections.abc import Iterable, Iterator
 from itertools import count
 
+from llmgw.inventory import Inventory
 from llmgw.placement.candidates import ROLE_LABEL, NodeCandidate, NodeStatic, free_of
 
 # A node's memory in use, as fit reads it: ((card index, bytes), …) for the
@@ -198,6 +199,7 @@ class NodeIndex:
         self._cached: dict[str, list[int]] = {}
         # (position, GPU bytes used, host bytes used) before each reservation.
         self._journal: list[tuple[int, dict[int, int], int]] = []
+        self._inventories: list[Inventory] | None = None
         classes: dict[tuple, NodeClass] = {}
         hardware: dict[int, tuple] = {}
         for pos, node in enumerate(self._nodes):
@@ -221,6 +223,12 @@ class NodeIndex:
 
     def __len__(self) -> int:
         return len(self._nodes)
+
+    def inventories(self) -> list[Inventory]:
+        """Every node's inventory, in node id order (listed once: planning reads it per model)."""
+        if self._inventories is None:
+            self._inventories = [n.inventory for n in self._nodes]
+        return self._inventories
 
     def get(self, node_id: str) -> NodeCandidate | None:
         pos = self._pos.get(node_id)
