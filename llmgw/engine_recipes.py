@@ -24,17 +24,22 @@ as the index stood a day after ``released`` (``--exclude-newer``) with
 ``--require-hashes``, and refuses any line that is not ``name==version``
 with hashes (agentd/provision/pyenv.py checks that again on the node).
 
+llmgw ships a recipe of its own for each (llmgw/recipes/, written by
+scripts/engine_recipe.py): where server.yaml has no entry for an engine,
+that one is used; an entry for the engine replaces it (``in_use``).
+
 Pure: no I/O.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
-from datetime import datetime
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from proto.llmgw.v1 import InstallEngine
+from proto.llmgw.v1 import EngineView, InstallEngine
 
 if TYPE_CHECKING:
     from llmgw.config import EngineRelease
@@ -42,6 +47,11 @@ if TYPE_CHECKING:
 # The engines built as Python environments from a recipe.
 PYTHON_ENGINES = ("vllm", "sglang")
 _BUILD_TAG = re.compile(r"cu\d{3}")
+# Where a recipe in force came from.
+FROM_CONFIG = "server.yaml"
+BUILT_IN = "built into llmgw"
+# How ctl engines shows a recipe: a row of its own, with no node.
+RECIPE_STATE = "recipe"
 
 
 def check_release(release: EngineRelease) -> None:
@@ -105,3 +115,54 @@ def install_message(release: EngineRelease) -> InstallEngine:
         index_url=release.index_url,
         python=release.python,
     )
+
+
+@dataclass(frozen=True)
+class RecipeInUse:
+    release: EngineRelease
+    origin: str  # FROM_CONFIG or BUILT_IN
+
+
+def in_use(
+    configured: Iterable[EngineRelease], builtin: Iterable[EngineRelease]
+) -> list[RecipeInUse]:
+    """The recipes in force: server.yaml's, then llmgw's own for each engine it names none of.
+
+    An operator's entry for an engine replaces the built-in recipe whatever
+    its version: the built-in one is what a fresh install uses, not a floor.
+    """
+    configured = list(configured)
+    named = {r.engine for r in configured}
+    out = [RecipeInUse(r, FROM_CONFIG) for r in configured]
+    out += [RecipeInUse(r, BUILT_IN) for r in builtin if r.engine not in named]
+    return out
+
+
+def recipe_view(use: RecipeInUse, files: Mapping[str, str] | None = None) -> EngineView:
+    """A recipe as ``ctl engines`` lists it: no node, and where it came from in its words.
+
+    ``files`` names the shipped file of each build of a built-in recipe.
+    """
+    r = use.release
+    words = use.origin
+    if use.origin == BUILT_IN and files:
+        words += f" ({', '.join(files[t] for t in sorted(files))})"
+    if r.source == "pyenv":
+        index = r.index_url or "PyPI"
+        words += f"; resolved from {index} as it stood at {resolved_as_of(r.released)}"
+    return EngineView(
+        node_id="",
+        engine=r.engine,
+        version=r.version,
+        variant=",".join(sorted(r.requirements)) or r.variant,
+        state=RECIPE_STATE,
+        message=words,
+    )
+
+
+def resolved_as_of(released: str) -> str:
+    """A day after ``released``: the ``--exclude-newer`` a node installs with, in UTC."""
+    when = datetime.fromisoformat(released.strip())
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return (when.astimezone(UTC) + timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -11,9 +11,11 @@ from gatewayd.controller.reconciler import Reconciler
 from gatewayd.nodes.registry import NodeRegistry
 from llmgw.catalog import Model, Profile
 from llmgw.catalog.price import spec_from_wire
+from llmgw.engine_recipes import BUILT_IN, recipe_view
 from llmgw.errors import LlmgwError
 from llmgw.modelfmt import validation_text
 from llmgw.protojson import to_plain
+from llmgw.recipes import builtin_files
 from proto.llmgw.v1 import (
     ControlMessage,
     EngineView,
@@ -214,7 +216,16 @@ class ModelAdmin:
         return ReplicaLogsReply(replica_id=r.replica_id, lines=list(ack.lines))
 
     async def list_engines(self, message: ListEnginesRequest) -> ListEnginesReply:
-        out = []
+        # First the recipes in force (no node): which one, and where it came from.
+        out = [
+            recipe_view(
+                u,
+                builtin_files().get((u.release.engine, u.release.version))
+                if u.origin == BUILT_IN
+                else None,
+            )
+            for u in self._reconciler.recipes()
+        ]
         for live in self._registry.live_nodes():
             for name in sorted(live.engines):
                 st = live.engines[name]

@@ -26,9 +26,16 @@ from gatewayd.nodes.registry import NodeRegistry
 from gatewayd.store import ReplicaRecord, Store
 from llmgw.catalog import Model
 from llmgw.config import EngineRelease
-from llmgw.engine_recipes import PYTHON_ENGINES, install_message, recipe_for
+from llmgw.engine_recipes import (
+    PYTHON_ENGINES,
+    RecipeInUse,
+    in_use,
+    install_message,
+    recipe_for,
+)
 from llmgw.inventory import Inventory
 from llmgw.placement import Decision, NodeIndex, PlacementRequest, place
+from llmgw.recipes import builtin_releases
 from proto.llmgw.v1 import (
     ControlMessage,
     ShardStatus,
@@ -86,6 +93,7 @@ class Reconciler:
         lost_grace_s: float = 300.0,
         sizing: Sizing | None = None,
         engines: list[EngineRelease] = (),
+        builtin: tuple[EngineRelease, ...] | None = None,
     ):
         self._store = store
         self._registry = registry
@@ -93,6 +101,8 @@ class Reconciler:
         self.engine_key = engine_key
         self._lost_grace_s = lost_grace_s
         self._engines = list(engines)
+        # llmgw's own vLLM/SGLang recipes, for an engine server.yaml names none of.
+        self._builtin = builtin_releases() if builtin is None else tuple(builtin)
         self.sizing = sizing or Sizing()
         self.replicas: dict[str, Replica] = {}
         self._kick = asyncio.Event()
@@ -122,6 +132,10 @@ class Reconciler:
         placed on is sent its engine's recipe with the replica.
         """
         self._engines = list(engines)
+
+    def recipes(self) -> list[RecipeInUse]:
+        """The recipes in force and where each came from: server.yaml's, then llmgw's own."""
+        return in_use(self._engines, self._builtin)
 
     async def follow_nodes(self) -> None:
         """A node changing state or engines is a reason to look again; a heartbeat is not.
@@ -443,11 +457,13 @@ class Reconciler:
         A Python engine is a 10 GB environment the node builds from the
         recipe: the node is sent it along with the shard, which waits (in
         "installing", with the node's words) for the build to finish. A
-        profile naming no version takes the recipe's.
+        profile naming no version takes the recipe's. With no server.yaml
+        entry for the engine, llmgw's own recipe is sent (only then: a
+        connecting node is sent server.yaml's alone, not 10 GB it may never use).
         """
         if engine not in PYTHON_ENGINES:
             return version
-        recipe = recipe_for(self._engines, engine, version)
+        recipe = recipe_for([u.release for u in self.recipes()], engine, version)
         if recipe is None:
             return version  # the node says it has no recipe, in its own words
         live = self._registry.live(node_id)

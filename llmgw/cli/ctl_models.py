@@ -205,5 +205,6 @@ def drain(node_id: str = typer.Argument(...), json: bool = JsonOpt) -> None:
 
 @app.command("engines")
 def engines(json: bool = JsonOpt) -> None:
-    """Engines on every node: installed, installing, failed (in the node's words)."""
+    """The recipes in force (and where each came from), then engines on every node:
+    installed, installing, failed (in the node's words)."""
     call(lambda c: c.list_engines(), json=json)

@@ -105,7 +105,7 @@ def _engines(reply: ListEnginesReply):
         t.add_column(col)
     for e in reply.engines:
         t.add_row(
-            e.node_id,
+            e.node_id or "(recipe)",  # the control plane's recipe, on no node
             e.engine,
             f"{e.version}-{e.variant}".strip("-"),
             state_text(e.state),

@@ -307,7 +307,7 @@ async def test_a_node_that_joined_before_the_recipe_gets_it_with_the_replica(
         assert cmdline(r.pid)[0].endswith("/vllm/0.11.0-cu129/venv/bin/python")
         async with cluster.admin() as admin:
             engines = (await admin.list_engines()).engines
-        (vllm,) = [e for e in engines if e.engine == "vllm"]
+        (vllm,) = [e for e in engines if e.engine == "vllm" and e.node_id]
         assert (vllm.state, vllm.version, vllm.variant) == ("installed", "0.11.0", "cu129")
 
 
