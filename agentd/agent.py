@@ -99,6 +99,12 @@ class Agent:
             # hf: weights come from agent.yaml's hub; a StartShard's mirror_url wins.
             fetcher=WeightsFetcher(self.data_dir / "weights", hf_base_url=cfg.hub_url),
         )
+        # Weights and engine installs are shared with the engine user's group
+        # (0750/0640), whatever the umask: the agent makes them as root.
+        share_gid = self.shards.supervisor.share_gid
+        self.shards.fetcher.share_gid = share_gid
+        if (manager := getattr(self.engines, "manager", None)) is not None:
+            manager.share_gid = share_gid
         # What the probe needs in every engine's environment (a fake probe's
         # processes directory), and where a GPU shard's readiness is read.
         engine_env = getattr(probe, "engine_env", None)

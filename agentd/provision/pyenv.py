@@ -51,6 +51,10 @@ from llmgw.inventory import Inventory
 log = logging.getLogger(__name__)
 
 PYPI = "https://pypi.org/simple"
+# Where uv keeps the interpreters it fetches, under engines_dir: the
+# engine user runs them, so they are shared with its group as the
+# environments are.
+PYTHONS_DIR = ".python"
 PYTORCH_INDEX = "https://download.pytorch.org/whl/{tag}"
 # A vLLM environment is 8–12 GB (torch and its CUDA libraries); starting one
 # that fills the disk halfway leaves the node worse off than not starting.
@@ -373,7 +377,7 @@ def uv_env(engines_dir: Path, base: Mapping[str, str] | None = None) -> dict[str
         and k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "CONDA_PREFIX")
     }
     env["UV_CACHE_DIR"] = str(engines_dir / ".uv-cache")
-    env["UV_PYTHON_INSTALL_DIR"] = str(engines_dir / ".python")
+    env["UV_PYTHON_INSTALL_DIR"] = str(engines_dir / PYTHONS_DIR)
     return env
 
 
@@ -390,8 +394,13 @@ async def install_python_engine(
     say: Say | None = None,
     min_free_bytes: int = MIN_FREE_BYTES,
     index_url: str = "",
+    share_gid: int | None = None,
 ) -> Installation:
-    """Build ``<engines_dir>/<engine>/<version>-<build>/`` with uv; ``variant`` "" picks the build."""
+    """Build ``<engines_dir>/<engine>/<version>-<build>/`` with uv; ``variant`` "" picks the build.
+
+    ``share_gid``: the engine user's group, which may read and run the
+    environment and uv's interpreters under ``<engines_dir>/.python``.
+    """
     if engine not in ENGINES:
         raise InstallError(f"{engine} is not a Python engine this agent installs")
     spec = ENGINES[engine]
@@ -451,6 +460,8 @@ async def install_python_engine(
                 "source": source_words,
                 "requirements": "requirements.txt",
             },
+            share_gid=share_gid,
+            also=[engines_dir / PYTHONS_DIR],
         )
     except BaseException:
         shutil.rmtree(scratch, ignore_errors=True)

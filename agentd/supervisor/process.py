@@ -41,11 +41,16 @@ def engine_env(spec_env: dict[str, str], user: EngineUser) -> dict[str, str]:
 def spawn(spec: LaunchSpec, user: EngineUser, output_fd: int) -> subprocess.Popen:
     """Start an engine (blocking: fork and exec) writing to ``output_fd``."""
     switch: dict = {}
+    cwd = spec.cwd
     if user.uid is not None:
         switch = {"user": user.uid, "group": user.gid, "extra_groups": user.groups}
+        # Not the agent's own directory, which may be closed to the engine
+        # user (an engine that writes a file into its cwd would fail there).
+        if cwd is None and os.path.isdir(user.home):
+            cwd = user.home
     return subprocess.Popen(
         spec.argv,
-        cwd=spec.cwd,
+        cwd=cwd,
         env=engine_env(spec.env, user),
         stdin=subprocess.DEVNULL,
         stdout=output_fd,

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from agentd.supervisor import gpu_hold, health, ownership, process, state
+from agentd.supervisor import access, gpu_hold, health, ownership, process, state, users
 from agentd.supervisor.model import (
     LaunchSpec,
     ShardEvent,
@@ -110,6 +110,10 @@ class Supervisor:
         live = {s.shard_id: (s.record.pid, s.record.pgid) for s in self._shards.values() if s.live}
         return await ownership.owners(pids, live)
 
+    def share_gid(self) -> int | None:
+        """The group weights and engine installs are shared with (None: engines run as us)."""
+        return users.share_gid(self._run_as)
+
     # -- starting -----------------------------------------------------------
 
     async def start(self, spec: LaunchSpec) -> ShardInfo:
@@ -151,6 +155,9 @@ class Supervisor:
         self._shards[spec.shard_id] = shard
         try:
             user = resolve_engine_user(self._run_as)
+            env = process.engine_env(spec.env, user)
+            if why := await asyncio.to_thread(access.first_blocked, spec.argv, env, user):
+                raise SupervisorError(f"{why} ({access.share_hint(user)})")
             self.output_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
             fd = open_output(out_path)
             try:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agentd.supervisor.model import SupervisorError
+from llmgw.fsutil import let_through
 
 log = logging.getLogger(__name__)
 
@@ -144,6 +145,21 @@ def resolve_engine_user(
     return _switch_to(pw)
 
 
+def share_gid(run_as: str | None) -> int | None:
+    """The group that files made for engines (weights, installs) are shared with.
+
+    The engine user's primary group when engines run as another user; None
+    when they run as the agent itself (``llmgw up``, or root engines allowed),
+    and then nothing about those files is changed. None too while there is
+    no engine user yet: the files are shared when they are next used.
+    """
+    try:
+        user = resolve_engine_user(run_as)
+    except SupervisorError:
+        return None
+    return user.gid if user.uid is not None else None
+
+
 def nologin_shell(exists: Callable[[str], bool] = os.path.exists) -> str:
     return next((s for s in NOLOGIN_SHELLS if exists(s)), NOLOGIN_SHELLS[-1])
 
@@ -207,6 +223,10 @@ def ensure_engine_user(
         try:
             home.mkdir(parents=True, exist_ok=True, mode=0o700)
             os.chown(home, pw.pw_uid, pw.pw_gid)
+            os.chmod(home, 0o700)
+            # The data dir is root's alone under UMask=0077: the engine user
+            # passes through it to its home (and to the weights).
+            let_through(data_dir, pw.pw_gid)
         except OSError as e:
             return f"{done}; its home {home} could not be made: {e.strerror}"
     return done

@@ -22,6 +22,7 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
@@ -49,7 +50,7 @@ from agentd.weights.errors import (
 )
 from agentd.weights.repo import RepoFetcher
 from llmgw.catalog.model import PICKLE_HINT, Model, ModelSource, is_pickled
-from llmgw.fsutil import write_atomic
+from llmgw.fsutil import share_with_group, write_atomic
 from llmgw.hub import HF_BASE_URL, HubClient
 from llmgw.modelplan.formats import NotWeights, check_local_weights
 
@@ -106,8 +107,13 @@ class WeightsFetcher:
         retries: int = RETRIES,
         retry_backoff_s: float = RETRY_BACKOFF_S,
         progress_every_s: float = PROGRESS_EVERY_S,
+        share_gid: Callable[[], int | None] | None = None,
     ) -> None:
         self.cache_dir = Path(cache_dir)
+        # The engine user's group, asked at each fetch (the user may be made
+        # after the agent starts); None: engines run as the agent itself and
+        # the files stay as they are made.
+        self.share_gid: Callable[[], int | None] = share_gid or (lambda: None)
         self.hf_base_url = hf_base_url or HF_BASE_URL
         self._client = client
         self.retries = retries
@@ -173,10 +179,21 @@ class WeightsFetcher:
         # Recorded on disk beside the file: a URL's query (tokens live there) is left out.
         key = redact(source.location) if source.kind == "https" else str(source)
         async with lock:
-            cached = self._cached(dest, key, sha256)
-            if cached is not None:
-                return cached
-            return await self._download(url, dest, key, sha256, on_progress)
+            got = self._cached(dest, key, sha256)
+            if got is None:
+                got = await self._download(url, dest, key, sha256, on_progress)
+            await asyncio.to_thread(self._share, dest, False)
+            return got
+
+    def _share(self, path: Path, tree: bool) -> None:
+        """Let the engine user read fetched weights (and nobody else): 0640/0750, its group.
+
+        Done at every use, not only after a download: a cache filled before
+        the engine user existed, or for another one, is put right.
+        """
+        gid = self.share_gid()
+        if gid is not None:
+            share_with_group(path, gid, top=self.cache_dir, tree=tree)
 
     # --- whole repositories ----------------------------------------------------
 
@@ -203,6 +220,7 @@ class WeightsFetcher:
             path, size, downloaded = await self.repos.ensure(
                 source, hub, allow_pickle=allow_pickle, on_progress=on_progress
             )
+        await asyncio.to_thread(self._share, path, True)
         return Weights(path, size, "", downloaded=downloaded)
 
     # --- local sources --------------------------------------------------------
