@@ -31,7 +31,6 @@ import os
 import re
 import secrets
 import shutil
-import stat
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -134,20 +133,25 @@ def scratch_dir(final: Path) -> Path:
     return Path(tempfile.mkdtemp(prefix=f".{final.name}.partial-", dir=final.parent))
 
 
-def share_install(path: Path, gid: int, *, also: Sequence[Path] = ()) -> None:
+def _shared(path: Path, gid: int) -> bool:
+    st = os.lstat(path)
+    return st.st_uid == os.geteuid() and st.st_gid == gid and not st.st_mode & 0o027
+
+
+def share_install(path: Path, gid: int, *, also: Sequence[Path] = (), walk: bool = False) -> None:
     """Let group ``gid`` (the engine user's) read and run an install, and nobody else.
 
     Directories 0750, programs and libraries 0750, other files 0640, whatever
     the umask they were made under; ``also`` are trees the install uses from
-    beside it (uv's interpreters). A tree already shared is not walked again,
-    so this is cheap at every use of an install.
+    beside it (uv's interpreters). Without ``walk``, a tree whose top and
+    first level are shared already is not walked again, so this is cheap at
+    every use of an install; a new interpreter beside older ones shows there.
     """
     engines_dir = path.parent.parent
     for root in (path, *also):
         if not root.is_dir():
             continue
-        st = os.stat(root)
-        if (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) != (os.geteuid(), gid, 0o750):
+        if walk or not all(_shared(p, gid) for p in [root, *root.iterdir()] if not p.is_symlink()):
             share_tree(root, gid)
         share_with_group(root, gid, top=engines_dir)
 
@@ -168,6 +172,10 @@ def publish(
     (scratch / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     if share_gid is not None:
         share_tree(scratch, share_gid)
+        for tree in also:
+            # What the build just added there (an interpreter uv fetched).
+            if tree.is_dir():
+                share_tree(tree, share_gid)
     else:
         os.chmod(scratch, 0o755)  # mkdtemp made it 0700; the engine user must reach it
     old = None

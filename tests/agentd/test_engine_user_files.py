@@ -218,13 +218,15 @@ class UvWithItsOwnPython:
     environment's python to it; made with the process's umask, as uv does.
     """
 
-    def __init__(self, version: str) -> None:
+    def __init__(self, version: str, python: str = "3.12.9") -> None:
         self.version = version
+        self.python = python
 
     async def run(self, argv, *, env=None, timeout_s=None) -> RunResult:
         argv = [str(a) for a in argv]
         if argv[1:3] == ["venv", "--no-config"]:
-            real = Path(env["UV_PYTHON_INSTALL_DIR"]) / "cpython-3.12.9-linux-x86_64-gnu" / "bin"
+            interpreter = f"cpython-{self.python}-linux-x86_64-gnu"
+            real = Path(env["UV_PYTHON_INSTALL_DIR"]) / interpreter / "bin"
             real.mkdir(parents=True)
             (real / "python3.12").write_text(f"#!/bin/sh\necho {self.version}\n")
             (real / "python3.12").chmod(0o700)
@@ -256,6 +258,17 @@ async def test_a_python_engine_and_uvs_interpreter_run_as_the_engine_user_alone(
         (0, ENGINE.pw_gid, 0o750),
         (0, ENGINE.pw_gid, 0o640),
     }
+
+    # Built again, and uv fetched another interpreter beside the first one.
+    with umask(0o077):
+        again = await pyenv.install_python_engine(
+            "vllm", "0.6.3", "", SOURCE, engines_dir, H100_R550,
+            runner=UvWithItsOwnPython("0.6.3", python="3.13.1"), min_free_bytes=0,
+            share_gid=ENGINE.pw_gid,
+        )  # fmt: skip
+    assert "3.13.1" in os.path.realpath(again.binary)
+    ran = engine('exec "$1"', str(again.binary))
+    assert (ran.returncode, ran.stdout.strip()) == (0, "0.6.3"), ran.stderr
 
 
 def free_port() -> int:
@@ -431,3 +444,24 @@ def test_a_directory_of_another_group_is_never_taken_from_it(root_dir):
     os.chmod(mine, 0o750)
     assert let_through(mine, ENGINE.pw_gid)
     assert (mine.stat().st_gid, stat.S_IMODE(mine.stat().st_mode)) == (ENGINE.pw_gid, 0o710)
+
+
+async def test_an_install_made_before_there_was_an_engine_user_is_shared_at_its_next_use(
+    root_dir,
+):
+    from agentd.provision.manager import EngineManager
+    from tests.agentd.provision.test_pyenv import H100_R550, SOURCE
+
+    engines_dir = root_dir / "engines"
+    with umask(0o077):
+        inst = await pyenv.install_python_engine(
+            "vllm", "0.6.3", "", SOURCE, engines_dir, H100_R550,
+            runner=UvWithItsOwnPython("0.6.3"), min_free_bytes=0,
+        )  # fmt: skip
+    assert engine('exec "$1"', str(inst.binary)).returncode != 0
+    manager = EngineManager(engines_dir, lambda _state: None)
+    manager.share_gid = lambda: ENGINE.pw_gid
+    with umask(0o077):
+        assert await manager.find("vllm", "0.6.3") is not None
+    ran = engine('exec "$1"', str(inst.binary))
+    assert (ran.returncode, ran.stdout.strip()) == (0, "0.6.3"), ran.stderr
