@@ -166,7 +166,12 @@ class WeightsFetcher:
         # Before anything touches the network or the disk.
         refuse_pickles(source, allow_pickle)
         if source.kind == "file":
-            return await self._local(model, Path(source.location), sha256, allow_pickle)
+            local = await self._local(model, Path(source.location), sha256, allow_pickle)
+            if self.cache_dir.is_dir():
+                # Engines are told the cache as their download dir, so it is
+                # to be reachable even when this model's weights lie elsewhere.
+                await asyncio.to_thread(self._share, self.cache_dir, False)
+            return local
         if source.is_repo:
             return await self._repo(source, sha256, allow_pickle, mirror_url, on_progress)
         file = check_name(source.file_name, "the file name")

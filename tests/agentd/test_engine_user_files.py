@@ -465,3 +465,19 @@ async def test_an_install_made_before_there_was_an_engine_user_is_shared_at_its_
         assert await manager.find("vllm", "0.6.3") is not None
     ran = engine('exec "$1"', str(inst.binary))
     assert (ran.returncode, ran.stdout.strip()) == (0, "0.6.3"), ran.stderr
+
+
+async def test_the_cache_is_reachable_for_a_model_whose_weights_lie_elsewhere(root_dir):
+    data_dir = make_data_dir(root_dir)
+    model = write_tiny_llama_gguf(root_dir / "tiny.gguf")
+    os.chmod(model, 0o644)
+    with umask(0o077):
+        (data_dir / "weights").mkdir()  # left root's alone by an earlier agent
+        got = await WeightsFetcher(data_dir / "weights", share_gid=lambda: ENGINE.pw_gid).ensure(
+            "tiny", str(model)
+        )
+    assert got.path == model
+    # vLLM is given the cache as --download-dir: the start is not refused over it.
+    nobody = EngineUser("nobody", ENGINE.pw_uid, ENGINE.pw_gid, "/", [ENGINE.pw_gid])
+    argv = ["/bin/true", "--model", str(model), "--download-dir", str(data_dir / "weights")]
+    assert first_blocked(argv, {}, nobody) is None
