@@ -69,9 +69,11 @@ def share_entry(path: Path, gid: int) -> bool:
     if (st.st_uid, st.st_gid) != (uid, gid):
         os.chown(path, uid, gid, follow_symlinks=False)
         changed = True
-    # chown clears set-uid/set-gid bits, so the mode is set after it.
+    # chown clears set-uid/set-gid bits, so the mode is set after it. Not a
+    # link (seen above), and only root writes where these lie: a plain chmod
+    # (Linux has no lchmod; glibc before 2.32 refuses one).
     if stat.S_IMODE(st.st_mode) != mode or changed:
-        os.chmod(path, mode, follow_symlinks=False)
+        os.chmod(path, mode)
         changed = True
     return changed
 
