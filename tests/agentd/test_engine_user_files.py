@@ -481,3 +481,21 @@ async def test_the_cache_is_reachable_for_a_model_whose_weights_lie_elsewhere(ro
     nobody = EngineUser("nobody", ENGINE.pw_uid, ENGINE.pw_gid, "/", [ENGINE.pw_gid])
     argv = ["/bin/true", "--model", str(model), "--download-dir", str(data_dir / "weights")]
     assert first_blocked(argv, {}, nobody) is None
+
+
+async def test_an_agent_shares_its_weights_and_installs_with_its_engine_users_group(cluster):
+    from agentd.agent import Agent
+    from agentd.discovery import probe_for
+
+    def agent(node_id: str, engine_user: str) -> Agent:
+        cfg = cluster.agent_config(node_id)
+        cfg.engine_user = engine_user
+        return Agent(cfg, cluster.paths, probe=probe_for(cfg.hardware, Path(cfg.data_dir)))
+
+    switched = agent("n1", "nobody")
+    assert switched.shards.fetcher.share_gid() == ENGINE.pw_gid
+    assert switched.engines.manager.share_gid() == ENGINE.pw_gid
+    # Engines run as the agent's own user (llmgw up): nothing is changed.
+    itself = agent("n2", pwd.getpwuid(os.geteuid()).pw_name)
+    assert itself.shards.fetcher.share_gid() is None
+    assert itself.engines.manager.share_gid() is None
