@@ -13,10 +13,14 @@ from tests.e2e.helpers import init_on_free_ports, llmgw, nodes_json, start, wait
 NODE = "lab-1"
 
 
-@pytest.fixture
-def labelled_up(tmp_path):
-    """`llmgw up` with one node whose agent.yaml says zone: a (no starter model)."""
-    home = tmp_path / "home"
+@pytest.fixture(scope="module")
+def labelled_up(tmp_path_factory):
+    """`llmgw up` with one node whose agent.yaml says zone: a (no starter model).
+
+    One for the module, as starting it is most of each test's time: every test
+    leaves the node's labels as agent.yaml gives them.
+    """
+    home = tmp_path_factory.mktemp("labels") / "home"
     init_on_free_ports(home, "--node", "--node-id", NODE, "--no-starter")
     agent_yaml = home / "etc" / "agent.yaml"
     cfg = yaml.safe_load(agent_yaml.read_text())
