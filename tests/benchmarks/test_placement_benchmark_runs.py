@@ -6,38 +6,17 @@ never for an assertion, so a busy CI machine cannot fail a build.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.benchmarks.runner import run_benchmark
 
 
 def test_the_placement_benchmark_runs_on_a_tiny_cluster(tmp_path):
     # Guards against the benchmark rotting as placement's API changes: it is
     # run by hand, so nothing else would notice.
-    out = tmp_path / "placement.json"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "benchmarks" / "placement.py"),
-            "--nodes",
-            "12",
-            "--decisions",
-            "5",
-            "--sequential",
-            "7",
-            "--json",
-            str(out),
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=100,
+    result = run_benchmark(
+        "placement.py",
+        tmp_path / "placement.json",
+        *("--nodes", "12", "--decisions", "5", "--sequential", "7"),
     )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    result = json.loads(out.read_text())
     assert result["nodes"] == 12 and result["gpus"] == 96
     # Both ways, side by side, and whether they chose alike (a count, not a judgement).
     assert set(result["ways"]) == {"index", "scan"}
