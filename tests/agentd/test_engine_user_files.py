@@ -499,3 +499,20 @@ async def test_an_agent_shares_its_weights_and_installs_with_its_engine_users_gr
     itself = agent("n2", pwd.getpwuid(os.geteuid()).pw_name)
     assert itself.shards.fetcher.share_gid() is None
     assert itself.engines.manager.share_gid() is None
+
+
+def test_the_engine_users_home_under_a_root_only_data_dir_is_its_own_to_write(root_dir):
+    from agentd.supervisor.users import ENGINE_HOME, ensure_engine_user
+
+    data_dir = make_data_dir(root_dir)
+    home = data_dir / ENGINE_HOME
+    # llmgw-engine as useradd would have made it, played by nobody's ids.
+    made = pwd.struct_passwd(
+        ("llmgw-engine", "x", ENGINE.pw_uid, ENGINE.pw_gid, "", str(home), "/usr/sbin/nologin")
+    )
+    with umask(0o077):
+        said = ensure_engine_user(data_dir, lookup=lambda _name: made)
+    assert said.startswith("engines run as llmgw-engine")
+    assert can_write(engine, home)
+    assert outsider('ls "$1"', str(home)).returncode != 0
+    assert engine('ls "$1"', str(data_dir)).returncode != 0  # passed through, not listed
