@@ -71,6 +71,24 @@ class Cluster:
         self.agents.append((agent, stop, task))
         return agent, stop, task
 
+    async def wait_nodes_ready(self, *node_ids: str) -> None:
+        """Wait until the cluster's nodes are exactly ``node_ids``, all ready."""
+        want = sorted((n, "ready") for n in node_ids)
+
+        async def all_ready():
+            async with self.admin() as admin:
+                nodes = (await admin.list_nodes()).nodes
+            return sorted((n.node_id, n.state) for n in nodes) == want
+
+        await wait_for(all_ready, attempts=200)
+
+    def kill_engines(self) -> None:
+        """SIGTERM every engine a replica started: an agent stopped mid-test leaves them."""
+        for r in self.server.reconciler.replicas.values():
+            if r.pid:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(r.pid, signal.SIGTERM)
+
     async def stop_agents(self) -> None:
         for _, stop, task in self.agents:
             stop.set()

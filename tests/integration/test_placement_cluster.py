@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 
 import pytest
 
@@ -20,19 +19,9 @@ async def cluster(tmp_path):
         await c.start_agent("h100-box", fixture="h100_80g_x8")
         await c.start_agent("l4-box", fixture="l4_24g_x4")
 
-        async def both_ready():
-            async with c.admin() as admin:
-                nodes = (await admin.list_nodes()).nodes
-            return [n.state for n in nodes] == ["ready", "ready"]
-
-        await wait_for(both_ready, attempts=200)
+        await c.wait_nodes_ready("h100-box", "l4-box")
         yield c
-        for r in c.server.reconciler.replicas.values():
-            if r.pid:
-                try:
-                    os.kill(r.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
+        c.kill_engines()
 
 
 def spec(name: str, *, gpus: int, per_card_gib: int, replicas: int = 1) -> ModelSpec:

@@ -32,12 +32,7 @@ async def cluster(tmp_path):
             cfg.labels = labels
             await c.start_agent(node_id, cfg=cfg)
 
-        async def all_ready():
-            async with c.admin() as admin:
-                nodes = (await admin.list_nodes()).nodes
-            return [(n.node_id, n.state) for n in nodes] == [(n, "ready") for n in NODES]
-
-        await wait_for(all_ready, attempts=200)
+        await c.wait_nodes_ready(*NODES)
         yield c
 
 

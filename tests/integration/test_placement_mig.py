@@ -8,9 +8,6 @@ the models.
 
 from __future__ import annotations
 
-import os
-import signal
-
 import pytest
 
 from proto.llmgw.v1 import GpuNeed, ModelProfile, ModelSpec
@@ -26,19 +23,9 @@ async def cluster(tmp_path):
     async with running_cluster(tmp_path) as c:
         await c.start_agent(NODE, fixture="a100_80g_mig")
 
-        async def node_ready():
-            async with c.admin() as admin:
-                nodes = (await admin.list_nodes()).nodes
-            return [n.state for n in nodes] == ["ready"]
-
-        await wait_for(node_ready, attempts=200)
+        await c.wait_nodes_ready(NODE)
         yield c
-        for r in c.server.reconciler.replicas.values():
-            if r.pid:
-                try:
-                    os.kill(r.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
+        c.kill_engines()
 
 
 def spec(name: str, *, per_card_gib: int) -> ModelSpec:
