@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
 import tempfile
@@ -126,3 +127,12 @@ def share_with_group(path: Path, gid: int, *, top: Path, tree: bool = False) -> 
         if parent == top:
             break
     let_through(top.parent, gid)
+
+
+def sha256_file(path: Path, chunk_bytes: int = 1 << 20) -> str:
+    """The hex sha256 of a file, read in chunks (blocking: call it through a thread)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk_bytes):
+            digest.update(block)
+    return digest.hexdigest()

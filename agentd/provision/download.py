@@ -9,7 +9,6 @@ digest differs is deleted: nothing of it is left for an install to pick up.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import os
 import re
@@ -19,6 +18,7 @@ from pathlib import Path
 import httpx
 
 from llmgw.errors import LlmgwError
+from llmgw.fsutil import sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -60,15 +60,6 @@ def partial_path(dest_dir: Path, name: str, sha256: str) -> Path:
     for the same file it was started for, never spliced onto another version.
     """
     return dest_dir / f".{name}.{sha256[:16]}.part"
-
-
-def sha256_file(path: Path) -> str:
-    """The hex sha256 of a file (blocking: call it through a thread)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(CHUNK_BYTES):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 async def download(

@@ -5,7 +5,7 @@ download.py fetches one URL with resume and checks; repo.py fetches a whole
 repository at a commit into a cache replicas share; errors.py names what goes wrong.
 """
 
-from agentd.weights.download import CHUNK_BYTES, PROGRESS_EVERY_S, ProgressCallback, sha256_file
+from agentd.weights.download import CHUNK_BYTES, PROGRESS_EVERY_S, ProgressCallback
 from agentd.weights.errors import (
     ChecksumMismatch,
     DownloadFailed,
@@ -18,6 +18,7 @@ from agentd.weights.errors import (
 )
 from agentd.weights.fetcher import Weights, WeightsFetcher, hf_url, refuse_pickles
 from llmgw.catalog.model import PICKLE_HINT, is_pickled
+from llmgw.fsutil import sha256_file
 from llmgw.hub import HF_BASE_URL
 
 __all__ = [

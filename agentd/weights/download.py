@@ -55,15 +55,6 @@ class Expect:
     who: str = "the model pins"
 
 
-def sha256_file(path: Path) -> str:
-    """The sha256 of a file, read in chunks (call it through asyncio.to_thread)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(CHUNK_BYTES):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def git_blob_oid_file(path: Path) -> str:
     """The git blob id of a file, as the hub lists small files (call it through to_thread)."""
     h = hashlib.sha1(b"blob %d\x00" % path.stat().st_size)

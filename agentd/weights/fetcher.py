@@ -38,7 +38,6 @@ from agentd.weights.download import (
     Expect,
     ProgressCallback,
     read_json,
-    sha256_file,
 )
 from agentd.weights.errors import (
     ChecksumMismatch,
@@ -50,7 +49,7 @@ from agentd.weights.errors import (
 )
 from agentd.weights.repo import RepoFetcher
 from llmgw.catalog.model import PICKLE_HINT, Model, ModelSource, is_pickled
-from llmgw.fsutil import share_with_group, write_atomic
+from llmgw.fsutil import sha256_file, share_with_group, write_atomic
 from llmgw.hub import HF_BASE_URL, HubClient
 from llmgw.modelplan.formats import NotWeights, check_local_weights
 

@@ -23,6 +23,7 @@ from importlib import metadata
 from pathlib import Path
 
 import llmgw
+from llmgw.fsutil import sha256_file
 from llmgw.onboard.events import OnboardError
 
 PACKAGES = ("llmgw", "gatewayd", "agentd", "tui", "proto")
@@ -51,7 +52,7 @@ def self_wheel(cache_dir: Path) -> SelfWheel:
         out = cache_dir / f"installed-{digest[:16]}"
         name = f"llmgw-{dist.version}-py3-none-any.whl"
         wheel = out / name if (out / name).exists() else _repack_installed(dist, out / name)
-    return SelfWheel(wheel, _sha256_file(wheel), llmgw.__version__)
+    return SelfWheel(wheel, sha256_file(wheel), llmgw.__version__)
 
 
 def source_tree() -> Path | None:
@@ -146,11 +147,3 @@ def _repack_installed(dist: metadata.Distribution, target: Path) -> Path:
     tmp.write_bytes(buf.getvalue())
     os.replace(tmp, target)
     return target
-
-
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
