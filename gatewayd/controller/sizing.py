@@ -23,6 +23,7 @@ from llmgw.errors import LlmgwError
 from llmgw.hub import COMMIT_RE, HF_BASE_URL, HubClient, HubError
 from llmgw.hub.facts import read_repo_facts
 from llmgw.inventory import Inventory
+from llmgw.modelplan.cache import PlanCache
 from llmgw.modelplan.types import CardNeed, Layout, ModelFacts, Plan
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,8 @@ class Sizing:
         self._by_commit: dict[tuple[str, str], ModelFacts] = {}
         # source#commit -> (monotonic time of the failure, what went wrong).
         self._failed: dict[str, tuple[float, str]] = {}
+        # A pass plans each model once per set of node shapes, not per decision.
+        self.plans = PlanCache()
 
     @staticmethod
     def _key(model: Model) -> str:
@@ -58,6 +61,11 @@ class Sizing:
                 return None  # only learn() asks the hub
             self._facts[key] = self._read_local(model)
         return self._facts[key]
+
+    def remember(self, model: Model, facts: ModelFacts) -> None:
+        """Hold facts read elsewhere as the model's (as learn() would have read them)."""
+        self._failed.pop(self._key(model), None)
+        self._facts[self._key(model)] = facts
 
     def problem(self, model: Model) -> str:
         """Why the hub could not tell the model's facts ("" when it did or was not asked)."""
@@ -128,17 +136,19 @@ class Sizing:
         return None
 
     def plan(self, model: Model, profile: Profile, inventories: Iterable[Inventory] = ()) -> Plan:
-        """The model's layouts on the shapes of node the cluster has."""
+        """The model's layouts on the shapes of node the cluster has.
+
+        The same list of inventories handed again (a pass's decisions) is
+        grouped once; see llmgw/modelplan/cache.py.
+        """
         facts = self.facts(model)
         if facts is not None:
-            from llmgw.modelplan.plan import plan_for_inventories
-
-            plan = plan_for_inventories(
+            plan = self.plans.plan(
                 facts,
                 profile.engine,
                 context=model.context_length,
                 slots=model.slots,
-                inventories=list(inventories),
+                inventories=inventories,
                 precision=profile.precision,
             )
             return on_cards_asked(plan, profile)

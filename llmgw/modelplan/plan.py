@@ -17,15 +17,23 @@ cards hold at most and what the model would need.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
 
 from llmgw.catalog.model import ENGINES, precision_refusal
 from llmgw.errors import UsageError
 from llmgw.inventory import GpuInfo, Inventory
 from llmgw.modelplan import bandwidth, memory
 from llmgw.modelplan.memory import CPU_ENGINES, Split, gb
+from llmgw.modelplan.shapes import CardClass, Shape, card_classes, group_shapes
 from llmgw.modelplan.types import Layout, ModelFacts, Plan
+
+__all__ = [
+    "CardClass",
+    "card_classes",
+    "plan_for_inventories",
+    "plan_for_shapes",
+    "plan_model",
+]
 
 # A layout that cannot hold even this much context beside the weights is not
 # offered: below it a chat model is of little use. A shorter context asked for
@@ -41,20 +49,15 @@ UNKNOWN_TRAINED_CONTEXT = 4096
 TENSOR_WIDTHS = (2, 4, 8, 16, 32, 64)
 TORCH_ENGINES = ("vllm", "sglang")
 
+# The oldest cards a precision runs on. fp8: the bound the reference's agent
+# keeps for --quantization fp8 (Ada and Hopper, 8.9 and newer); older cards
+# would need another kernel (Marlin) whose speed and memory are not planned.
+MIN_COMPUTE_CAPABILITY = {"fp8": (8, 9)}
 
-@dataclass(frozen=True)
-class CardClass:
-    """The cards of one kind on a node: same name, same memory."""
-
-    name: str
-    memory_total_bytes: int
-    count: int
-    # The most of them all joined to each other by NVLink (0 or 1: none).
-    nvlink_group: int
-
-    @property
-    def usable_bytes(self) -> int:
-        return memory.usable_card_bytes(self.memory_total_bytes)
+# A layout planned for a fleet names this many of its nodes and counts the
+# rest in a note: 10,000 names on each layout of each model's plan is
+# memory kept for nothing (placement reads the cards, not the names).
+HOSTS_NAMED = 16
 
 
 def plan_model(
@@ -73,31 +76,11 @@ def plan_model(
     context 0 plans the model's trained context, capped to what fits on the
     fewest cards; a context asked for is kept whole on the fewest cards that
     hold it, and shrunk only where none does. ``precision`` ("bf16", "fp8")
-    plans the weights as vLLM or SGLang load them at it; other engines refuse it.
+    plans the weights as vLLM or SGLang load them at it; other engines refuse
+    it, and fp8 takes cards of compute capability 8.9 or newer.
     """
-    facts, precision_note = _at_precision(facts, engine, precision)
-    target, explicit, refused = _target_context(facts, engine, context, slots)
-    if refused:
-        return Plan(
-            facts=facts,
-            context=target,
-            kv_bytes_per_token=memory.kv_bytes_per_token(facts),
-            refused=refused,
-        )
-    classes = card_classes(cards or [])
-    layouts: list[Layout] = []
-    for card_class in classes:
-        layouts += _gpu_layouts(facts, engine, target, slots, card_class)
-    if engine in CPU_ENGINES and host_memory_bytes > 0:
-        cpu = _cpu_layout(facts, target, slots, host_memory_bytes, cpu_bandwidth_gbs)
-        if cpu is not None:
-            layouts.append(cpu)
-    plan = _finish(facts, target, explicit, layouts)
-    if precision_note:
-        plan.notes.insert(0, precision_note)
-    if not plan.layouts:
-        plan.refused = _refusal(facts, engine, target, slots, classes, host_memory_bytes)
-    return plan
+    shape = Shape(tuple(card_classes(cards or [])), host_memory_bytes, cpu_bandwidth_gbs)
+    return plan_for_shapes(facts, engine, context, slots, {shape: []}, precision=precision)
 
 
 def _at_precision(facts: ModelFacts, engine: str, precision: str) -> tuple[ModelFacts, str]:
@@ -127,23 +110,37 @@ def plan_for_inventories(
     engine: str,
     context: int = 0,
     slots: int = 1,
-    inventories: Sequence[Inventory] = (),
+    inventories: Iterable[Inventory] = (),
     *,
     cpu_bandwidth_gbs_by_host: Mapping[str, float] | None = None,
     precision: str = "",
 ) -> Plan:
     """The layouts of every distinct node shape among inventories, best first.
 
-    Nodes with the same cards and memory are planned once; each layout names
-    the nodes (hosts) it runs on. CPU speeds need the agents' measured memory
-    bandwidth: by hostname in cpu_bandwidth_gbs_by_host, else the host's own
-    mem_bandwidth_gbs where its facts carry one.
+    Alike nodes (shapes.py: same cards, host memory to a GiB, bandwidth to
+    ~10%) are planned once; each layout names nodes (hosts) it runs on. CPU
+    speeds need the agents' measured memory bandwidth: by hostname in
+    cpu_bandwidth_gbs_by_host, else the host's own mem_bandwidth_gbs.
     """
-    bandwidths = {
-        inv.host.hostname: float(getattr(inv.host, "mem_bandwidth_gbs", 0.0) or 0.0)
-        for inv in inventories
-    }
-    bandwidths.update(cpu_bandwidth_gbs_by_host or {})
+    shapes = group_shapes(inventories, cpu_bandwidth_gbs_by_host)
+    return plan_for_shapes(facts, engine, context, slots, shapes, precision=precision)
+
+
+def plan_for_shapes(
+    facts: ModelFacts,
+    engine: str,
+    context: int,
+    slots: int,
+    shapes: Mapping[Shape, Sequence[str]],
+    *,
+    precision: str = "",
+) -> Plan:
+    """The layouts of each shape of node (with the hostnames of each), merged, best first.
+
+    The work follows the shapes, not the nodes: GPU layouts are worked out
+    once per set of card kinds, a CPU layout once per host memory and
+    bandwidth, and a layout names at most HOSTS_NAMED of its nodes.
+    """
     facts, precision_note = _at_precision(facts, engine, precision)
     target, explicit, refused = _target_context(facts, engine, context, slots)
     if refused:
@@ -153,82 +150,112 @@ def plan_for_inventories(
             kv_bytes_per_token=memory.kv_bytes_per_token(facts),
             refused=refused,
         )
-    shapes: dict[tuple, list[Inventory]] = {}
-    for inventory in inventories:
-        shapes.setdefault(_shape(inventory, bandwidths), []).append(inventory)
-
-    merged: dict[str, Layout] = {}
-    refusals: list[tuple[int, str]] = []
-    for nodes in shapes.values():
-        first = nodes[0]
-        plan = plan_model(
-            facts,
-            engine=engine,
-            context=context,
-            slots=slots,
-            cards=first.gpus,
-            host_memory_bytes=first.host.memory_total_bytes,
-            cpu_bandwidth_gbs=bandwidths.get(first.host.hostname, 0.0),
-        )
-        if plan.refused:
-            capacity = first.gpu_memory_total_bytes or first.host.memory_total_bytes
-            refusals.append((capacity, plan.refused))
-        hosts = [n.host.hostname for n in nodes]
-        for layout in plan.layouts:
-            key = layout.model_dump_json(exclude={"hosts"})
-            if key in merged:
-                merged[key].hosts += [h for h in hosts if h not in merged[key].hosts]
-            else:
-                merged[key] = layout.model_copy(update={"hosts": list(hosts)})
-    plan = _finish(facts, target, explicit, list(merged.values()))
+    on_cards: dict[tuple[CardClass, ...], tuple[list[Layout], dict[str, str]]] = {}
+    on_cpu: dict[tuple[int, float], Layout | None] = {}
+    # layout's text (hosts aside) -> [layout, nodes, first hostnames]
+    merged: dict[str, list] = {}
+    texts: dict[int, str] = {}
+    card_refusals: dict[str, str] = {}
+    for shape, hosts in shapes.items():
+        got = on_cards.get(shape.classes)
+        if got is None:
+            usable, too_old = _cards_for_precision(shape.classes, precision)
+            layouts = [
+                la
+                for card_class in usable
+                for la in _gpu_layouts(facts, engine, target, slots, card_class)
+            ]
+            got = on_cards[shape.classes] = (layouts, too_old)
+        layouts, too_old = got
+        card_refusals.update(too_old)
+        if engine in CPU_ENGINES and shape.host_memory_bytes > 0:
+            host = (shape.host_memory_bytes, shape.bandwidth_gbs)
+            if host not in on_cpu:
+                on_cpu[host] = _cpu_layout(facts, target, slots, *host)
+            if on_cpu[host] is not None:
+                layouts = [*layouts, on_cpu[host]]
+        for layout in layouts:
+            text = texts.get(id(layout))
+            if text is None:
+                text = texts[id(layout)] = layout.model_dump_json(exclude={"hosts"})
+            entry = merged.get(text)
+            if entry is None:
+                entry = merged[text] = [layout, 0, []]
+            entry[1] += len(hosts)
+            if len(entry[2]) < HOSTS_NAMED:
+                entry[2] += hosts[: HOSTS_NAMED - len(entry[2])]
+    plan = _finish(facts, target, explicit, [_named(*entry) for entry in merged.values()])
     if precision_note:
         plan.notes.insert(0, precision_note)
+    # Said once in the plan, and to placement for the nodes of those cards.
+    plan.notes += [why for why in dict.fromkeys(card_refusals.values())]
+    plan.card_refusals = card_refusals
     if not plan.layouts:
-        if refusals:
-            # The shape with the most memory says the most useful "needs".
-            plan.refused = max(refusals)[1]
-        else:
-            plan.refused = "there are no nodes to plan on"
+        plan.refused = _shapes_refusal(facts, engine, target, slots, shapes, precision)
     return plan
 
 
-def card_classes(cards: Sequence[GpuInfo]) -> list[CardClass]:
-    """The node's cards grouped by kind, in the order first seen.
+def _named(layout: Layout, nodes: int, hosts: list[str]) -> Layout:
+    """The layout naming (some of) the nodes it was planned on."""
+    notes = layout.notes
+    if nodes > len(hosts):
+        notes = [*notes, f"planned for {nodes} nodes alike; hosts names {len(hosts)} of them"]
+    return layout.model_copy(update={"hosts": hosts, "notes": notes})
 
-    A card in MIG mode is planned through its instances, never whole, and a
-    MIG instance runs a model on itself alone (no layout spans instances),
-    so instances of a kind count as one card.
-    """
-    groups: dict[tuple[str, int], list[GpuInfo]] = {}
-    for card in cards:
-        if card.mig_mode == "enabled" and not card.mig_instance:
+
+def _cards_for_precision(
+    classes: Sequence[CardClass], precision: str
+) -> tuple[list[CardClass], dict[str, str]]:
+    """The kinds of card that run weights at ``precision``, and why each other one does not."""
+    if precision not in MIN_COMPUTE_CAPABILITY:
+        return list(classes), {}
+    least = MIN_COMPUTE_CAPABILITY[precision]
+    usable: list[CardClass] = []
+    refused: dict[str, str] = {}
+    for c in classes:
+        cc = _cc(c.compute_capability)
+        if cc is None or cc >= least:
+            usable.append(c)  # a card that does not say is let try
+        else:
+            refused[c.name] = (
+                f"{precision} weights need compute capability {least[0]}.{least[1]} or newer; "
+                f"{c.name} is {c.compute_capability}"
+            )
+    return usable, refused
+
+
+def _cc(text: str) -> tuple[int, int] | None:
+    major, _, minor = (text or "").partition(".")
+    if not major.isdigit() or not (minor or "0").isdigit():
+        return None
+    return int(major), int(minor or 0)
+
+
+def _shapes_refusal(
+    facts: ModelFacts,
+    engine: str,
+    target: int,
+    slots: int,
+    shapes: Mapping[Shape, Sequence[str]],
+    precision: str,
+) -> str:
+    """Why no shape runs the model, in the words of the one with the most memory."""
+    if not shapes:
+        return "there are no nodes to plan on"
+    most = max(s.capacity_bytes for s in shapes)
+    refusals = []
+    for shape in shapes:
+        if shape.capacity_bytes != most:
             continue
-        groups.setdefault((card.name, card.memory_total_bytes), []).append(card)
-    return [
-        CardClass(name, total, 1, 0)
-        if group[0].mig_instance
-        else CardClass(name, total, len(group), _largest_nvlink_group(group))
-        for (name, total), group in groups.items()
-    ]
-
-
-def _largest_nvlink_group(cards: Sequence[GpuInfo]) -> int:
-    """The most cards all joined to each other: two bridged pairs are not a group of four."""
-    indexes = {c.index for c in cards}
-    peers = {c.index: set(c.nvlink_peers) & indexes for c in cards}
-    best = 0
-
-    def grow(group: set[int], candidates: set[int]) -> None:
-        nonlocal best
-        best = max(best, len(group))
-        for i in sorted(candidates):
-            if len(group) + len(candidates) <= best:
-                return
-            grow(group | {i}, candidates & peers[i])
-            candidates = candidates - {i}
-
-    grow(set(), set(indexes))
-    return best if best > 1 else 0
+        usable, too_old = _cards_for_precision(shape.classes, precision)
+        if too_old and not usable:
+            refusals.append("; ".join(dict.fromkeys(too_old.values())))
+            continue
+        refusals.append(
+            _refusal(facts, engine, target, slots, usable, shape.host_memory_bytes)
+            + "".join(f"; {why}" for why in dict.fromkeys(too_old.values()))
+        )
+    return max(refusals)
 
 
 def _target_context(
@@ -434,16 +461,6 @@ def _describe(layout: Layout) -> str:
     if layout.gpus > 1:
         return f"{layout.gpus} × {layout.card_name} hold"
     return f"one {layout.card_name} holds"
-
-
-def _shape(inventory: Inventory, bandwidths: Mapping[str, float]) -> tuple:
-    cards = tuple(
-        (c.name, c.memory_total_bytes)
-        for c in sorted(inventory.gpus, key=lambda c: (c.name, c.memory_total_bytes))
-    )
-    nvlink = tuple(c.nvlink_group for c in card_classes(inventory.gpus))
-    host = inventory.host
-    return cards, nvlink, host.memory_total_bytes, bandwidths.get(host.hostname, 0.0)
 
 
 def _max_weights_bytes(

@@ -59,7 +59,8 @@ class Layout(BaseModel):
     context: int = 0
     tokens_per_s: float = 0.0
     notes: list[str] = Field(default_factory=list)
-    # plan_for_inventories: the nodes of the shape this layout was planned on.
+    # plan_for_inventories: nodes of the shapes this layout was planned on
+    # (the first HOSTS_NAMED of them; a note counts them all).
     hosts: list[str] = Field(default_factory=list)
 
 
@@ -72,3 +73,7 @@ class Plan(BaseModel):
     layouts: list[Layout] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
     refused: str = ""
+    # Card name -> why the plan has no layout on those cards ("fp8 weights
+    # need compute capability 8.9 or newer; …"): placement's reason for
+    # their nodes. Not sent (the notes say it); a plan's reader is placement.
+    card_refusals: dict[str, str] = Field(default_factory=dict, exclude=True)
