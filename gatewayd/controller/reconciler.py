@@ -79,6 +79,10 @@ def spec_hash(model: Model) -> str:
         mode="json",
         include={"source", "sha256", "profiles", "context_length", "slots", "allow_pickle"},
     )
+    # An hf: model added again at a new pin is other weights. Only when set,
+    # so replicas of other sources started before keep their hash.
+    if model.commit:
+        keep["commit"] = model.commit
     return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:16]
 
 
