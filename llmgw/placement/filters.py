@@ -86,6 +86,12 @@ def gpu_suitable(request: PlacementRequest, node: NodeCandidate) -> str | None:
     if names:
         if not prep.card_names or not names.isdisjoint(prep.card_names):
             return None
+        # The plan's own words for these cards ("fp8 weights need compute
+        # capability 8.9 or newer; …") say more than that it skipped them.
+        refusals = request.plan.card_refusals
+        said = [refusals[n] for n in sorted(names) if n in refusals]
+        if said:
+            return "; ".join(said) + mig
         return (
             f"the plan has no layout for its cards ({_cards(static)}); "
             f"its layouts are for {', '.join(prep.card_names)}{mig}"
