@@ -24,7 +24,7 @@ import pytest
 from llmgw.config import dump_yaml, load_server_config
 from llmgw.modelfmt import serve_spec
 from tests.cluster_fixture import running_cluster, wait_for
-from tests.fakes.engines.fixtures import NEW_DRIVER, a100_pair_fixture_file
+from tests.fakes.engines.fixtures import NEW_DRIVER, a100_pair_fixture_file, h100_node_fixture_file
 from tests.fakes.engines.stand_ins import VERSIONS
 from tests.fakes.hub import FakeHub
 from tests.fakes.tiny_repo import make_tiny_repo
@@ -312,10 +312,15 @@ async def test_a_node_that_joined_before_the_recipe_gets_it_with_the_replica(
 
 
 @pytest.mark.parametrize(
-    ("precision", "flags"), [("fp8", ["--quantization", "fp8"]), ("bf16", ["--dtype", "bfloat16"])]
+    ("precision", "flags", "node"),
+    [
+        # fp8 runs on compute capability 8.9 and newer: an H100 node, not the A100 pair.
+        ("fp8", ["--quantization", "fp8"], h100_node_fixture_file),
+        ("bf16", ["--dtype", "bfloat16"], a100_pair_fixture_file),
+    ],
 )
 async def test_the_profiles_precision_reaches_vllm_as_the_plan_sized_it(
-    tmp_path, hub, stand_ins, precision, flags
+    tmp_path, hub, stand_ins, precision, flags, node
 ):
     def configure(cfg):
         cfg.hub_url = hub.url
@@ -323,11 +328,9 @@ async def test_the_profiles_precision_reaches_vllm_as_the_plan_sized_it(
     async with running_cluster(
         tmp_path, engines=[stand_ins.release("vllm")], configure=configure
     ) as cluster:
-        cfg = cluster.agent_config(
-            "a100-pair", fixture=str(a100_pair_fixture_file(tmp_path / "a100-pair.json"))
-        )
+        cfg = cluster.agent_config("gpu-node", fixture=str(node(tmp_path / "gpu-node.json")))
         cfg.hub_url = hub.url
-        await cluster.start_agent("a100-pair", cfg=cfg)
+        await cluster.start_agent("gpu-node", cfg=cfg)
         spec = serve_spec("hf:org/tiny", name="tiny", engine="vllm", gpus=2)
         spec.profiles[0].precision = precision
         async with cluster.admin() as admin:

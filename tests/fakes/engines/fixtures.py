@@ -38,6 +38,14 @@ def a100_pair_fixture_file(path: Path, driver: str = NEW_DRIVER) -> Path:
     return path
 
 
+def h100_node_fixture_file(path: Path, driver: str = NEW_DRIVER) -> Path:
+    """The recorded 8 x H100 NVLink node on ``driver``: cards that run fp8 (8.9 and newer)."""
+    inventory = FakeGpuProbe.from_fixture("h100_80g_x8").inventory()
+    inventory.host.nvidia_driver_version = driver
+    path.write_text(inventory.model_dump_json(indent=2))
+    return path
+
+
 @pytest.fixture(scope="session")
 def stand_ins(tmp_path_factory) -> Iterator[StandIns]:
     """The vLLM and SGLang stand-ins as wheels, served by a local index for the session."""
