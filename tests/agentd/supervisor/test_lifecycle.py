@@ -92,7 +92,10 @@ async def test_stop_sends_sigterm_then_sigkill_to_the_whole_group(harness):
     assert events.states()[-1] == "stopped"
     assert "did not exit within 0.5 s of SIGTERM and was SIGKILLed" in events.last().reason
     assert events.last().exit_code == -9
-    assert gone(info.pid) and gone(child)
+    assert gone(info.pid)
+    # The group was SIGKILLed; a loaded machine may take a moment to finish
+    # the child off (seen once: still running right after stop returned).
+    await eventually(lambda: gone(child), "the child outlived the group's SIGKILL")
     assert not (harness.state_dir / "s1.json").exists()
 
 
