@@ -194,7 +194,9 @@ async def test_a_shard_that_ended_can_be_started_again(harness):
     sup, events = harness.supervisor()
     spec = harness.spec("--exit-after", "0.1", "--exit-code", "1")
     await sup.start(spec)
-    await eventually(lambda: events.states() == ["starting", "failed"], "no failure")
+    # Whether it answered in its 0.1 s is the machine's speed, not the point:
+    # it ended, so it may be started again.
+    await eventually(lambda: events.states()[-1:] == ["failed"], "no failure")
     await sup.start(harness.spec())
     assert events.states()[-1] == "starting" and len(sup.running()) == 1
 
