@@ -19,6 +19,7 @@ from datetime import timedelta
 from gatewayd.catalog.catalog import Catalog
 from gatewayd.controller import replica as rs
 from gatewayd.controller.candidates import node_candidates
+from gatewayd.controller.commands import spec_hash, start_message
 from gatewayd.controller.replica import Replica, utcnow
 from gatewayd.controller.sizing import Sizing
 from gatewayd.nodes.registry import READY as NODE_READY
@@ -36,13 +37,7 @@ from llmgw.engine_recipes import (
 from llmgw.inventory import Inventory
 from llmgw.placement import Decision, NodeIndex, PlacementRequest, place
 from llmgw.recipes import builtin_releases
-from proto.llmgw.v1 import (
-    ControlMessage,
-    ShardStatus,
-    StartShard,
-    StopShard,
-    WeightsSource,
-)
+from proto.llmgw.v1 import ControlMessage, ShardStatus, StopShard
 
 log = logging.getLogger(__name__)
 
@@ -62,28 +57,6 @@ _SHARD_STATES = {
     "failed": rs.FAILED,
     "stopped": rs.STOPPED,
 }
-
-
-def pipeline_stages(gpus: int, tensor_parallel: int) -> int:
-    """The pipeline stages of a layout on ``gpus`` cards at ``tensor_parallel`` (1: none)."""
-    tp = max(1, tensor_parallel)
-    return gpus // tp if gpus > tp else 1
-
-
-def spec_hash(model: Model) -> str:
-    """What a running replica depends on; scaling and labels are not in it."""
-    import hashlib
-    import json
-
-    keep = model.model_dump(
-        mode="json",
-        include={"source", "sha256", "profiles", "context_length", "slots", "allow_pickle"},
-    )
-    # An hf: model added again at a new pin is other weights. Only when set,
-    # so replicas of other sources started before keep their hash.
-    if model.commit:
-        keep["commit"] = model.commit
-    return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:16]
 
 
 class Reconciler:
@@ -420,36 +393,8 @@ class Reconciler:
         where = f"node {p.node_id}" + (f" GPUs {r.gpu_indexes}" if r.gpu_indexes else " CPU")
         r.move(rs.PLACED, f"placed on {where}", deadline_s=profile.startup_timeout_s)
         await self._save(r)
-        # At the commit pinned when the model was added: a moved branch changes nothing.
-        src = model.fetch_source
         engine_version = await self._engine_for(p.node_id, profile.engine, profile.engine_version)
-        layout = p.layout
-        msg = ControlMessage(
-            start_shard=StartShard(
-                shard_id=r.shard_id,
-                replica_id=r.replica_id,
-                model=model.name,
-                engine=profile.engine,
-                engine_version=engine_version,
-                gpu_indexes=r.gpu_indexes,
-                args=list(profile.args),
-                weights=WeightsSource(
-                    source=str(src), sha256=model.sha256, allow_pickle=model.allow_pickle
-                ),
-                context_length=r.context,
-                slots=model.slots,
-                tensor_parallel=r.tensor_parallel,
-                pipeline_parallel=pipeline_stages(layout.gpus, layout.tensor_parallel),
-                expert_parallel=layout.expert_parallel,
-                # The most the plan gives any one of its cards.
-                per_gpu_bytes=max(r.per_gpu_bytes.values(), default=0),
-                precision=profile.precision,
-                env=dict(profile.env),
-                engine_key=self.engine_key,
-                startup_timeout_s=profile.startup_timeout_s,
-                cpu=r.cpu,
-            )
-        )
+        msg = start_message(model, r, p.layout, engine_version, self.engine_key)
         ack = await self._registry.command(p.node_id, msg)
         if not ack.ok:
             self._fail(r, f"node {p.node_id} refused to start it: {ack.error}")
