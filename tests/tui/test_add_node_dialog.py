@@ -10,18 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import io
-from collections.abc import Callable
 
 import pytest
-from rich.console import Console
 from textual.pilot import Pilot
-from textual.widgets import Button, Input, Static
+from textual.widgets import Button, Input
 
 from llmgw.cluster_init import init_server
 from llmgw.paths import Paths
 from tests.llmgw.onboard.fake_node import Scenario, start_fake_node, stop_fake_node
 from tests.tui.fake_admin import FakeAdminServer
+from tests.tui.pilot_kit import text, wait_until
 from tui.app import LlmgwApp
 from tui.screens.add_node import AddNodeDialog
 
@@ -43,20 +41,6 @@ async def listening():
         yield f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
     finally:
         server.close()
-
-
-async def wait_until(pilot: Pilot, cond: Callable[[], bool], *, tries: int = 400) -> None:
-    for _ in range(tries):
-        if cond():
-            return
-        await pilot.pause(0.05)
-    raise AssertionError(f"gave up waiting for {cond}")
-
-
-def text(app: LlmgwApp, selector: str) -> str:
-    console = Console(width=200, record=True, file=io.StringIO())
-    console.print(app.screen.query_one(selector, Static).content)
-    return console.export_text()
 
 
 async def open_dialog(pilot: Pilot) -> AddNodeDialog:

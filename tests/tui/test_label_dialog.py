@@ -6,33 +6,15 @@ cluster); here, what it refuses, in the command's words.
 
 from __future__ import annotations
 
-import io
-from collections.abc import Callable
-
-from rich.console import Console
-from textual.pilot import Pilot
-from textual.widgets import Input, Static
+from textual.widgets import Input
 
 from tests.tui.fake_admin import FakeAdminServer, node
+from tests.tui.pilot_kit import text, wait_until
 from tui.app import LlmgwApp
 from tui.screens.label_dialog import LabelDialog
 from tui.screens.nodes import NodesScreen
 
 SIZE = (120, 40)
-
-
-async def wait_until(pilot: Pilot, cond: Callable[[], bool], *, tries: int = 200) -> None:
-    for _ in range(tries):
-        if cond():
-            return
-        await pilot.pause(0.05)
-    raise AssertionError(f"gave up waiting for {cond}")
-
-
-def text(app: LlmgwApp, selector: str) -> str:
-    console = Console(width=200, record=True, file=io.StringIO())
-    console.print(app.screen.query_one(selector, Static).content)
-    return console.export_text()
 
 
 async def test_the_label_dialog_refuses_what_is_not_a_label_and_sends_nothing():
