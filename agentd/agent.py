@@ -33,7 +33,7 @@ from llmgw.config import AgentConfig, split_host_port
 from llmgw.inventory import Inventory, gpu_to_proto, host_to_proto
 from llmgw.keepalive import keepalive_config
 from llmgw.paths import Paths
-from llmgw.tlsconf import client_context
+from llmgw.tls.tlsconf import client_context
 from proto.llmgw.v1 import AgentMessage, CommandAck, ControlMessage, Register
 
 log = logging.getLogger(__name__)

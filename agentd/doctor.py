@@ -14,7 +14,9 @@ from pathlib import Path
 
 from agentd.discovery.host import read_host
 from agentd.discovery.nvml import NO_DRIVER, NO_GPUS, NvmlReport, read_gpus
-from llmgw.doctor_checks import (
+from llmgw.inventory import HostInfo
+from llmgw.paths import Paths
+from llmgw.setup.doctor_checks import (
     DISK_FAIL_BYTES,
     DISK_WARN_BYTES,
     DRIVER_MIN_MAJOR,
@@ -30,8 +32,6 @@ from llmgw.doctor_checks import (
     check_os,
     check_python,
 )
-from llmgw.inventory import HostInfo
-from llmgw.paths import Paths
 
 
 def run_checks(

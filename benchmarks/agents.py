@@ -57,14 +57,14 @@ from simagent import (
     VisibilityProbe,
 )
 
-from llmgw import pki
 from llmgw.admin_client import AdminClient
-from llmgw.cluster_init import init_server
 from llmgw.config import dump_yaml, load_server_config
 from llmgw.errors import LlmgwError
 from llmgw.fsutil import write_atomic, write_secret
 from llmgw.paths import Paths
-from llmgw.tlsconf import client_context
+from llmgw.setup.cluster_init import init_server
+from llmgw.tls import pki
+from llmgw.tls.tlsconf import client_context
 
 MIB = 1024**2
 # The goal the figures are read against.

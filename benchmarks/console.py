@@ -53,10 +53,10 @@ from pathlib import Path
 import psutil
 from console_cluster import FakeCluster, serve
 
-from llmgw.cluster_init import init_server
 from llmgw.config import dump_yaml, load_server_config
 from llmgw.fsutil import write_atomic
 from llmgw.paths import Paths
+from llmgw.setup.cluster_init import init_server
 
 # What each key switches to, and the text that screen's status line starts with:
 # the first time it is read after the key, that screen has been painted.

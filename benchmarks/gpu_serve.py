@@ -46,8 +46,8 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("LLMGW_ALLOW_ROOT_ENGINES", "1")  # as the test suite runs
 
 from agentd.engine_provider import LocalEngines
-from llmgw.engine_recipes import install_message
-from llmgw.modelfmt import serve_spec
+from llmgw.engines.recipes import install_message
+from llmgw.present.modelfmt import serve_spec
 from tests.cluster_fixture import running_cluster, wait_for
 from tests.fakes.engines.fixtures import a100_pair, a100_pair_fixture_file
 from tests.fakes.engines.index import LocalIndex

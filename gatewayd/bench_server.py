@@ -52,15 +52,15 @@ from pathlib import Path
 
 import uvicorn
 
-from gatewayd.gateway.bands import BandPools
-from gatewayd.gateway.keys import KeyCache
-from gatewayd.gateway.limits import Limits
-from gatewayd.gateway.metrics import GatewayMetrics
-from gatewayd.gateway.pricing import BudgetTable
+from gatewayd.gateway.metering.metrics import GatewayMetrics
+from gatewayd.gateway.metering.usage import UsageWriter
+from gatewayd.gateway.policy.bands import BandPools
+from gatewayd.gateway.policy.keys import KeyCache
+from gatewayd.gateway.policy.limits import Limits
+from gatewayd.gateway.policy.pricing import BudgetTable
+from gatewayd.gateway.policy.tenancy import ancestors
 from gatewayd.gateway.proxy import Gateway
-from gatewayd.gateway.router import Router, Target
-from gatewayd.gateway.tenancy import ancestors
-from gatewayd.gateway.usage import UsageWriter
+from gatewayd.gateway.routing.router import Router, Target
 from gatewayd.http.app import make_app
 from gatewayd.store import SqliteStore, Store
 from llmgw.aio import run_loop

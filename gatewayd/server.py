@@ -23,16 +23,16 @@ from gatewayd.agents.service import AgentService
 from gatewayd.catalog.catalog import Catalog
 from gatewayd.controller.reconciler import Reconciler
 from gatewayd.controller.sizing import Sizing
-from gatewayd.gateway.bands import BandPools
-from gatewayd.gateway.endpoints import Endpoints
-from gatewayd.gateway.keys import KeyCache
-from gatewayd.gateway.metrics import GatewayMetrics
-from gatewayd.gateway.pricing import BudgetTable
+from gatewayd.gateway.metering.metrics import GatewayMetrics
+from gatewayd.gateway.metering.scrape import Scraper
+from gatewayd.gateway.metering.usage import UsageWriter
+from gatewayd.gateway.policy.bands import BandPools
+from gatewayd.gateway.policy.keys import KeyCache
+from gatewayd.gateway.policy.pricing import BudgetTable
+from gatewayd.gateway.policy.spent import spent_so_far
 from gatewayd.gateway.proxy import FREE, Gateway
-from gatewayd.gateway.router import Router
-from gatewayd.gateway.scrape import Scraper
-from gatewayd.gateway.spent import spent_so_far
-from gatewayd.gateway.usage import UsageWriter
+from gatewayd.gateway.routing.endpoints import Endpoints
+from gatewayd.gateway.routing.router import Router
 from gatewayd.http.app import make_app
 from gatewayd.nodes.registry import NodeRegistry
 from gatewayd.store import Store, open_store_from_config
@@ -42,7 +42,7 @@ from llmgw.errors import ConfigError
 from llmgw.fsutil import write_secret
 from llmgw.keepalive import keepalive_config
 from llmgw.paths import Paths
-from llmgw.tlsconf import server_context
+from llmgw.tls.tlsconf import server_context
 
 log = logging.getLogger(__name__)
 

@@ -112,7 +112,7 @@ class EngineRelease(_Strict):
     SGLang) is a recipe for uv: when the version was ``released`` on the
     index, hashed ``requirements`` per CUDA build (``cu129: |`` lines of
     ``name==version --hash=sha256:…``), the ``index_url`` ("" for PyPI) and
-    the ``python`` version. See llmgw/engine_recipes.py.
+    the ``python`` version. See llmgw/engines/recipes.py.
     """
 
     engine: Literal["llama.cpp", "vllm", "sglang"]
@@ -128,7 +128,7 @@ class EngineRelease(_Strict):
 
     @model_validator(mode="after")
     def _recipe(self) -> EngineRelease:
-        from llmgw.engine_recipes import check_release
+        from llmgw.engines.recipes import check_release
 
         check_release(self)
         return self

@@ -16,8 +16,8 @@ What it does, so a later release (or an operator's mirror) gets the same:
 4. names the CUDA build from the torch it resolved (nvidia-*-cu13: cu130),
    refusing a ``--build`` that does not match it;
 5. checks the file as a node would (agentd/provision/pyenv.check_requirements),
-   writes ``llmgw/recipes/<engine>-<version>-<build>.txt`` and its entry in
-   ``llmgw/recipes/index.yaml``.
+   writes ``llmgw/engines/builtin_recipes/<engine>-<version>-<build>.txt`` and its entry in
+   ``llmgw/engines/builtin_recipes/index.yaml``.
 
 It needs the network (PyPI); nothing else in the project does.
 """
@@ -45,7 +45,7 @@ if str(ROOT) not in sys.path:
 
 from agentd.provision.pyenv import PYPI, check_requirements, exclude_newer
 
-RECIPES = ROOT / "llmgw" / "recipes"
+RECIPES = ROOT / "llmgw" / "engines" / "builtin_recipes"
 ENGINES = ("vllm", "sglang")
 # A manylinux wheel up to this glibc is something some node can install;
 # which one a node takes is for its own uv to pick from the hashes kept.

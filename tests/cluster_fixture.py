@@ -18,10 +18,10 @@ from agentd.agent import Agent
 from agentd.discovery import probe_for
 from gatewayd.server import GatewayServer
 from llmgw.admin_client import AdminClient
-from llmgw.cluster_init import init_server, issue_node_bundle
 from llmgw.config import AgentConfig, HardwareConfig, ServerConfig, StoreConfig, load_server_config
 from llmgw.paths import Paths
-from llmgw.tlsconf import client_context
+from llmgw.setup.cluster_init import init_server, issue_node_bundle
+from llmgw.tls.tlsconf import client_context
 from proto.llmgw.v1 import AgentMessage, ControlMessage
 
 

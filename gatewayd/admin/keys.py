@@ -8,9 +8,9 @@ from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 from pydantic import ValidationError
 
-from gatewayd.gateway.keys import KeyCache, KeyRefused
-from gatewayd.gateway.limits import Limits
-from gatewayd.gateway.tenancy import LIMIT_FIELDS, TenancyRefused, kind_of, limits_of
+from gatewayd.gateway.policy.keys import KeyCache, KeyRefused
+from gatewayd.gateway.policy.limits import Limits
+from gatewayd.gateway.policy.tenancy import LIMIT_FIELDS, TenancyRefused, kind_of, limits_of
 from gatewayd.store import KeyRecord
 from proto.llmgw.v1 import (
     CreateKeyRequest,

@@ -11,11 +11,11 @@ from gatewayd.controller.reconciler import Reconciler
 from gatewayd.nodes.registry import NodeRegistry
 from llmgw.catalog import Model, Profile
 from llmgw.catalog.price import spec_from_wire
-from llmgw.engine_recipes import BUILT_IN, recipe_view
+from llmgw.engines.builtin_recipes import builtin_files
+from llmgw.engines.recipes import BUILT_IN, recipe_view
 from llmgw.errors import LlmgwError
-from llmgw.modelfmt import validation_text
+from llmgw.present.modelfmt import validation_text
 from llmgw.protojson import to_plain
-from llmgw.recipes import builtin_files
 from proto.llmgw.v1 import (
     ControlMessage,
     EngineView,

@@ -26,7 +26,7 @@ from gatewayd.controller.reconciler import STOP_GRACE_S, Reconciler
 from gatewayd.controller.replica import Replica, utcnow
 from gatewayd.nodes.registry import GONE, NOT_READY, READY, NodeLive, NodeRegistry
 from gatewayd.store import ReplicaRecord, Store
-from llmgw.opsfmt import host_warnings
+from llmgw.present.opsfmt import host_warnings
 from proto.llmgw.v1 import (
     ControlMessage,
     HostFacts,

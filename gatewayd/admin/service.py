@@ -26,8 +26,8 @@ from gatewayd.admin.views import replica_view
 from gatewayd.agents.revocations import Revocations
 from gatewayd.catalog.catalog import Catalog
 from gatewayd.controller.reconciler import Reconciler
-from gatewayd.gateway.keys import KeyCache
-from gatewayd.gateway.metrics import GatewayMetrics
+from gatewayd.gateway.metering.metrics import GatewayMetrics
+from gatewayd.gateway.policy.keys import KeyCache
 from gatewayd.nodes.registry import GONE, NOT_READY, READY, NodeRegistry
 from gatewayd.store import Store
 from llmgw import __version__

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from gatewayd.admin.keys import limits_view, refuse
-from gatewayd.gateway.keys import KeyCache
-from gatewayd.gateway.tenancy import TenancyRefused
+from gatewayd.gateway.policy.keys import KeyCache
+from gatewayd.gateway.policy.tenancy import TenancyRefused
 from gatewayd.store import TenantRecord
 from proto.llmgw.v1 import (
     ListTenantsReply,

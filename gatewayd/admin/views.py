@@ -8,9 +8,9 @@ from gatewayd.controller import replica as rs
 from gatewayd.controller.replica import Replica
 from gatewayd.store import ModelRecord
 from llmgw.catalog import Model
-from llmgw.modelfmt import to_spec
 from llmgw.modelplan.types import Layout as PlanLayout
 from llmgw.modelplan.types import Plan
+from llmgw.present.modelfmt import to_spec
 from proto.llmgw.v1 import (
     FetchProgress,
     Layout,

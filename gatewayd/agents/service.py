@@ -20,7 +20,7 @@ from grpclib.server import Stream
 from gatewayd.agents.revocations import Revocations, peer_serial
 from gatewayd.nodes.registry import NodeRegistry
 from llmgw.config import check_name
-from llmgw.tlsconf import peer_common_name
+from llmgw.tls.tlsconf import peer_common_name
 from proto.llmgw.v1 import AgentMessage, ControlMessage, Registered
 
 log = logging.getLogger(__name__)

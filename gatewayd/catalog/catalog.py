@@ -26,11 +26,11 @@ from gatewayd.nodes.watch import Broadcaster
 from gatewayd.store import ModelRecord, Store
 from llmgw.catalog import Model
 from llmgw.catalog.model import is_pickled
-from llmgw.engine_flags import check_args, check_env
+from llmgw.engines.flags import check_args, check_env
 from llmgw.errors import LlmgwError
 from llmgw.hub import HF_BASE_URL, HubClient, HubError, HubUnreachable
-from llmgw.modelfmt import validation_text
 from llmgw.modelplan.formats import NotWeights, check_local_weights
+from llmgw.present.modelfmt import validation_text
 
 log = logging.getLogger(__name__)
 

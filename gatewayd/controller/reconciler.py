@@ -27,7 +27,8 @@ from gatewayd.nodes.registry import NodeRegistry
 from gatewayd.store import ReplicaRecord, Store
 from llmgw.catalog import Model
 from llmgw.config import EngineRelease
-from llmgw.engine_recipes import (
+from llmgw.engines.builtin_recipes import builtin_releases
+from llmgw.engines.recipes import (
     PYTHON_ENGINES,
     RecipeInUse,
     in_use,
@@ -36,7 +37,6 @@ from llmgw.engine_recipes import (
 )
 from llmgw.inventory import Inventory
 from llmgw.placement import Decision, NodeIndex, PlacementRequest, place
-from llmgw.recipes import builtin_releases
 from proto.llmgw.v1 import ControlMessage, ShardStatus, StopShard
 
 log = logging.getLogger(__name__)

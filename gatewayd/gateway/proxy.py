@@ -16,18 +16,18 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from gatewayd.gateway import messages, validate
-from gatewayd.gateway.admission import Busy
-from gatewayd.gateway.anthropic_request import AnthropicRequestError
-from gatewayd.gateway.bands import BandPools
-from gatewayd.gateway.errors import ApiError
-from gatewayd.gateway.forward import Clock, Forwarder, Outcome
-from gatewayd.gateway.keys import KeyCache, KeyInfo
-from gatewayd.gateway.limits import LimitTable, Refusal, Ticket
-from gatewayd.gateway.metrics import GatewayMetrics
-from gatewayd.gateway.pricing import BudgetTable, Price, cost_micros
-from gatewayd.gateway.router import Router, parse_profile
-from gatewayd.gateway.usage import UsageRow, UsageWriter
+from gatewayd.gateway.metering.metrics import GatewayMetrics
+from gatewayd.gateway.metering.usage import UsageRow, UsageWriter
+from gatewayd.gateway.policy.admission import Busy
+from gatewayd.gateway.policy.bands import BandPools
+from gatewayd.gateway.policy.keys import KeyCache, KeyInfo
+from gatewayd.gateway.policy.limits import LimitTable, Refusal, Ticket
+from gatewayd.gateway.policy.pricing import BudgetTable, Price, cost_micros
+from gatewayd.gateway.protocol import messages, validate
+from gatewayd.gateway.protocol.anthropic_request import AnthropicRequestError
+from gatewayd.gateway.protocol.errors import ApiError
+from gatewayd.gateway.routing.forward import Clock, Forwarder, Outcome
+from gatewayd.gateway.routing.router import Router, parse_profile
 from llmgw.config import AdmissionConfig
 
 log = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-from gatewayd.gateway import openapi
+from gatewayd.gateway.protocol import openapi
 
 
 def make_app(

@@ -15,21 +15,21 @@ from rich.table import Table
 from rich.text import Text
 
 import llmgw.cli.render  # noqa: F401  (registers the renderers)
-from llmgw import output
 from llmgw.admin_client import AdminClient
 from llmgw.cli.ctl_bench import bench_app
 from llmgw.errors import LlmgwError, UsageError
-from llmgw.keyfmt import parse_duration
 from llmgw.labels import check_keys, parse_assignments
-from llmgw.opsfmt import (
+from llmgw.paths import resolve
+from llmgw.present import output
+from llmgw.present.keyfmt import parse_duration
+from llmgw.present.opsfmt import (
     NO_WARNINGS,
     WARNING_COLUMNS,
     removed_node_text,
     restart_text,
     warning_cells,
 )
-from llmgw.output import renders
-from llmgw.paths import resolve
+from llmgw.present.output import renders
 from proto.llmgw.v1 import RemoveNodeReply, RestartReplicaReply, WarningsReply
 
 app = typer.Typer(

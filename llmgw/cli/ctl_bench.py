@@ -23,9 +23,9 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from llmgw import output
 from llmgw.aio import run_loop
 from llmgw.errors import LlmgwError, UsageError
+from llmgw.present import output
 
 if TYPE_CHECKING:
     from llmgw.cli.bench_load import OverheadReport, Step

@@ -6,10 +6,10 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from llmgw import output
 from llmgw.cli.ctl import JsonOpt, app, call
 from llmgw.errors import UsageError
-from llmgw.keyfmt import (
+from llmgw.present import output
+from llmgw.present.keyfmt import (
     KEY_COLUMNS,
     NO_KEYS,
     describe_limits,
@@ -18,7 +18,7 @@ from llmgw.keyfmt import (
     parse_money,
     secret_text,
 )
-from llmgw.output import renders
+from llmgw.present.output import renders
 from proto.llmgw.v1 import KeyView, LimitsView, ListKeysReply
 
 keys_app = typer.Typer(

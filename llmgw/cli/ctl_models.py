@@ -9,12 +9,12 @@ import yaml
 from pydantic import ValidationError
 
 import llmgw.cli.render_models  # noqa: F401  (registers the renderers)
-from llmgw import output
 from llmgw.catalog import Model
 from llmgw.cli.ctl import JsonOpt, app, call
 from llmgw.errors import UsageError
 from llmgw.labels import parse_assignments
-from llmgw.modelfmt import serve_spec, to_spec, validation_text
+from llmgw.present import output
+from llmgw.present.modelfmt import serve_spec, to_spec, validation_text
 from proto.llmgw.v1 import ModelSpec, PlanModelRequest
 
 model_app = typer.Typer(

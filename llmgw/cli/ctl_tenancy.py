@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from llmgw.cli.ctl import JsonOpt, app, call
-from llmgw.keyfmt import (
+from llmgw.present.keyfmt import (
     NO_TENANTS,
     NOUNS,
     SHAPES,
@@ -18,7 +18,7 @@ from llmgw.keyfmt import (
     tenant_cells,
     tenant_line,
 )
-from llmgw.output import renders
+from llmgw.present.output import renders
 from proto.llmgw.v1 import ListTenantsReply, RemoveTenantReply, TenantView
 
 

@@ -24,15 +24,14 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from llmgw import output
 from llmgw.admin_client import AdminClient
 from llmgw.cli.ctl import JsonOpt, app, call
 from llmgw.errors import LlmgwError, UsageError
-from llmgw.keyfmt import parse_duration
-from llmgw.output import renders
 from llmgw.paths import resolve
-from llmgw.protojson import to_plain
-from llmgw.usagefmt import (
+from llmgw.present import output
+from llmgw.present.keyfmt import parse_duration
+from llmgw.present.output import renders
+from llmgw.present.usagefmt import (
     USAGE_COLUMNS,
     dimension_headings,
     span_text,
@@ -41,6 +40,7 @@ from llmgw.usagefmt import (
     sum_cells,
     usage_cells,
 )
+from llmgw.protojson import to_plain
 from proto.llmgw.v1 import UsageReply, UsageRowView
 
 # Its help is the callback's docstring (`usage` below).

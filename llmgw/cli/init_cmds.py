@@ -1,4 +1,4 @@
-"""``llmgw server init`` and ``llmgw node cert``: the commands over llmgw.cluster_init.
+"""``llmgw server init`` and ``llmgw node cert``: the commands over llmgw.setup.cluster_init.
 
 Plain command functions; the app in llmgw/cli/main.py registers them.
 """
@@ -14,8 +14,6 @@ import typer
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from llmgw import cluster_init, setup_plan, starter
-from llmgw.cluster_init import InitResult, NodeBundle
 from llmgw.config import (
     DEFAULT_PROJECT,
     AgentPki,
@@ -28,8 +26,11 @@ from llmgw.config import (
 )
 from llmgw.errors import LlmgwError, UsageError
 from llmgw.fsutil import write_atomic
-from llmgw.keyfmt import money_text, parse_money
 from llmgw.paths import Paths, resolve
+from llmgw.present.keyfmt import money_text, parse_money
+from llmgw.setup import cluster_init, starter
+from llmgw.setup import plan as setup_plan
+from llmgw.setup.cluster_init import InitResult, NodeBundle
 
 STORE_DSN_ENV = "LLMGW_STORE_DSN"
 
@@ -360,7 +361,7 @@ def _refuse_what_will_not_fit(
     paths: Paths, setup: SetupConfig, starter_flag: bool | None, ports: dict[str, int]
 ) -> None:
     """The plan's own checks (memory above all), before anything is installed."""
-    from llmgw.setup_run import this_machine
+    from llmgw.setup.run import this_machine
 
     plan = setup_plan.SetupPlan(
         control_plane=setup_plan.ControlPlanePart(**{f"{n}_port": p for n, p in ports.items()}),

@@ -8,13 +8,14 @@ from pathlib import Path
 
 import typer
 
-from llmgw import __version__, output
+from llmgw import __version__
 from llmgw.cli import ctl, ctl_keys, ctl_models, ctl_tenancy, ctl_usage  # noqa: F401  (they add their commands)
 from llmgw.cli.doctor_cmd import doctor
 from llmgw.cli.init_cmds import node_cert, server_init
 from llmgw.cli.node_cmds import node_add, node_remove
 from llmgw.errors import LlmgwError, UsageError
 from llmgw.paths import resolve
+from llmgw.present import output
 
 app = typer.Typer(
     help="Run LLMs on your own GPU and CPU servers, from the terminal.\n\n"

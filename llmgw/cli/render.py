@@ -5,8 +5,8 @@ from __future__ import annotations
 from rich.table import Table
 from rich.text import Text
 
-from llmgw.nodefmt import NO_NODES, NODE_COLUMNS, node_cells, node_details
-from llmgw.output import renders
+from llmgw.present.nodefmt import NO_NODES, NODE_COLUMNS, node_cells, node_details
+from llmgw.present.output import renders
 from proto.llmgw.v1 import ListNodesReply, NodeView, StatusReply
 
 

@@ -6,7 +6,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from llmgw.modelfmt import (
+from llmgw.present.modelfmt import (
     MODEL_COLUMNS,
     NO_MODELS,
     NO_REPLICAS,
@@ -21,7 +21,7 @@ from llmgw.modelfmt import (
     replica_cells,
     state_text,
 )
-from llmgw.output import renders
+from llmgw.present.output import renders
 from proto.llmgw.v1 import (
     ListEnginesReply,
     ListModelsReply,

@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 
 from llmgw.admin_client import AdminClient
-from llmgw.cluster_init import init_server, write_local_agent
 from llmgw.config import (
     DEFAULT_ADMIN_PORT,
     DEFAULT_AGENT_PORT,
@@ -29,9 +28,10 @@ from llmgw.config import (
     split_host_port,
 )
 from llmgw.errors import AdminError, LlmgwError
-from llmgw.output import stdout as console
 from llmgw.paths import ENV_HOME, Paths, user_home
-from llmgw.setup_run import choose_ports as setup_ports
+from llmgw.present.output import stdout as console
+from llmgw.setup.cluster_init import init_server, write_local_agent
+from llmgw.setup.run import choose_ports as setup_ports
 from proto.llmgw.v1 import LimitsView
 
 STOP_TIMEOUT_S = 10.0
@@ -213,8 +213,8 @@ async def _supervise(stop: asyncio.Event, children: list[Child]) -> None:
 async def _serve_starter(paths: Paths, cfg: ServerConfig, home_note: str) -> None:
     """At the first start: the project server init recorded, and the starter model on an
     empty cluster (unless --no-starter); says where the starter answers once it does."""
-    from llmgw import starter
-    from llmgw.modelfmt import to_spec
+    from llmgw.present.modelfmt import to_spec
+    from llmgw.setup import starter
 
     try:
         async with AdminClient.from_paths(paths) as admin:

@@ -1,6 +1,6 @@
 """The node's facts as the probe reported them, and the checks only a node being added gets.
 
-``node_checks`` runs the doctor's own checks (llmgw.doctor_checks, the same
+``node_checks`` runs the doctor's own checks (llmgw.setup.doctor_checks, the same
 ``llmgw doctor`` runs locally) over the probed facts, then those that only
 make sense from the control plane's side: can the node reach every control
 plane address, is its clock close, which package manager does its family use,
@@ -13,7 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from llmgw.doctor_checks import (
+from llmgw.inventory import HostInfo
+from llmgw.setup.doctor_checks import (
     Check,
     check_cpu,
     check_disk,
@@ -22,7 +23,6 @@ from llmgw.doctor_checks import (
     check_os,
     check_python,
 )
-from llmgw.inventory import HostInfo
 
 # The llama.cpp release build is linked against glibc 2.34 and GCC 12's libstdc++.
 LLAMACPP_GLIBC = (2, 34)

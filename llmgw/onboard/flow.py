@@ -13,7 +13,6 @@ import asyncio
 from collections.abc import AsyncIterator
 from pathlib import PurePosixPath
 
-from llmgw.cluster_init import _default_control_planes
 from llmgw.config import check_name
 from llmgw.errors import ExitCode, LlmgwError, UsageError
 from llmgw.onboard.checks import node_checks
@@ -28,6 +27,7 @@ from llmgw.onboard.register import wait_registered
 from llmgw.onboard.remote_probe import probe_node
 from llmgw.onboard.ssh import NodeShell, connect
 from llmgw.onboard.wheel import self_wheel
+from llmgw.setup.cluster_init import _default_control_planes
 
 NEXT_STEP = "Serve a model on it: llmgw ctl model serve SOURCE"
 

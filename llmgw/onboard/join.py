@@ -17,8 +17,6 @@ from pathlib import Path
 
 import yaml
 
-from llmgw import pki
-from llmgw.cluster_init import RENEW_BEFORE, issue_node_bundle, load_ca
 from llmgw.config import AgentConfig, AgentPki, dump_yaml
 from llmgw.errors import PkiError
 from llmgw.labels import check_labels
@@ -27,6 +25,8 @@ from llmgw.onboard.layout import UNIT_NAME, NodeLayout
 from llmgw.onboard.remote_files import install_file, make_dir, remote_sha256
 from llmgw.onboard.ssh import NodeShell, sha256_hex
 from llmgw.paths import Paths
+from llmgw.setup.cluster_init import RENEW_BEFORE, issue_node_bundle, load_ca
+from llmgw.tls import pki
 
 STEP = "join"
 

@@ -7,11 +7,11 @@ from collections.abc import AsyncIterator
 
 from llmgw.admin_client import AdminClient
 from llmgw.errors import AdminError, ConfigError, NotFoundError
-from llmgw.nodefmt import gib, gpu_summary, os_name
 from llmgw.onboard.events import Clock, OnboardError, StepEvent
 from llmgw.onboard.layout import NodeLayout
-from llmgw.opsfmt import host_warnings
 from llmgw.paths import Paths
+from llmgw.present.nodefmt import gib, gpu_summary, os_name
+from llmgw.present.opsfmt import host_warnings
 from llmgw.protojson import to_plain
 
 STEP = "register"

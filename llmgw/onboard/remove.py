@@ -12,13 +12,13 @@ import shlex
 import shutil
 from collections.abc import AsyncIterator
 
-from llmgw import pki
 from llmgw.admin_client import AdminClient
 from llmgw.errors import ExitCode, LlmgwError, NotFoundError
 from llmgw.onboard.events import Clock, StepEvent, result_event
 from llmgw.onboard.layout import UNIT_NAME, NodeLayout
 from llmgw.onboard.plan import RemovePlan, forget_record, load_record
 from llmgw.onboard.ssh import connect
+from llmgw.tls import pki
 
 INACTIVE = {"stopped", "failed"}
 POLL_S = 1.0

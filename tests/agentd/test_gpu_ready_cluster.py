@@ -22,7 +22,7 @@ from rich.console import Console
 
 from agentd.agent import Agent
 from agentd.discovery import probe_for
-from llmgw.nodefmt import node_details
+from llmgw.present.nodefmt import node_details
 from proto.llmgw.v1 import GpuNeed, ModelProfile, ModelSpec
 from tests.agentd.tiny_gguf import write_tiny_llama_gguf
 from tests.cluster_fixture import running_cluster, wait_for

@@ -16,7 +16,7 @@ from agentd.provision.manager import EngineManager
 from agentd.provision.pyenv import SubprocessRunner
 from agentd.shards import ShardRunner
 from agentd.weights import WeightsFetcher
-from llmgw.engine_recipes import install_message
+from llmgw.engines.recipes import install_message
 from proto.llmgw.v1 import ShardStatus, StartShard, StopShard, WeightsSource
 from tests.fakes.engines.fixtures import a100_pair
 from tests.fakes.hub import FakeHub

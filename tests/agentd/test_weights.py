@@ -26,9 +26,9 @@ from agentd.weights import (
     is_pickled,
     redact,
 )
-from llmgw import pki
 from llmgw.catalog.model import Model, ModelSource
 from llmgw.errors import LlmgwError
+from llmgw.tls import pki
 from tests.fakes.tiny_repo import make_tiny_repo
 
 # 1 MiB, every byte value, opening with the GGUF magic (local files are checked for it).

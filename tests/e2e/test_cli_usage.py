@@ -13,7 +13,7 @@ import json
 import re
 from datetime import UTC, datetime, timedelta
 
-from gatewayd.gateway.usage import UsageRow, UsageWriter
+from gatewayd.gateway.metering.usage import UsageRow, UsageWriter
 from llmgw.errors import ExitCode
 from tests.cluster_fixture import running_cluster
 from tests.e2e.helpers import llmgw

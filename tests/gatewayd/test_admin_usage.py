@@ -9,7 +9,7 @@ from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
 from gatewayd.admin.usage import UsageAdmin, parse_when, series_step_s
-from gatewayd.gateway.usage import UsageRow
+from gatewayd.gateway.metering.usage import UsageRow
 from gatewayd.store import Store
 from proto.llmgw.v1 import UsageRequest
 

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gatewayd.gateway.usage import UsageRow
+from gatewayd.gateway.metering.usage import UsageRow
 from gatewayd.store import Store, UsageRecord, usage_query
 
 T0 = datetime(2025, 3, 1, tzinfo=UTC)

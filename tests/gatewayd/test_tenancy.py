@@ -6,9 +6,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from gatewayd.gateway.keys import KeyCache, KeyRefused
-from gatewayd.gateway.limits import Limits
-from gatewayd.gateway.tenancy import Tenancy, TenancyRefused, ancestors, check_path
+from gatewayd.gateway.policy.keys import KeyCache, KeyRefused
+from gatewayd.gateway.policy.limits import Limits
+from gatewayd.gateway.policy.tenancy import Tenancy, TenancyRefused, ancestors, check_path
 from gatewayd.store import Store, TenantRecord
 
 T0 = datetime(2026, 11, 1, 9, 0, tzinfo=UTC)

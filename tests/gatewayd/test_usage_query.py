@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gatewayd.gateway.usage import UsageRow
+from gatewayd.gateway.metering.usage import UsageRow
 from gatewayd.store.usage_query import (
     RAW,
     batch_sums,

@@ -9,9 +9,9 @@ import grpclib.const
 import pytest
 from grpclib.exceptions import GRPCError, StreamTerminatedError
 
-from llmgw import pki
 from llmgw.errors import AdminUnauthenticated, NotFoundError
 from llmgw.fsutil import write_atomic, write_secret
+from llmgw.tls import pki
 from proto.llmgw.v1 import AgentMessage, ControlMessage, Heartbeat, HostFacts, Register
 from tests.cluster_fixture import RawAgentStream, running_cluster, wait_for
 

@@ -23,8 +23,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gatewayd.gateway import openapi, validate
-from gatewayd.gateway.router import PROFILES
+from gatewayd.gateway.protocol import openapi, validate
+from gatewayd.gateway.routing.router import PROFILES
 from proto.llmgw.v1 import ModelProfile, ModelSpec
 from tests.cluster_fixture import running_cluster, wait_for
 

@@ -9,7 +9,7 @@ import httpx
 import openai
 import pytest
 
-from gatewayd.gateway.pricing import cost_micros
+from gatewayd.gateway.policy.pricing import cost_micros
 from llmgw.catalog.price import Price
 from llmgw.config import BandConfig
 from proto.llmgw.v1 import LimitsView, ModelPrice, ModelProfile, ModelSpec

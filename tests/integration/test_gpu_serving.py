@@ -22,7 +22,7 @@ import openai
 import pytest
 
 from llmgw.config import dump_yaml, load_server_config
-from llmgw.modelfmt import serve_spec
+from llmgw.present.modelfmt import serve_spec
 from tests.cluster_fixture import running_cluster, wait_for
 from tests.fakes.engines.fixtures import NEW_DRIVER, a100_pair_fixture_file, h100_node_fixture_file
 from tests.fakes.engines.stand_ins import VERSIONS

@@ -18,8 +18,8 @@ import httpx
 import openai
 import pytest
 
-from gatewayd.gateway.router import Target
-from gatewayd.gateway.scrape import Scraper, parse_metrics
+from gatewayd.gateway.metering.scrape import Scraper, parse_metrics
+from gatewayd.gateway.routing.router import Target
 from llmgw.errors import UsageError
 from proto.llmgw.v1 import ExternalKey, ExternalSource, ModelProfile, ModelSpec, PlanModelRequest
 from tests.cluster_fixture import running_cluster, wait_for
@@ -129,7 +129,7 @@ async def test_an_engine_killed_under_load_loses_no_request_not_yet_streaming(tw
         os.kill(victim.pid, signal.SIGKILL)
 
     kill = asyncio.create_task(killer())
-    with caplog.at_level(logging.WARNING, logger="gatewayd.gateway.forward"):
+    with caplog.at_level(logging.WARNING, logger="gatewayd.gateway.routing.forward"):
         answers = await asyncio.gather(*(ask(client, max_tokens=10) for _ in range(48)))
     await kill
     assert len(answers) == 48 and all(a.choices[0].message.content for a in answers)

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from gatewayd.admin.views import model_spec
-from llmgw import starter
+from llmgw.setup import starter
 from tests.cluster_fixture import running_cluster, wait_for
 
 

@@ -22,7 +22,8 @@ from agentd.provision.pyenv import (
     uv_commands,
 )
 from llmgw.config import EngineRelease
-from llmgw.engine_recipes import (
+from llmgw.engines.builtin_recipes import builtin_files, builtin_releases
+from llmgw.engines.recipes import (
     BUILT_IN,
     FROM_CONFIG,
     RECIPE_STATE,
@@ -31,14 +32,13 @@ from llmgw.engine_recipes import (
     recipe_for,
     recipe_view,
 )
-from llmgw.modelfmt import serve_spec
-from llmgw.recipes import builtin_files, builtin_releases
+from llmgw.present.modelfmt import serve_spec
 from tests.cluster_fixture import running_cluster, wait_for
 from tests.fakes.engines.fixtures import a100_pair_fixture_file
 from tests.fakes.hub import FakeHub
 from tests.fakes.tiny_repo import make_tiny_repo
 
-RECIPES = Path(str(resources.files("llmgw.recipes")))
+RECIPES = Path(str(resources.files("llmgw.engines.builtin_recipes")))
 BUILT = {r.engine: r for r in builtin_releases()}
 KNOWN_BUILDS = {b.tag for b in CUDA_BUILDS}
 
@@ -94,7 +94,7 @@ def test_every_file_among_the_recipes_is_named_by_the_index():
 def test_the_packaging_ships_the_recipes_in_the_wheel():
     pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
     text = pyproject.read_text()
-    assert '"llmgw.recipes" = ["index.yaml", "*.txt"]' in text
+    assert '"llmgw.engines.builtin_recipes" = ["index.yaml", "*.txt"]' in text
 
 
 def operator_vllm(version: str = "0.11.0") -> EngineRelease:

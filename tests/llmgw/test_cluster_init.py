@@ -9,11 +9,12 @@ import typer
 import yaml
 from typer.testing import CliRunner
 
-from llmgw import cluster_init, pki, tlsconf
 from llmgw.cli.init_cmds import node_cert, server_init
 from llmgw.config import load_agent_config, load_server_config
 from llmgw.errors import PkiError, UsageError
 from llmgw.paths import Paths
+from llmgw.setup import cluster_init
+from llmgw.tls import pki, tlsconf
 from tests.llmgw.test_pki import handshake
 
 

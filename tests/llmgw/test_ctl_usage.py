@@ -9,7 +9,7 @@ import pytest
 from llmgw.catalog.price import format_micros as money
 from llmgw.cli.ctl_usage import period
 from llmgw.errors import UsageError
-from llmgw.usagefmt import sparkline
+from llmgw.present.usagefmt import sparkline
 
 NOW = datetime(2026, 9, 10, 12, 30, tzinfo=UTC)
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from llmgw import engine_flags as flags
-from llmgw.engine_flags import (
+from llmgw.engines import flags
+from llmgw.engines.flags import (
     ARGPARSE_ENGINES,
     EngineArgsRefused,
     check_args,

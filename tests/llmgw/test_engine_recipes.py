@@ -6,7 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from llmgw.config import EngineRelease
-from llmgw.engine_recipes import install_message, recipe_for
+from llmgw.engines.recipes import install_message, recipe_for
 
 HASHED = "vllm==0.11.0 --hash=sha256:" + "a" * 64 + "\n"
 

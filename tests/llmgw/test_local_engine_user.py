@@ -5,10 +5,10 @@ from __future__ import annotations
 import getpass
 import os
 
-from llmgw import cluster_init
-from llmgw.cluster_init import local_engine_user
 from llmgw.config import load_agent_config
 from llmgw.paths import Paths
+from llmgw.setup import cluster_init
+from llmgw.setup.cluster_init import local_engine_user
 
 
 def test_engines_of_llmgw_up_run_as_the_user_who_runs_it():

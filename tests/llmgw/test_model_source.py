@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from llmgw.catalog.model import Model, ModelSource
-from llmgw.modelfmt import name_from_source
+from llmgw.present.modelfmt import name_from_source
 
 COMMIT = "a" * 40
 

@@ -6,7 +6,7 @@ import io
 
 from rich.console import Console
 
-from llmgw.nodefmt import bandwidth_text, index_ranges, mig_text, node_details, pcie_text
+from llmgw.present.nodefmt import bandwidth_text, index_ranges, mig_text, node_details, pcie_text
 from proto.llmgw.v1 import Gpu, HostFacts, NodeView
 
 

@@ -19,8 +19,8 @@ from grpclib.health.v1.health_grpc import HealthStub
 from grpclib.health.v1.health_pb2 import HealthCheckRequest, HealthCheckResponse
 from grpclib.server import Server
 
-from llmgw import pki, tlsconf
 from llmgw.errors import PkiError
+from llmgw.tls import pki, tlsconf
 
 
 def _write(dir_: Path, name: str, pair: pki.CertKey) -> tuple[Path, Path]:

@@ -13,13 +13,15 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from llmgw import setup_plan, setup_run, setup_words
 from llmgw.cli.main import app
 from llmgw.config import DEFAULT_PROJECT, SetupConfig, load_agent_config, load_server_config
 from llmgw.errors import UsageError
 from llmgw.modelplan.gguf_meta import read_gguf
 from llmgw.paths import Paths
-from llmgw.setup_plan import (
+from llmgw.setup import plan as setup_plan
+from llmgw.setup import run as setup_run
+from llmgw.setup import words as setup_words
+from llmgw.setup.plan import (
     AdminPart,
     ControlPlanePart,
     LimitsPart,
@@ -307,7 +309,7 @@ async def test_the_store_check_says_nothing_answers_at_a_bad_address() -> None:
 
 def test_the_plan_and_its_run_import_without_a_ui_framework() -> None:
     code = (
-        "import llmgw.setup_plan, llmgw.setup_run, llmgw.setup_words, sys; "
+        "import llmgw.setup.plan, llmgw.setup.run, llmgw.setup.words, sys; "
         "assert not {'textual', 'typer', 'tui'} & set(sys.modules), sorted(sys.modules)"
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

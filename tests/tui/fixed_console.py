@@ -37,7 +37,7 @@ from llmgw.agent_status import (
 from llmgw.onboard import StepEvent
 from llmgw.onboard.flow import NEXT_STEP
 from llmgw.paths import Paths
-from llmgw.setup_plan import Machine, default_plan
+from llmgw.setup.plan import Machine, default_plan
 from tests.tui.fixed_cluster import GIB, LOG_TAIL, NODES, FixedAdmin
 from tui.app import LlmgwApp
 from tui.node import NodeConsole

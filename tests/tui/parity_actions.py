@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from textual.widgets import Checkbox, DataTable, Input, Select
 
-from llmgw.keyfmt import key_cells
-from llmgw.modelfmt import (
+from llmgw.present.keyfmt import key_cells
+from llmgw.present.modelfmt import (
     layout_cells,
     model_cells,
     plan_head,
     replica_cells,
 )
-from llmgw.nodefmt import node_cells
+from llmgw.present.nodefmt import node_cells
 from proto.llmgw.v1 import (
     KeyView,
     ListKeysReply,

@@ -26,15 +26,15 @@ from typer.testing import CliRunner
 
 from llmgw.admin_client import AdminClient
 from llmgw.cli.main import app as llmgw_cli
-from llmgw.keyfmt import key_cells, limit_text, tenant_line
-from llmgw.modelfmt import (
+from llmgw.present.keyfmt import key_cells, limit_text, tenant_line
+from llmgw.present.modelfmt import (
     history_cells,
     model_cells,
     placement_summary,
     replica_cells,
 )
-from llmgw.nodefmt import node_cells, node_details
-from llmgw.usagefmt import usage_cells
+from llmgw.present.nodefmt import node_cells, node_details
+from llmgw.present.usagefmt import usage_cells
 from proto.llmgw.v1 import (
     KeyView,
     ListEnginesReply,

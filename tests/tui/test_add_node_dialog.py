@@ -15,8 +15,8 @@ import pytest
 from textual.pilot import Pilot
 from textual.widgets import Button, Input
 
-from llmgw.cluster_init import init_server
 from llmgw.paths import Paths
+from llmgw.setup.cluster_init import init_server
 from tests.llmgw.onboard.fake_node import Scenario, start_fake_node, stop_fake_node
 from tests.tui.fake_admin import FakeAdminServer
 from tests.tui.pilot_kit import text, wait_until

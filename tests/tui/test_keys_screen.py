@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from textual.widgets import Checkbox, DataTable, Input, Static, Tree
 
-from llmgw.keyfmt import key_cells, tenant_line
+from llmgw.present.keyfmt import key_cells, tenant_line
 from tests.cluster_fixture import running_cluster
 from tests.tui.test_nodes_screen import SIZE, wait_until
 from tui.app import LlmgwApp

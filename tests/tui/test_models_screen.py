@@ -11,7 +11,13 @@ from rich.console import Console
 from textual.widgets import DataTable, Input, Select, Static
 
 from llmgw.admin_client import AdminClient
-from llmgw.modelfmt import NO_MODELS, layout_cells, model_cells, name_from_source, serve_spec
+from llmgw.present.modelfmt import (
+    NO_MODELS,
+    layout_cells,
+    model_cells,
+    name_from_source,
+    serve_spec,
+)
 from proto.llmgw.v1 import GpuNeed, ModelProfile, ModelSpec, PlanModelRequest
 from tests.cluster_fixture import Cluster, running_cluster, wait_for
 from tests.tui.test_nodes_screen import SIZE, wait_until

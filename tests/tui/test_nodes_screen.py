@@ -12,8 +12,8 @@ from textual.widgets import DataTable, Static
 
 from llmgw.admin_client import AdminClient
 from llmgw.errors import ConfigError
-from llmgw.nodefmt import NO_NODES, node_cells
 from llmgw.paths import Paths
+from llmgw.present.nodefmt import NO_NODES, node_cells
 from proto.llmgw.v1 import ReplicaView
 from tests.tui.fake_admin import FakeAdminServer, free_port, node
 from tui.app import LlmgwApp, run_console

@@ -8,7 +8,7 @@ import pytest
 from rich.console import Console
 from textual.widgets import Static
 
-from llmgw.nodefmt import node_cells
+from llmgw.present.nodefmt import node_cells
 from llmgw.protojson import to_plain
 from tests.cluster_fixture import running_cluster, wait_for
 from tests.tui.test_models_screen import READY_TRIES, sim_model

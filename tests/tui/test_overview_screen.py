@@ -10,7 +10,7 @@ from textual.widgets import Static
 from textual.widgets._footer import FooterKey
 
 from llmgw.admin_client import AdminClient
-from llmgw.opsfmt import NO_WARNINGS, warning_line
+from llmgw.present.opsfmt import NO_WARNINGS, warning_line
 from proto.llmgw.v1 import StatusReply
 from tests.cluster_fixture import Cluster, running_cluster, wait_for
 from tests.tui.fake_admin import free_port

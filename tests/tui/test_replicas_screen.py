@@ -7,7 +7,7 @@ import io
 from rich.console import Console
 from textual.widgets import DataTable, Static
 
-from llmgw.modelfmt import NO_REPLICAS, history_cells, replica_cells
+from llmgw.present.modelfmt import NO_REPLICAS, history_cells, replica_cells
 from proto.llmgw.v1 import FetchProgress, ReplicaView
 from tests.cluster_fixture import Cluster
 from tests.tui.test_models_screen import (  # cpu_cluster: the "cluster" fixture

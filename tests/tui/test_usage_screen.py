@@ -8,8 +8,8 @@ import pytest
 from textual.widgets import DataTable, Select, Sparkline, Static
 
 import tui.screens.usage as usage_screen
-from gatewayd.gateway.usage import UsageRow, UsageWriter
-from llmgw.usagefmt import usage_cells
+from gatewayd.gateway.metering.usage import UsageRow, UsageWriter
+from llmgw.present.usagefmt import usage_cells
 from tests.cluster_fixture import Cluster, running_cluster
 from tests.tui.test_nodes_screen import SIZE, wait_until
 from tui.app import LlmgwApp

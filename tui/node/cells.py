@@ -12,7 +12,7 @@ from rich.text import Text
 
 from llmgw.agent_status import AgentStatus, ControlPlaneState, EngineReport, ShardReport
 from llmgw.inventory import GpuInfo
-from llmgw.nodefmt import bandwidth_text, index_ranges, pcie_text
+from llmgw.present.nodefmt import bandwidth_text, index_ranges, pcie_text
 from tui.node.gpus import GpuReading
 from tui.node.probe import PlaneAnswer
 

@@ -1,7 +1,7 @@
 """The Keys screen's dialogs: what ``llmgw ctl keys …`` and ``org|team|project …`` take, as forms.
 
 Each form checks what was typed with the command's own parsers
-(``llmgw.keyfmt``) and is dismissed with what the admin call needs, or None
+(``llmgw.present.keyfmt``) and is dismissed with what the admin call needs, or None
 on Escape; the screen makes the call. A mistake stays in the form, in the
 command's words, with the fields as typed. ``SecretShown`` shows a new
 key's secret, the one time it is ever shown.
@@ -19,7 +19,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Checkbox, Input, Label, Static
 
 from llmgw.errors import UsageError
-from llmgw.keyfmt import (
+from llmgw.present.keyfmt import (
     LIMIT_NAMES,
     NOUNS,
     describe_limits,

@@ -33,7 +33,7 @@ from textual.worker import Worker
 
 from llmgw.admin_client import AdminClient
 from llmgw.errors import LlmgwError
-from llmgw.keyfmt import (
+from llmgw.present.keyfmt import (
     KEY_COLUMNS,
     NO_KEYS,
     NOUNS,

@@ -2,7 +2,7 @@
 
 Its rows are the same ``list_models()`` reply the command prints (read by the
 app with the rest of the cluster), drawn with the same cell helpers
-(``llmgw.modelfmt``). The app's one admin ``Watch`` brings "models" (a model
+(``llmgw.present.modelfmt``). The app's one admin ``Watch`` brings "models" (a model
 added, changed, removed) and "replicas": readiness is counted from replicas, and gatewayd announces a replica
 becoming ready on "replicas" only, so a replica's change has its model read
 again (``get_model``, as ``llmgw ctl model show``) and READY goes 0/1 → 1/1 live.
@@ -34,7 +34,7 @@ from textual.worker import Worker
 
 from llmgw.admin_client import AdminClient
 from llmgw.errors import LlmgwError, NotFoundError
-from llmgw.modelfmt import (
+from llmgw.present.modelfmt import (
     MODEL_COLUMNS,
     NO_MODELS,
     REASON_COLUMNS,

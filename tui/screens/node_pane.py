@@ -16,9 +16,9 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from llmgw.modelfmt import state_text
-from llmgw.nodefmt import node_state
-from llmgw.opsfmt import host_warnings
+from llmgw.present.modelfmt import state_text
+from llmgw.present.nodefmt import node_state
+from llmgw.present.opsfmt import host_warnings
 from proto.llmgw.v1 import EngineView, NodeView, ReplicaView
 from tui.screens.bars import memory_bar, progress
 from tui.screens.summary import HOLDING

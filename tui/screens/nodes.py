@@ -2,7 +2,7 @@
 
 Its rows are the nodes of the same ``list_nodes()`` reply the command prints
 (read by the app with the rest of the cluster, ``tui.screens.cluster_feed``),
-drawn with the same cell helpers (``llmgw.nodefmt``), and the app's one admin
+drawn with the same cell helpers (``llmgw.present.nodefmt``), and the app's one admin
 ``Watch`` keeps them current: a row changes the moment its node does. Under
 the table, a pane shows the selected node's GPUs with memory bars and the
 replicas on each (``llmgw ctl replicas``), its engines and their install
@@ -37,8 +37,8 @@ from textual.worker import Worker
 
 from llmgw.admin_client import AdminClient
 from llmgw.errors import LlmgwError
-from llmgw.nodefmt import NO_NODES, NODE_COLUMNS, node_cells, node_details
-from llmgw.opsfmt import removed_node_text
+from llmgw.present.nodefmt import NO_NODES, NODE_COLUMNS, node_cells, node_details
+from llmgw.present.opsfmt import removed_node_text
 from proto.llmgw.v1 import EngineView, ListNodesReply, NodeView, ReplicaView, WatchEvent
 from tui.screens.batched import DrawLater, Flag, LiveRows, selected_key, show_text
 from tui.screens.cluster_feed import ClusterRead

@@ -21,8 +21,8 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Static
 
-from llmgw.nodefmt import NO_NODES
-from llmgw.opsfmt import NO_WARNINGS, warning_line
+from llmgw.present.nodefmt import NO_NODES
+from llmgw.present.opsfmt import NO_WARNINGS, warning_line
 from tui.screens.bars import bar, gib, memory_bar
 from tui.screens.batched import show_text
 from tui.screens.shell import KeyFooter, ShellHeader

@@ -2,7 +2,7 @@
 
 Its rows are the same ``list_replicas()`` reply the command prints (read by
 the app with the rest of the cluster), drawn with the same cell helpers
-(``llmgw.modelfmt``); the app's one admin ``Watch`` brings "replicas", so a
+(``llmgw.present.modelfmt``); the app's one admin ``Watch`` brings "replicas", so a
 row moves through pending,
 placed, fetching … ready the moment its replica does. Enter (or l) on a row
 opens the replica's history: every state it passed, when, and why, its deadline,
@@ -35,7 +35,7 @@ from textual.worker import Worker
 
 from llmgw.admin_client import AdminClient
 from llmgw.errors import LlmgwError
-from llmgw.modelfmt import (
+from llmgw.present.modelfmt import (
     HISTORY_COLUMNS,
     NO_REPLICAS,
     REPLICA_COLUMNS,
@@ -44,7 +44,7 @@ from llmgw.modelfmt import (
     replica_cells,
     replica_facts,
 )
-from llmgw.opsfmt import restart_text
+from llmgw.present.opsfmt import restart_text
 from proto.llmgw.v1 import ListReplicasReply, ReplicaView, RestartReplicaReply, WatchEvent
 from tui.screens.bars import bar
 from tui.screens.batched import DrawLater, Flag, LiveRows, selected_key, show_text

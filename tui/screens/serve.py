@@ -2,7 +2,7 @@
 
 Plan asks gatewayd what the model needs (``plan_model``: every layout, its
 per-card memory and speed, or why none fits); Serve builds the spec as the
-command does (``llmgw.modelfmt.serve_spec``) and adds it with
+command does (``llmgw.present.modelfmt.serve_spec``) and adds it with
 ``put_model(create_only=True)``, which refuses a name already in the catalog.
 A refusal stays in the dialog, in gatewayd's words, with the fields as typed.
 """
@@ -25,7 +25,13 @@ from textual.worker import Worker
 from llmgw.admin_client import AdminClient
 from llmgw.catalog.model import ENGINES
 from llmgw.errors import LlmgwError, UsageError
-from llmgw.modelfmt import PLAN_COLUMNS, layout_cells, name_from_source, plan_head, serve_spec
+from llmgw.present.modelfmt import (
+    PLAN_COLUMNS,
+    layout_cells,
+    name_from_source,
+    plan_head,
+    serve_spec,
+)
 from proto.llmgw.v1 import ModelSpec, ModelView, PlanModelRequest, PlanReply
 from tui.screens.common import describe, show_worker_error
 from tui.screens.shell import KeyFooter

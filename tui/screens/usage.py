@@ -28,7 +28,7 @@ from textual.worker import Worker
 
 from llmgw.admin_client import AdminClient
 from llmgw.errors import LlmgwError
-from llmgw.usagefmt import (
+from llmgw.present.usagefmt import (
     GROUPINGS,
     RANGES,
     USAGE_COLUMNS,

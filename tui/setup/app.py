@@ -21,8 +21,8 @@ from textual.message import Message
 from textual.worker import Worker, WorkerState
 
 from llmgw.paths import Paths, user_home
-from llmgw.setup_plan import Machine, SetupPlan, default_plan
-from llmgw.setup_run import choose_ports, this_machine
+from llmgw.setup.plan import Machine, SetupPlan, default_plan
+from llmgw.setup.run import choose_ports, this_machine
 from tui.setup.parts import PartsScreen
 
 log = logging.getLogger(__name__)

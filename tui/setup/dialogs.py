@@ -14,11 +14,11 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Button, Checkbox, Input, Label, RadioButton, RadioSet, Static
 
-from llmgw import starter
 from llmgw.errors import UsageError
-from llmgw.keyfmt import money_text, parse_money
 from llmgw.modelplan.memory import gb
-from llmgw.setup_plan import (
+from llmgw.present.keyfmt import money_text, parse_money
+from llmgw.setup import starter
+from llmgw.setup.plan import (
     CONTROL_PLANE_BYTES,
     PORT_NAMES,
     AdminPart,
@@ -33,7 +33,7 @@ from llmgw.setup_plan import (
     starter_need_bytes,
     validation_text,
 )
-from llmgw.setup_words import PART_HELP, PART_TITLES
+from llmgw.setup.words import PART_HELP, PART_TITLES
 from tui.screens.key_dialogs import FormDialog
 
 
@@ -176,7 +176,7 @@ class StoreDialog(PartDialog):
 
     @work(exclusive=True, exit_on_error=False, group="store-check")
     async def check_store(self, dsn: str) -> None:
-        from llmgw.setup_run import check_postgres
+        from llmgw.setup.run import check_postgres
 
         answer = await check_postgres(dsn)
         self.show_answer(answer)

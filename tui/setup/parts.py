@@ -1,7 +1,7 @@
 """The parts of an installation as a list: Space turns one on or off, Enter opens its settings.
 
 Each line says what the part does as set, or what is missing without it
-(``llmgw.setup_plan.describe_part``); under the list, what the highlighted
+(``llmgw.setup.plan.describe_part``); under the list, what the highlighted
 part is for. ``p`` (or the Plan button) shows the plan.
 """
 
@@ -17,8 +17,8 @@ from textual.screen import Screen
 from textual.widgets import Button, Footer, Header, OptionList, Static
 from textual.widgets.option_list import Option
 
-from llmgw.setup_plan import PART_IDS, SetupPlan
-from llmgw.setup_words import PART_HELP, PART_TITLES, describe_part
+from llmgw.setup.plan import PART_IDS, SetupPlan
+from llmgw.setup.words import PART_HELP, PART_TITLES, describe_part
 from tui.setup.dialogs import dialog_for
 
 if TYPE_CHECKING:
@@ -117,7 +117,7 @@ class PartsScreen(Screen[None]):
             return
         plan = plan.toggled(part_id)
         if part_id == "admin" and plan.admin.on and not plan.admin.group:
-            from llmgw.setup_run import invoking_group
+            from llmgw.setup.run import invoking_group
 
             plan = plan.with_part(
                 "admin", plan.admin.model_copy(update={"group": invoking_group()})

@@ -1,6 +1,6 @@
 """The plan page: what is in and out, the same install as a command, and what would stop it.
 
-The command is ``llmgw.setup_plan.to_command``'s, shown as a person would
+The command is ``llmgw.setup.plan.to_command``'s, shown as a person would
 type it. What would make the install fail here (``check``) is listed with
 the flags that leave its cause out, and Run stays disabled while there is
 any, or while this machine and a PostgreSQL store are still being checked.
@@ -21,9 +21,9 @@ from textual.screen import Screen
 from textual.widgets import Button, Footer, Header, Static
 from textual.worker import Worker
 
-from llmgw.setup_plan import Machine, Refusal, StoreCheck, check, notes, shell_text
-from llmgw.setup_run import check_postgres, this_machine
-from llmgw.setup_words import in_and_out
+from llmgw.setup.plan import Machine, Refusal, StoreCheck, check, notes, shell_text
+from llmgw.setup.run import check_postgres, this_machine
+from llmgw.setup.words import in_and_out
 from tui.screens.common import show_worker_error
 
 if TYPE_CHECKING:

@@ -1,6 +1,6 @@
 """The run page: each step of the plan with its progress, then what to do next.
 
-A worker drives ``llmgw.setup_run.PlanRun`` and posts each step's progress
+A worker drives ``llmgw.setup.run.PlanRun`` and posts each step's progress
 as a past-tense message; the page only draws. It ends with what to do next
 and, once the cluster runs, ``c`` opens the cluster console (the app's
 result is then True). A failed step says why and what to do; nothing after
@@ -22,9 +22,9 @@ from textual.widgets import Button, Footer, Header, Static
 from textual.worker import Worker, WorkerState
 
 from llmgw.errors import LlmgwError
-from llmgw.setup_plan import SetupPlan, shell_text, steps
-from llmgw.setup_run import PlanRun, StepUpdate
-from llmgw.setup_words import what_next
+from llmgw.setup.plan import SetupPlan, shell_text, steps
+from llmgw.setup.run import PlanRun, StepUpdate
+from llmgw.setup.words import what_next
 from tui.screens.common import show_worker_error
 
 if TYPE_CHECKING:

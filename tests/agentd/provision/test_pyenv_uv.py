@@ -17,7 +17,7 @@ import pytest
 from agentd.engine_provider import LocalEngines
 from agentd.provision.llamacpp import MANIFEST
 from agentd.provision.manager import EngineState
-from llmgw.engine_recipes import install_message
+from llmgw.engines.recipes import install_message
 from tests.fakes.engines.fixtures import a100_pair
 from tests.fakes.engines.index import JSON_TYPE
 from tests.fakes.engines.stand_ins import LATE_CORE_VERSION, VERSIONS

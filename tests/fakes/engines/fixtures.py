@@ -16,7 +16,7 @@ import pytest
 
 from agentd.discovery.fake import FakeGpuProbe
 from agentd.engine_provider import LocalEngines
-from llmgw.engine_recipes import install_message
+from llmgw.engines.recipes import install_message
 from llmgw.inventory import Inventory
 from tests.fakes.engines.index import LocalIndex
 from tests.fakes.engines.stand_ins import StandIns, publish_stand_ins

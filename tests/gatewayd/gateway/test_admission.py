@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 from pydantic import ValidationError
 
-from gatewayd.gateway.admission import (
+from gatewayd.gateway.policy.admission import (
     Admission,
     Band,
     QueueFull,

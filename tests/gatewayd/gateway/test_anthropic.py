@@ -17,13 +17,13 @@ import pytest
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from pydantic import TypeAdapter
 
-from gatewayd.gateway.anthropic import chat_to_message, error_body
-from gatewayd.gateway.anthropic_request import (
+from gatewayd.gateway.protocol.anthropic import chat_to_message, error_body
+from gatewayd.gateway.protocol.anthropic_request import (
     AnthropicRequestError,
     messages_to_chat,
     wants_thinking,
 )
-from gatewayd.gateway.anthropic_stream import StreamConverter, anthropic_sse, sse_encode
+from gatewayd.gateway.protocol.anthropic_stream import StreamConverter, anthropic_sse, sse_encode
 
 EVENT = TypeAdapter(anthropic.types.RawMessageStreamEvent)
 MODEL = "qwen3-8b"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gatewayd.gateway.breaker import (
+from gatewayd.gateway.routing.breaker import (
     CLOSED,
     FAILURES_TO_OPEN,
     HALF_OPEN,

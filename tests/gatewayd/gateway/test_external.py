@@ -9,10 +9,10 @@ import os
 import pytest
 from pydantic import ValidationError
 
-from gatewayd.gateway.errors import ApiError
-from gatewayd.gateway.external import ExternalEndpoints
-from gatewayd.gateway.forward import Clock, Forwarder
-from gatewayd.gateway.router import Router
+from gatewayd.gateway.protocol.errors import ApiError
+from gatewayd.gateway.routing.external import ExternalEndpoints
+from gatewayd.gateway.routing.forward import Clock, Forwarder
+from gatewayd.gateway.routing.router import Router
 from llmgw.catalog import Model
 from tests.gatewayd.gateway.fakes import Sent, Upstream
 

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from gatewayd.gateway.errors import ApiError
-from gatewayd.gateway.forward import Clock, Forwarder, Outcome
-from gatewayd.gateway.router import Router, Target
-from gatewayd.gateway.sse import UsageTap
+from gatewayd.gateway.protocol.errors import ApiError
+from gatewayd.gateway.protocol.sse import UsageTap
+from gatewayd.gateway.routing.forward import Clock, Forwarder, Outcome
+from gatewayd.gateway.routing.router import Router, Target
 from tests.gatewayd.gateway.fakes import Sent, Upstream
 
 
@@ -82,7 +82,7 @@ async def test_a_stream_is_asked_for_usage_and_the_usage_chunk_is_kept_from_a_cl
 
 
 async def test_an_anthropic_stream_and_message_fill_the_outcome():
-    from gatewayd.gateway import messages
+    from gatewayd.gateway.protocol import messages
 
     async with Upstream().running() as up, Fwd(Target("r", up.url)) as f:
         request = {

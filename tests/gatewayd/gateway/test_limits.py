@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from gatewayd.gateway.limits import (
+from gatewayd.gateway.policy.limits import (
     Limits,
     LimitTable,
     Refusal,

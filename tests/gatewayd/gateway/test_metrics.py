@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import generate_latest
 
-from gatewayd.gateway.forward import Outcome
-from gatewayd.gateway.metrics import GatewayMetrics
+from gatewayd.gateway.metering.metrics import GatewayMetrics
+from gatewayd.gateway.routing.forward import Outcome
 
 
 def test_made_up_model_names_are_counted_as_unknown_and_add_no_series():

@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 import pytest
 from pydantic import ValidationError
 
-from gatewayd.gateway.limits import Limits
-from gatewayd.gateway.pricing import (
+from gatewayd.gateway.policy.limits import Limits
+from gatewayd.gateway.policy.pricing import (
     BudgetSnapshot,
     BudgetTable,
     Price,

@@ -6,10 +6,10 @@ from collections import Counter
 
 import pytest
 
-from gatewayd.gateway.breaker import FAILURES_TO_OPEN, OPEN_BASE_S
-from gatewayd.gateway.errors import ApiError
-from gatewayd.gateway.router import PROFILES, TTFT_FORGET_S, Router, Target, parse_profile
-from gatewayd.gateway.scrape import EngineStats
+from gatewayd.gateway.metering.scrape import EngineStats
+from gatewayd.gateway.protocol.errors import ApiError
+from gatewayd.gateway.routing.breaker import FAILURES_TO_OPEN, OPEN_BASE_S
+from gatewayd.gateway.routing.router import PROFILES, TTFT_FORGET_S, Router, Target, parse_profile
 
 
 class FakeClock:

@@ -6,8 +6,8 @@ import aiohttp
 from aiohttp import web
 
 from agentd.sim.metrics import SimMetrics
-from gatewayd.gateway.router import Target
-from gatewayd.gateway.scrape import EngineStats, Scraper, parse_metrics
+from gatewayd.gateway.metering.scrape import EngineStats, Scraper, parse_metrics
+from gatewayd.gateway.routing.router import Target
 
 LLAMACPP = """\
 # HELP llamacpp:prompt_tokens_total Number of prompt tokens processed.

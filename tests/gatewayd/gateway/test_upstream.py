@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from gatewayd.gateway import upstream
-from gatewayd.gateway.upstream import (
+from gatewayd.gateway.routing import upstream
+from gatewayd.gateway.routing.upstream import (
     ConnectError,
     DisconnectedError,
     HttpClient,

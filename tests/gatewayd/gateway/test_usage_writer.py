@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from gatewayd.gateway.usage import UsageRow, UsageWriter
+from gatewayd.gateway.metering.usage import UsageRow, UsageWriter
 from gatewayd.store import Store
 from llmgw.errors import StoreError
 
@@ -114,7 +114,7 @@ async def test_the_buffer_is_bounded_and_drops_the_oldest_with_a_count(caplog):
 
     assert len(writer) == 5 and writer.dropped == 3
     store.down = False
-    with caplog.at_level(logging.WARNING, logger="gatewayd.gateway.usage"):
+    with caplog.at_level(logging.WARNING, logger="gatewayd.gateway.metering.usage"):
         await writer.flush()
     assert store.written == [3, 4, 5, 6, 7]
     assert "dropped the 3 oldest usage rows" in caplog.text
@@ -132,7 +132,7 @@ async def test_a_row_the_store_cannot_take_is_dropped_not_retried_forever(caplog
     store = Refusing()
     writer = UsageWriter(store)  # type: ignore[arg-type]
     writer.add(UsageRow(key_id="k", project="p", model="m", at=datetime(2025, 1, 1)))
-    with caplog.at_level(logging.ERROR, logger="gatewayd.gateway.usage"):
+    with caplog.at_level(logging.ERROR, logger="gatewayd.gateway.metering.usage"):
         assert await writer.flush() == 0
     assert len(writer) == 0 and "dropped 1 usage rows" in caplog.text
 
@@ -188,7 +188,7 @@ async def test_close_with_the_store_down_reports_what_is_lost(caplog):
     store.down = True
     writer = UsageWriter(store)  # type: ignore[arg-type]
     writer.add(_row())
-    with caplog.at_level(logging.ERROR, logger="gatewayd.gateway.usage"):
+    with caplog.at_level(logging.ERROR, logger="gatewayd.gateway.metering.usage"):
         await writer.close()
     assert "lost 1 usage rows at shutdown" in caplog.text
 

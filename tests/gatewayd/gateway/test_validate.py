@@ -8,9 +8,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gatewayd.gateway import validate
-from gatewayd.gateway.anthropic_request import messages_to_chat
-from gatewayd.gateway.errors import ApiError
+from gatewayd.gateway.protocol import validate
+from gatewayd.gateway.protocol.anthropic_request import messages_to_chat
+from gatewayd.gateway.protocol.errors import ApiError
 
 CHAT, COMPLETIONS, EMBEDDINGS = "/v1/chat/completions", "/v1/completions", "/v1/embeddings"
 USER = [{"role": "user", "content": "hello"}]

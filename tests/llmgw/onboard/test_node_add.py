@@ -12,9 +12,9 @@ import socket
 
 import pytest
 
-from llmgw.cluster_init import init_server
 from llmgw.onboard import AddPlan, SshTarget, add_node
 from llmgw.paths import Paths
+from llmgw.setup.cluster_init import init_server
 from tests.llmgw.onboard.fake_node import (
     FLAGS_NO_AVX2,
     Scenario,

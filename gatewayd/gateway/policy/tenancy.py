@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable
 from datetime import UTC, datetime
 
-from gatewayd.gateway.limits import UNLIMITED, Limits
+from gatewayd.gateway.policy.limits import UNLIMITED, Limits
 from gatewayd.store import Store, TenantRecord
 
 KINDS = ("org", "team", "project")

@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 
 from pydantic import BaseModel
 
-from gatewayd.gateway.limits import Clock, Limits, Refusal, retry_after_s, scope_label
+from gatewayd.gateway.policy.limits import Clock, Limits, Refusal, retry_after_s, scope_label
 from llmgw.catalog.price import Price, format_micros
 
 __all__ = ["BudgetTable", "Price", "cost_micros", "format_micros", "is_free"]

@@ -12,16 +12,16 @@ import json
 import time
 from collections.abc import AsyncIterable
 
-from gatewayd.gateway import validate
-from gatewayd.gateway.anthropic import chat_to_message, error_body
-from gatewayd.gateway.anthropic_request import (
+from gatewayd.gateway.protocol import validate
+from gatewayd.gateway.protocol.anthropic import chat_to_message, error_body
+from gatewayd.gateway.protocol.anthropic_request import (
     AnthropicRequestError,
     messages_to_chat,
     wants_thinking,
 )
-from gatewayd.gateway.anthropic_stream import StreamConverter, sse_encode
-from gatewayd.gateway.errors import ApiError
-from gatewayd.gateway.sse import frame_json, has_token, usage_into
+from gatewayd.gateway.protocol.anthropic_stream import StreamConverter, sse_encode
+from gatewayd.gateway.protocol.errors import ApiError
+from gatewayd.gateway.protocol.sse import frame_json, has_token, usage_into
 
 
 def to_chat(body: bytes) -> tuple[dict, dict]:

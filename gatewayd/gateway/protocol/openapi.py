@@ -2,7 +2,7 @@
 
 A plain dict, written by hand: the client API is OpenAI's and Anthropic's, so
 the document says which of their fields the gateway reads and checks
-(``gatewayd.gateway.validate``) and what it adds — its headers, its errors.
+(``gatewayd.gateway.protocol.validate``) and what it adds — its headers, its errors.
 Fields not listed pass through to the engine (every request schema allows
 extra properties). JSON Schema 2020-12, as OpenAPI 3.1 has it: a field that
 may be ``null`` lists ``"null"`` among its types, and ``null`` counts as not sent.
@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 from functools import cache
 
-from gatewayd.gateway.openapi_schemas import _ref, _schemas
-from gatewayd.gateway.router import PROFILES
+from gatewayd.gateway.protocol.openapi_schemas import _ref, _schemas
+from gatewayd.gateway.routing.router import PROFILES
 from llmgw import __version__
 
 # Every status the gateway answers with an error of its own.

@@ -19,7 +19,6 @@ from typing import Literal
 
 from pydantic import BaseModel, ValidationError, computed_field
 
-from llmgw import pki
 from llmgw.config import (
     DEFAULT_AGENT_PORT,
     AgentConfig,
@@ -36,6 +35,7 @@ from llmgw.config import (
 from llmgw.errors import LlmgwError, PkiError, UsageError
 from llmgw.fsutil import write_atomic, write_secret
 from llmgw.paths import Paths
+from llmgw.tls import pki
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
-from gatewayd.gateway.router import Target
+from gatewayd.gateway.routing.router import Target
 from llmgw.catalog.external import External
 
 log = logging.getLogger(__name__)

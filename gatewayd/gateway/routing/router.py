@@ -32,11 +32,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from gatewayd.gateway.breaker import Breakers
-from gatewayd.gateway.errors import ApiError
+from gatewayd.gateway.protocol.errors import ApiError
+from gatewayd.gateway.routing.breaker import Breakers
 
 if TYPE_CHECKING:
-    from gatewayd.gateway.scrape import EngineStats
+    from gatewayd.gateway.metering.scrape import EngineStats
 
 log = logging.getLogger(__name__)
 

@@ -24,12 +24,12 @@ from dataclasses import dataclass
 
 import aiohttp
 
-from gatewayd.gateway import messages
-from gatewayd.gateway.errors import ApiError
-from gatewayd.gateway.router import Router, Target
-from gatewayd.gateway.sse import UsageTap, usage_into
-from gatewayd.gateway.upstream import HttpClient
-from gatewayd.gateway.upstream import Response as LocalResponse
+from gatewayd.gateway.protocol import messages
+from gatewayd.gateway.protocol.errors import ApiError
+from gatewayd.gateway.protocol.sse import UsageTap, usage_into
+from gatewayd.gateway.routing.router import Router, Target
+from gatewayd.gateway.routing.upstream import HttpClient
+from gatewayd.gateway.routing.upstream import Response as LocalResponse
 
 log = logging.getLogger(__name__)
 

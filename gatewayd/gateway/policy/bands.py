@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from gatewayd.gateway.admission import Admission, Band
+from gatewayd.gateway.policy.admission import Admission, Band
 from llmgw.config import AdmissionConfig
 
 log = logging.getLogger(__name__)

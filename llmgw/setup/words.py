@@ -1,17 +1,17 @@
 """How a setup plan reads to people: its parts' titles, what each is for, what to do next.
 
 The setup screens and ``llmgw server init`` say a plan in these words; pure,
-like ``llmgw.setup_plan`` whose models they describe.
+like ``llmgw.setup.plan`` whose models they describe.
 """
 
 from __future__ import annotations
 
 import shlex
 
-from llmgw import starter
-from llmgw.keyfmt import money_text
 from llmgw.modelplan import memory
-from llmgw.setup_plan import (
+from llmgw.present.keyfmt import money_text
+from llmgw.setup import starter
+from llmgw.setup.plan import (
     PART_IDS,
     LimitsPart,
     SetupPlan,

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import aiohttp
 
-from gatewayd.gateway.router import Target
+from gatewayd.gateway.routing.router import Target
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 
-from gatewayd.gateway.anthropic import error_body
+from gatewayd.gateway.protocol.anthropic import error_body
 
 # Server tools (web_search_…, bash_…) run at Anthropic; only client tools, which
 # the caller runs itself, can be declared to an engine.

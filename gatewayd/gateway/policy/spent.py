@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from gatewayd.gateway.pricing import BudgetSnapshot
-from gatewayd.gateway.tenancy import ancestors, scope_of
+from gatewayd.gateway.policy.pricing import BudgetSnapshot
+from gatewayd.gateway.policy.tenancy import ancestors, scope_of
 from gatewayd.store import Store
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from gatewayd.catalog.catalog import Catalog
 from gatewayd.controller.reconciler import Reconciler
-from gatewayd.gateway.external import ExternalEndpoints
-from gatewayd.gateway.router import Target
+from gatewayd.gateway.routing.external import ExternalEndpoints
+from gatewayd.gateway.routing.router import Target
 from gatewayd.nodes.registry import NodeRegistry
 from llmgw.catalog.external import EXTERNAL_SOURCE
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import re
 
-from gatewayd.gateway.errors import ApiError
+from gatewayd.gateway.protocol.errors import ApiError
 
 # Deeper than this is refused. Python's json recurses, and gives up near 950
 # levels with a RecursionError; a body just under that decoded here but broke

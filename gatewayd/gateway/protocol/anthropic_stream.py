@@ -25,7 +25,7 @@ import json
 from collections.abc import AsyncIterable, AsyncIterator
 from dataclasses import dataclass
 
-from gatewayd.gateway.anthropic import (
+from gatewayd.gateway.protocol.anthropic import (
     message_id,
     reasoning_text,
     stop_reason,

@@ -15,8 +15,8 @@ import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from gatewayd.gateway.limits import UNLIMITED, Limits
-from gatewayd.gateway.tenancy import Tenancy, TenancyRefused, check_path, limits_of
+from gatewayd.gateway.policy.limits import UNLIMITED, Limits
+from gatewayd.gateway.policy.tenancy import Tenancy, TenancyRefused, check_path, limits_of
 from gatewayd.store import KeyRecord, Store
 
 log = logging.getLogger(__name__)

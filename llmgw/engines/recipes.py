@@ -24,7 +24,7 @@ as the index stood a day after ``released`` (``--exclude-newer``) with
 ``--require-hashes``, and refuses any line that is not ``name==version``
 with hashes (agentd/provision/pyenv.py checks that again on the node).
 
-llmgw ships a recipe of its own for each (llmgw/recipes/, written by
+llmgw ships a recipe of its own for each (llmgw/engines/builtin_recipes/, written by
 scripts/engine_recipe.py): where server.yaml has no entry for an engine,
 that one is used; an entry for the engine replaces it (``in_use``).
 

@@ -4,7 +4,7 @@ The setup screens edit a ``SetupPlan``, part by part. ``to_command`` gives the
 same install as one command line, every setting a flag; ``check`` says, before
 anything is installed, what would make the install fail on this machine and
 which flags avoid it; ``steps`` lists what a run does, in order. Pure: the
-facts of the machine come in as a ``Machine`` (``llmgw.setup_run`` reads them).
+facts of the machine come in as a ``Machine`` (``llmgw.setup.run`` reads them).
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from llmgw import pki, starter
 from llmgw.config import (
     DEFAULT_ADMIN_PORT,
     DEFAULT_AGENT_PORT,
@@ -26,9 +25,11 @@ from llmgw.config import (
     SetupConfig,
     check_name,
 )
-from llmgw.keyfmt import money_text
 from llmgw.modelplan import memory
 from llmgw.modelplan.types import ModelFacts
+from llmgw.present.keyfmt import money_text
+from llmgw.setup import starter
+from llmgw.tls import pki
 
 STORE_DSN_ENV = "LLMGW_STORE_DSN"
 PART_IDS = ("control_plane", "store", "node", "starter", "limits", "admin")

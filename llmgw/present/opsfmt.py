@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from llmgw.modelfmt import clock
+from llmgw.present.modelfmt import clock
 from proto.llmgw.v1 import HostFacts, RemoveNodeReply, RestartReplicaReply, WarningView
 
 WARNING_COLUMNS = ("AT", "SEVERITY", "KIND", "SUBJECT", "WARNING", "WHAT TO DO")

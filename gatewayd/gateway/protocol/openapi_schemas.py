@@ -1,8 +1,8 @@
-"""The schemas of the OpenAPI document's components (``gatewayd.gateway.openapi``)."""
+"""The schemas of the OpenAPI document's components (``gatewayd.gateway.protocol.openapi``)."""
 
 from __future__ import annotations
 
-from gatewayd.gateway.validate import MAX_COUNT, SEED_RANGE
+from gatewayd.gateway.protocol.validate import MAX_COUNT, SEED_RANGE
 
 
 def _ref(name: str) -> dict:

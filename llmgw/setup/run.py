@@ -2,7 +2,7 @@
 
 ``this_machine`` reads memory, ports and groups; ``check_postgres`` connects to
 a PostgreSQL store and says why it failed; ``PlanRun`` performs a plan's steps
-(``llmgw.setup_plan.steps``): it runs the plan's own ``llmgw server init``
+(``llmgw.setup.plan.steps``): it runs the plan's own ``llmgw server init``
 command, starts ``llmgw up`` in the background, and follows the cluster until
 its node and starter model are ready, saying each step's progress as it goes.
 """
@@ -25,7 +25,6 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from llmgw import starter
 from llmgw.admin_client import AdminClient
 from llmgw.config import (
     DEFAULT_ADMIN_PORT,
@@ -38,7 +37,8 @@ from llmgw.config import (
 )
 from llmgw.errors import ConflictError, LlmgwError
 from llmgw.paths import ENV_HOME, Paths
-from llmgw.setup_plan import (
+from llmgw.setup import starter
+from llmgw.setup.plan import (
     STORE_DSN_ENV,
     Machine,
     SetupPlan,

@@ -7,7 +7,7 @@ shared by all the traffic beneath it: a project's 60 requests a minute are
 60 for all of its keys together (``LimitTable.admit``).
 
 Money budgets are set here beside the rates, so that one ``Limits`` says all a
-level may do, and are kept by ``gatewayd.gateway.pricing.BudgetTable``.
+level may do, and are kept by ``gatewayd.gateway.policy.pricing.BudgetTable``.
 
 Everything here runs on every request, so it stays small: a dict lookup and a
 little float arithmetic per scope, no I/O, no awaits (nothing can slip

@@ -1,0 +1,1 @@
+"""What was used: usage rows, the gateway's metrics and the engines' scraped ones."""

@@ -1,0 +1,1 @@
+"""The client API's shapes: OpenAI, Anthropic and Responses bodies, request checks, errors and the OpenAPI document."""

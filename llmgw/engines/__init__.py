@@ -1,0 +1,1 @@
+"""Engines as the control plane knows them: their flags and install recipes."""

@@ -1,0 +1,1 @@
+"""How commands print: tables for people, JSON for scripts."""

@@ -1,0 +1,1 @@
+"""Setting a machine up: the init plans, the starter model and the doctor's checks."""

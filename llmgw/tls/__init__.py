@@ -1,0 +1,1 @@
+"""The cluster's CA, certificates and TLS settings."""
