@@ -10,6 +10,8 @@ __all__ = (
     "AgentServiceBase",
     "AgentServiceStub",
     "AgentSettings",
+    "BatchCounts",
+    "BatchView",
     "CardNeed",
     "CommandAck",
     "ControlMessage",
@@ -22,6 +24,7 @@ __all__ = (
     "ExternalSource",
     "FetchProgress",
     "FetchShardLogs",
+    "GetBatchRequest",
     "GetModelRequest",
     "GetNodeRequest",
     "Gpu",
@@ -35,6 +38,8 @@ __all__ = (
     "LabelNodeRequest",
     "Layout",
     "LimitsView",
+    "ListBatchesReply",
+    "ListBatchesRequest",
     "ListEnginesReply",
     "ListEnginesRequest",
     "ListKeysReply",
@@ -79,6 +84,7 @@ __all__ = (
     "ScaleModelRequest",
     "SetLimitsRequest",
     "SetModelContextRequest",
+    "SetRetentionRequest",
     "ShardStatus",
     "StartShard",
     "StatusReply",
@@ -158,6 +164,97 @@ class AgentSettings(betterproto2.Message):
 
 
 default_message_pool.register_message("llmgw.v1", "AgentSettings", AgentSettings)
+
+
+@dataclass(eq=False, repr=False)
+class BatchCounts(betterproto2.Message):
+    """
+    ---- Batches (OpenAI's Batch API) -----------------------------------------------
+    """
+
+    total: "int" = betterproto2.field(1, betterproto2.TYPE_INT64)
+
+    completed: "int" = betterproto2.field(2, betterproto2.TYPE_INT64)
+
+    failed: "int" = betterproto2.field(3, betterproto2.TYPE_INT64)
+
+
+default_message_pool.register_message("llmgw.v1", "BatchCounts", BatchCounts)
+
+
+@dataclass(eq=False, repr=False)
+class BatchView(betterproto2.Message):
+    id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    batch_…
+    """
+
+    project: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+
+    key_id: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+
+    endpoint: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+    """
+    /v1/chat/completions, /v1/embeddings or /v1/responses.
+    """
+
+    status: "str" = betterproto2.field(5, betterproto2.TYPE_STRING)
+    """
+    validating, in_progress, finalizing, completed, failed, expired,
+    cancelling, cancelled (OpenAI's names).
+    """
+
+    input_file_id: "str" = betterproto2.field(6, betterproto2.TYPE_STRING)
+
+    output_file_id: "str" = betterproto2.field(7, betterproto2.TYPE_STRING)
+
+    error_file_id: "str" = betterproto2.field(8, betterproto2.TYPE_STRING)
+
+    completion_window: "str" = betterproto2.field(9, betterproto2.TYPE_STRING)
+
+    created_at: "str" = betterproto2.field(10, betterproto2.TYPE_STRING)
+    """
+    ISO times, UTC; "" when not reached.
+    """
+
+    in_progress_at: "str" = betterproto2.field(11, betterproto2.TYPE_STRING)
+
+    finalizing_at: "str" = betterproto2.field(12, betterproto2.TYPE_STRING)
+
+    completed_at: "str" = betterproto2.field(13, betterproto2.TYPE_STRING)
+
+    failed_at: "str" = betterproto2.field(14, betterproto2.TYPE_STRING)
+
+    expired_at: "str" = betterproto2.field(15, betterproto2.TYPE_STRING)
+
+    cancelling_at: "str" = betterproto2.field(16, betterproto2.TYPE_STRING)
+
+    cancelled_at: "str" = betterproto2.field(17, betterproto2.TYPE_STRING)
+
+    expires_at: "str" = betterproto2.field(18, betterproto2.TYPE_STRING)
+
+    request_counts: "BatchCounts | None" = betterproto2.field(
+        19, betterproto2.TYPE_MESSAGE, optional=True
+    )
+
+    metadata: "dict[str, str]" = betterproto2.field(
+        20,
+        betterproto2.TYPE_MAP,
+        map_meta=betterproto2.map_meta(betterproto2.TYPE_STRING, betterproto2.TYPE_STRING),
+    )
+
+    errors: "list[str]" = betterproto2.field(21, betterproto2.TYPE_STRING, repeated=True)
+    """
+    Why it failed (input file errors), one line each.
+    """
+
+    models: "list[str]" = betterproto2.field(22, betterproto2.TYPE_STRING, repeated=True)
+    """
+    The models its requests name.
+    """
+
+
+default_message_pool.register_message("llmgw.v1", "BatchView", BatchView)
 
 
 @dataclass(eq=False, repr=False)
@@ -388,6 +485,14 @@ class FetchShardLogs(betterproto2.Message):
 
 
 default_message_pool.register_message("llmgw.v1", "FetchShardLogs", FetchShardLogs)
+
+
+@dataclass(eq=False, repr=False)
+class GetBatchRequest(betterproto2.Message):
+    id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+
+default_message_pool.register_message("llmgw.v1", "GetBatchRequest", GetBatchRequest)
 
 
 @dataclass(eq=False, repr=False)
@@ -752,6 +857,35 @@ class LimitsView(betterproto2.Message):
 
 
 default_message_pool.register_message("llmgw.v1", "LimitsView", LimitsView)
+
+
+@dataclass(eq=False, repr=False)
+class ListBatchesReply(betterproto2.Message):
+    batches: "list[BatchView]" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, repeated=True)
+
+
+default_message_pool.register_message("llmgw.v1", "ListBatchesReply", ListBatchesReply)
+
+
+@dataclass(eq=False, repr=False)
+class ListBatchesRequest(betterproto2.Message):
+    project: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    "" for every project.
+    """
+
+    status: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    "" for every status.
+    """
+
+    limit: "int" = betterproto2.field(3, betterproto2.TYPE_INT32)
+    """
+    0 for the default (100).
+    """
+
+
+default_message_pool.register_message("llmgw.v1", "ListBatchesRequest", ListBatchesRequest)
 
 
 @dataclass(eq=False, repr=False)
@@ -1515,6 +1649,22 @@ default_message_pool.register_message("llmgw.v1", "SetModelContextRequest", SetM
 
 
 @dataclass(eq=False, repr=False)
+class SetRetentionRequest(betterproto2.Message):
+    path: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    A project path: Acme/ml/search.
+    """
+
+    retain_responses_s: "int" = betterproto2.field(2, betterproto2.TYPE_INT64)
+    """
+    Seconds to keep stored responses; 0 turns retention off and forgets them.
+    """
+
+
+default_message_pool.register_message("llmgw.v1", "SetRetentionRequest", SetRetentionRequest)
+
+
+@dataclass(eq=False, repr=False)
 class ShardStatus(betterproto2.Message):
     shard_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
 
@@ -1705,6 +1855,12 @@ class TenantView(betterproto2.Message):
     limits: "LimitsView | None" = betterproto2.field(4, betterproto2.TYPE_MESSAGE, optional=True)
 
     keys: "int" = betterproto2.field(5, betterproto2.TYPE_INT32)
+
+    retain_responses_s: "int" = betterproto2.field(6, betterproto2.TYPE_INT64)
+    """
+    Projects only: how long /v1/responses answers are kept when a client
+    asks to store them; 0 = never kept (the default).
+    """
 
 
 default_message_pool.register_message("llmgw.v1", "TenantView", TenantView)
@@ -2425,6 +2581,78 @@ class AdminServiceStub(betterproto2_grpclib.ServiceStub):
             metadata=metadata,
         )
 
+    async def set_retention(
+        self,
+        message: "SetRetentionRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "TenantView":
+
+        return await self._unary_unary(
+            "/llmgw.v1.AdminService/SetRetention",
+            message,
+            TenantView,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def list_batches(
+        self,
+        message: "ListBatchesRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "ListBatchesReply":
+
+        return await self._unary_unary(
+            "/llmgw.v1.AdminService/ListBatches",
+            message,
+            ListBatchesReply,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def get_batch(
+        self,
+        message: "GetBatchRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "BatchView":
+
+        return await self._unary_unary(
+            "/llmgw.v1.AdminService/GetBatch",
+            message,
+            BatchView,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def cancel_batch(
+        self,
+        message: "GetBatchRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "BatchView":
+
+        return await self._unary_unary(
+            "/llmgw.v1.AdminService/CancelBatch",
+            message,
+            BatchView,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
     async def usage(
         self,
         message: "UsageRequest",
@@ -2685,6 +2913,22 @@ class AdminServiceBase(betterproto2_grpclib.ServiceBase):
 
         raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
 
+    async def set_retention(self, message: "SetRetentionRequest") -> "TenantView":
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def list_batches(self, message: "ListBatchesRequest") -> "ListBatchesReply":
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def get_batch(self, message: "GetBatchRequest") -> "BatchView":
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def cancel_batch(self, message: "GetBatchRequest") -> "BatchView":
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
     async def usage(self, message: "UsageRequest") -> "UsageReply":
 
         raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
@@ -2931,6 +3175,38 @@ class AdminServiceBase(betterproto2_grpclib.ServiceBase):
         response = await self.remove_tenant(request)
         await stream.send_message(response)
 
+    async def __rpc_set_retention(
+        self, stream: "grpclib.server.Stream[SetRetentionRequest, TenantView]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.set_retention(request)
+        await stream.send_message(response)
+
+    async def __rpc_list_batches(
+        self, stream: "grpclib.server.Stream[ListBatchesRequest, ListBatchesReply]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.list_batches(request)
+        await stream.send_message(response)
+
+    async def __rpc_get_batch(
+        self, stream: "grpclib.server.Stream[GetBatchRequest, BatchView]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.get_batch(request)
+        await stream.send_message(response)
+
+    async def __rpc_cancel_batch(
+        self, stream: "grpclib.server.Stream[GetBatchRequest, BatchView]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.cancel_batch(request)
+        await stream.send_message(response)
+
     async def __rpc_usage(self, stream: "grpclib.server.Stream[UsageRequest, UsageReply]") -> None:
         request = await stream.recv_message()
         assert request is not None
@@ -3152,6 +3428,30 @@ class AdminServiceBase(betterproto2_grpclib.ServiceBase):
                 grpclib.const.Cardinality.UNARY_UNARY,
                 TenantRequest,
                 RemoveTenantReply,
+            ),
+            "/llmgw.v1.AdminService/SetRetention": grpclib.const.Handler(
+                self.__rpc_set_retention,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                SetRetentionRequest,
+                TenantView,
+            ),
+            "/llmgw.v1.AdminService/ListBatches": grpclib.const.Handler(
+                self.__rpc_list_batches,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                ListBatchesRequest,
+                ListBatchesReply,
+            ),
+            "/llmgw.v1.AdminService/GetBatch": grpclib.const.Handler(
+                self.__rpc_get_batch,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                GetBatchRequest,
+                BatchView,
+            ),
+            "/llmgw.v1.AdminService/CancelBatch": grpclib.const.Handler(
+                self.__rpc_cancel_batch,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                GetBatchRequest,
+                BatchView,
             ),
             "/llmgw.v1.AdminService/Usage": grpclib.const.Handler(
                 self.__rpc_usage,
