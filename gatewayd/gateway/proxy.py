@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
 from gatewayd.gateway.metering.metrics import GatewayMetrics
@@ -43,7 +43,7 @@ FORWARDED = {"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/m
 class _Request:
     """What one request came to, for metrics and the usage row."""
 
-    __slots__ = ("cost", "key", "model", "outcome", "profile", "status")
+    __slots__ = ("batch_id", "cost", "key", "model", "outcome", "profile", "status")
 
     def __init__(self) -> None:
         self.status = 0
@@ -52,6 +52,59 @@ class _Request:
         self.outcome: Outcome | None = None
         self.profile = ""
         self.cost = 0
+        self.batch_id = ""
+
+
+class Call:
+    """One authenticated client request, as a route handler gets it.
+
+    ``send`` is the ASGI send (it notes the status for metrics); ``json`` and
+    ``body`` answer and read in the gateway's way (size cap, overhead header).
+    ``band`` forces an admission band (a batch's); ``req`` is what the usage
+    row and metrics are made from: a handler that forwards through
+    ``Gateway.complete`` fills it.
+    """
+
+    __slots__ = ("band", "clock", "key", "receive", "req", "scope", "send", "started")
+
+    def __init__(self, scope, receive, send, clock: Clock, req: _Request, band: str | None):
+        self.scope, self.receive, self.clock, self.req, self.band = (
+            scope,
+            receive,
+            clock,
+            req,
+            band,
+        )
+        self.key: KeyInfo | None = None
+        self.started = False
+
+        async def sending(message, _send=send):
+            if message["type"] == "http.response.start":
+                self.started = True
+            await _send(message)
+
+        self.send = sending
+
+    @property
+    def method(self) -> str:
+        return self.scope["method"]
+
+    @property
+    def path(self) -> str:
+        return self.scope["path"]
+
+    def header(self, name: bytes) -> str:
+        return _header(self.scope, name)
+
+    async def body(self, limit: int = 0) -> bytes:
+        """The whole body; 413 past ``limit`` bytes (the gateway's cap by default)."""
+        return await _read_body(self.receive, self.scope, limit or MAX_BODY_BYTES)
+
+    async def json(self, status: int, payload: dict, headers=()) -> None:
+        await _send_json(self.send, status, payload, self.clock, headers)
+
+    async def error(self, e: ApiError) -> None:
+        await _send_error(self.send, e, self.clock, anthropic=_anthropic(self.path))
 
 
 class Gateway:
@@ -83,6 +136,7 @@ class Gateway:
         self.bands = bands if bands is not None else BandPools(AdmissionConfig(), lambda _m: 0)
         # Rows written in batches, off the hot path.
         self._usage = usage
+        self._routes: list[tuple[str, Callable[[Call], Awaitable[None]]]] = []
 
     async def start(self) -> None:
         await self._forwarder.start()
@@ -90,12 +144,58 @@ class Gateway:
     async def close(self) -> None:
         await self._forwarder.close()
 
+    # ---- routes -----------------------------------------------------------
+
+    def add_route(self, prefix: str, handler: Callable[[Call], Awaitable[None]]) -> None:
+        """Serve ``prefix`` and everything under it (``/v1/files`` → ``/v1/files/{id}``…)
+        with ``handler``; it gets the authenticated ``Call`` and answers it."""
+        self._routes.append((prefix, handler))
+
     # ---- ASGI -------------------------------------------------------------
 
     async def __call__(self, scope, receive, send) -> None:
+        await self._serve(scope, receive, send)
+
+    async def internal(
+        self, key: KeyInfo, path: str, body: bytes, *, batch_id: str = ""
+    ) -> tuple[int, bytes]:
+        """A request made on a key's behalf inside gatewayd (a batch's): the same checks,
+        limits, budgets, metering and metrics as a client's, in the lowest admission band.
+        Answers (status, body); a stream's body is its events as sent."""
+        scope = {
+            "type": "http",
+            "method": "POST",
+            "path": path,
+            "headers": [(b"content-type", b"application/json")],
+        }
+        sent = False
+
+        async def receive():
+            nonlocal sent
+            if sent:
+                return {"type": "http.disconnect"}
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        status, chunks = 0, []
+
+        async def capture(message):
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            elif message["type"] == "http.response.body":
+                chunks.append(message.get("body", b""))
+
+        await self._serve(
+            scope, receive, capture, key=key, band=self.bands.lowest(), batch_id=batch_id
+        )
+        return status, b"".join(chunks)
+
+    async def _serve(self, scope, receive, send, *, key=None, band=None, batch_id="") -> None:
         t0 = time.perf_counter()
         clock = Clock(t0)
         req = _Request()
+        req.batch_id = batch_id
 
         async def send(message, _send=send):
             if message["type"] == "http.response.start":
@@ -105,8 +205,9 @@ class Gateway:
         metrics = self.metrics
         if metrics is not None:
             metrics.in_flight.inc()
+        call = Call(scope, receive, send, clock, req, band)
         try:
-            await self._handle(scope, receive, send, clock, req)
+            await self._handle(call, key)
         finally:
             total = time.perf_counter() - t0
             status = req.status or 499
@@ -118,18 +219,26 @@ class Gateway:
             if req.key is not None and self._usage is not None:
                 self._usage.add(_usage_row(req, status, total))
 
-    async def _handle(self, scope, receive, send, clock, req: _Request) -> None:
+    async def _handle(self, call: Call, key: KeyInfo | None) -> None:
+        scope = call.scope
         try:
-            key = req.key = self._authenticate(scope)
+            key = call.key = call.req.key = key or self._authenticate(scope)
             path, method = scope["path"], scope["method"]
             if path == "/v1/models" and method == "GET":
-                await _send_json(send, 200, self._list_models(key), clock)
+                await call.json(200, self._list_models(key))
                 return
+            if path.startswith("/v1/models/") and method == "GET":
+                await call.json(200, self._model(key, path.removeprefix("/v1/models/")))
+                return
+            for prefix, handler in self._routes:
+                if path == prefix or path.startswith(prefix + "/"):
+                    await handler(call)
+                    return
             if path not in FORWARDED:
                 raise ApiError(404, f"no route for {method} {path}", code="unknown_route")
             if method != "POST":
                 raise ApiError(405, f"{path} takes POST", code="method_not_allowed")
-            body = await _read_body(receive, scope)
+            body = await call.body()
             anthropic_request = None
             if path == "/v1/messages":
                 try:
@@ -139,60 +248,83 @@ class Gateway:
                 path, body = "/v1/chat/completions", json.dumps(chat).encode()
             request = validate.parse(body)
             validate.check(path, request)
-            model = req.model = request["model"]
-            if not self._known(model):
-                raise ApiError(
-                    404,
-                    f"the model {model!r} does not exist",
-                    code="model_not_found",
-                    param="model",
-                )
-            if not key.allows(model):
-                raise ApiError(
-                    403,
-                    f"this API key may not use the model {model!r}",
-                    code="model_not_allowed",
-                    param="model",
-                )
-            profile = req.profile = parse_profile(_header(scope, b"x-llmgw-profile"))
-            price = self._prices(model)
-            spent = self.budgets.check(key.scopes, price=price)
-            if spent is not None:
-                raise ApiError(
-                    429, spent.message, code="budget_exceeded", retry_after_s=spent.retry_after_s
-                )
-            ticket = self._admit(key, request, len(body))
-            session = _session(scope, request)
-            outcome = None
-            try:
-                async with self.bands.enter(model, self.bands.band_of(key.band)):
-                    outcome = req.outcome = await self._forwarder.forward(
-                        path,
-                        body,
-                        model,
-                        session,
-                        send,
-                        clock,
-                        anthropic_request,
-                        profile=profile,
-                        request=request,
-                    )
-            except Busy as e:
-                raise ApiError(
-                    e.status,
-                    e.message,
-                    code="queue_full" if e.status == 503 else "queue_timeout",
-                    retry_after_s=e.retry_after_s,
-                ) from None
-            finally:
-                # A request that failed before an answer gives its estimate back.
-                ticket.settle(outcome.total_tokens if outcome else 0)
-            req.cost = cost_micros(
-                price, outcome.prompt_tokens, outcome.completion_tokens, outcome.cached_tokens
-            )
-            self.budgets.record(key.scopes, req.cost)
+            await self.complete(call, path, body, request, anthropic_request=anthropic_request)
         except ApiError as e:
-            await _send_error(send, e, clock, anthropic=scope["path"] == "/v1/messages")
+            if call.started:
+                log.warning("an error after the answer began, not sent: %s", e.message)
+                return
+            await _send_error(call.send, e, call.clock, anthropic=_anthropic(scope["path"]))
+
+    async def complete(
+        self,
+        call: Call,
+        path: str,
+        body: bytes,
+        request: dict,
+        *,
+        anthropic_request: dict | None = None,
+        send=None,
+    ) -> Outcome:
+        """The model's checks, the key's limits and budgets, the admission band, then the
+        answer forwarded to ``send`` (the call's own by default; a protocol adapter passes
+        one that converts). ``body`` is ``request`` as JSON. Raises ApiError before any
+        byte was sent."""
+        key, req, clock = call.key, call.req, call.clock
+        model = req.model = request["model"]
+        if not self._known(model):
+            raise ApiError(
+                404,
+                f"the model {model!r} does not exist",
+                code="model_not_found",
+                param="model",
+            )
+        if not key.allows(model):
+            raise ApiError(
+                403,
+                f"this API key may not use the model {model!r}",
+                code="model_not_allowed",
+                param="model",
+            )
+        profile = req.profile = parse_profile(_header(call.scope, b"x-llmgw-profile"))
+        price = self._prices(model)
+        spent = self.budgets.check(key.scopes, price=price)
+        if spent is not None:
+            raise ApiError(
+                429, spent.message, code="budget_exceeded", retry_after_s=spent.retry_after_s
+            )
+        ticket = self._admit(key, request, len(body))
+        session = _session(call.scope, request)
+        outcome = None
+        band = call.band or self.bands.band_of(key.band)
+        try:
+            async with self.bands.enter(model, band):
+                outcome = req.outcome = await self._forwarder.forward(
+                    path,
+                    body,
+                    model,
+                    session,
+                    send or call.send,
+                    clock,
+                    anthropic_request,
+                    profile=profile,
+                    request=request,
+                )
+        except Busy as e:
+            raise ApiError(
+                e.status,
+                e.message,
+                code="queue_full" if e.status == 503 else "queue_timeout",
+                retry_after_s=e.retry_after_s,
+            ) from None
+        finally:
+            # A request that failed before an answer gives its estimate back.
+            ticket.settle(outcome.total_tokens if outcome else 0)
+        cost = cost_micros(
+            price, outcome.prompt_tokens, outcome.completion_tokens, outcome.cached_tokens
+        )
+        req.cost += cost
+        self.budgets.record(key.scopes, cost)
+        return outcome
 
     def _authenticate(self, scope) -> KeyInfo:
         token = ""
@@ -230,12 +362,23 @@ class Gateway:
         return outcome
 
     def _list_models(self, key: KeyInfo) -> dict:
-        data = [
-            {"id": name, "object": "model", "created": 0, "owned_by": "llmgw", "loaded": loaded}
-            for name, loaded in self._models()
-            if key.allows(name)
-        ]
+        data = [_model_object(name, loaded) for name, loaded in self._models() if key.allows(name)]
         return {"object": "list", "data": data}
+
+    def _model(self, key: KeyInfo, name: str) -> dict:
+        """One model (``GET /v1/models/{model}``); one the key may not use is not shown."""
+        for known, loaded in self._models():
+            if known == name and key.allows(name):
+                return _model_object(name, loaded)
+        raise ApiError(404, f"the model {name!r} does not exist", code="model_not_found")
+
+
+def _model_object(name: str, loaded: bool) -> dict:
+    return {"id": name, "object": "model", "created": 0, "owned_by": "llmgw", "loaded": loaded}
+
+
+def _anthropic(path: str) -> bool:
+    return path == "/v1/messages" or path.startswith("/v1/messages/")
 
 
 def _header(scope, wanted: bytes) -> str:
@@ -270,30 +413,34 @@ def _usage_row(req: _Request, status: int, total_s: float) -> UsageRow:
         ttft_ms=out.ttft_s * 1000 if out is not None and out.ttft_s is not None else None,
         status=status,
         profile=req.profile,
+        batch_id=req.batch_id,
     )
 
 
-async def _read_body(receive, scope) -> bytes:
+def _too_large(limit: int) -> ApiError:
+    size = f"{limit // 2**20} MiB" if limit % 2**20 == 0 else f"{limit} bytes"
+    return ApiError(413, f"the body is over {size}", code="body_too_large")
+
+
+async def _read_body(receive, scope, limit: int = MAX_BODY_BYTES) -> bytes:
     for name, value in scope["headers"]:
-        if name == b"content-length" and value.isdigit() and int(value) > MAX_BODY_BYTES:
-            raise ApiError(
-                413, f"the body is over {MAX_BODY_BYTES // 2**20} MiB", code="body_too_large"
-            )
+        if name == b"content-length" and value.isdigit() and int(value) > limit:
+            raise _too_large(limit)
     chunks, size = [], 0
     while True:
         msg = await receive()
+        if msg["type"] == "http.disconnect":
+            raise ApiError(400, "the client went away before its body was whole", code="bad_body")
         chunk = msg.get("body", b"")
         size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            raise ApiError(
-                413, f"the body is over {MAX_BODY_BYTES // 2**20} MiB", code="body_too_large"
-            )
+        if size > limit:
+            raise _too_large(limit)
         chunks.append(chunk)
         if not msg.get("more_body"):
             return b"".join(chunks)
 
 
-async def _send_json(send, status: int, payload: dict, clock: Clock) -> None:
+async def _send_json(send, status: int, payload: dict, clock: Clock, headers=()) -> None:
     data = json.dumps(payload).encode()
     await send(
         {
@@ -303,6 +450,7 @@ async def _send_json(send, status: int, payload: dict, clock: Clock) -> None:
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(data)).encode()),
                 clock.header(),
+                *headers,
             ],
         }
     )

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gatewayd.store.base import Store
-from gatewayd.store.postgres import PostgresStore, mask_dsn
+from gatewayd.store.postgres.store import PostgresStore, mask_dsn
 from gatewayd.store.records import (
     HeartbeatRow,
     KeyRecord,
@@ -20,7 +20,7 @@ from gatewayd.store.records import (
     ReplicaRecord,
     TenantRecord,
 )
-from gatewayd.store.sqlite import SqliteStore
+from gatewayd.store.sqlite.store import SqliteStore
 from gatewayd.store.usage_records import USAGE_DIMENSIONS, UsageFields, UsageRecord, UsageSum
 from llmgw.config import StoreConfig
 from llmgw.errors import ConfigError

@@ -58,6 +58,8 @@ class UsageRow:
     # The HTTP status the client got.
     status: int = 200
     profile: str = ""
+    # The batch the request was part of (OpenAI's Batch API); "" for a client's own.
+    batch_id: str = ""
     at: datetime = field(default_factory=_now)
 
 

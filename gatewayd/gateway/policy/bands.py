@@ -42,6 +42,10 @@ class BandPools:
     def band_names(self) -> list[str]:
         return [b.name for b in self._cfg.bands]
 
+    def lowest(self) -> str:
+        """The band of least priority: where batch requests wait for room."""
+        return min(self._cfg.bands, key=lambda b: b.priority).name
+
     def band_of(self, name: str) -> str:
         """The band a key's requests wait in: its own if configured, else the default."""
         if not name:

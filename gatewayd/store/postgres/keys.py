@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from gatewayd.store.postgres_catalog import _aware
+from gatewayd.store.postgres.catalog import _aware
 from gatewayd.store.records import KeyRecord
 
 _COLUMNS = (

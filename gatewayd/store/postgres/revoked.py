@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gatewayd.store.postgres_catalog import _aware
+from gatewayd.store.postgres.catalog import _aware
 from gatewayd.store.revoked_records import RevokedCert
 
 _COLUMNS = "serial, node_id, fingerprint_sha256, reason, revoked_at"

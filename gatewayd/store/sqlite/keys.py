@@ -6,7 +6,7 @@ import json
 from datetime import datetime
 
 from gatewayd.store.records import KeyRecord
-from gatewayd.store.sqlite_codec import _from_text, _json, _to_text
+from gatewayd.store.sqlite.codec import _from_text, _json, _to_text
 
 _COLUMNS = (
     "key_id, project, name, secret_sha256, prefix, models, limits, created_at, expires_at,"

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from gatewayd.store.sqlite_codec import _from_text, _to_text
+from gatewayd.store.sqlite.codec import _from_text, _to_text
 from gatewayd.store.usage_query import (
     ROW_COLUMNS,
     SUM_COLUMNS,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from gatewayd.store.records import TenantRecord
-from gatewayd.store.sqlite_codec import _from_text, _json, _to_text
+from gatewayd.store.sqlite.codec import _from_text, _json, _to_text
 
 
 def _under(path: str) -> str:

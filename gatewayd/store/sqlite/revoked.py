@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gatewayd.store.revoked_records import RevokedCert
-from gatewayd.store.sqlite_codec import _from_text, _to_text
+from gatewayd.store.sqlite.codec import _from_text, _to_text
 
 _COLUMNS = "serial, node_id, fingerprint_sha256, reason, revoked_at"
 

@@ -19,12 +19,12 @@ import aiosqlite
 
 from gatewayd.store.migrate import Migration, load_migrations, migrations_dir, run_migrations
 from gatewayd.store.records import HeartbeatRow, NodeRecord
-from gatewayd.store.sqlite_catalog import SqliteCatalog
-from gatewayd.store.sqlite_codec import _from_text, _json, _to_text
-from gatewayd.store.sqlite_keys import SqliteKeys
-from gatewayd.store.sqlite_revoked import SqliteRevoked
-from gatewayd.store.sqlite_tenants import SqliteTenants
-from gatewayd.store.sqlite_usage import SqliteUsage
+from gatewayd.store.sqlite.catalog import SqliteCatalog
+from gatewayd.store.sqlite.codec import _from_text, _json, _to_text
+from gatewayd.store.sqlite.keys import SqliteKeys
+from gatewayd.store.sqlite.revoked import SqliteRevoked
+from gatewayd.store.sqlite.tenants import SqliteTenants
+from gatewayd.store.sqlite.usage import SqliteUsage
 from llmgw.errors import StoreError
 
 # 5 s: a second process (llmgw ctl, a backup) may hold the write lock briefly;

@@ -17,11 +17,11 @@ from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 import asyncpg
 
 from gatewayd.store.migrate import Migration, load_migrations, migrations_dir, run_migrations
-from gatewayd.store.postgres_catalog import PostgresCatalog, _aware
-from gatewayd.store.postgres_keys import PostgresKeys
-from gatewayd.store.postgres_revoked import PostgresRevoked
-from gatewayd.store.postgres_tenants import PostgresTenants
-from gatewayd.store.postgres_usage import PostgresUsage
+from gatewayd.store.postgres.catalog import PostgresCatalog, _aware
+from gatewayd.store.postgres.keys import PostgresKeys
+from gatewayd.store.postgres.revoked import PostgresRevoked
+from gatewayd.store.postgres.tenants import PostgresTenants
+from gatewayd.store.postgres.usage import PostgresUsage
 from gatewayd.store.records import HeartbeatRow, NodeRecord
 from llmgw.errors import StoreError
 

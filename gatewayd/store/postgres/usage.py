@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from gatewayd.store.postgres_catalog import _aware
+from gatewayd.store.postgres.catalog import _aware
 from gatewayd.store.usage_query import (
     ROW_COLUMNS,
     SUM_COLUMNS,

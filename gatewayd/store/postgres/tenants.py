@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gatewayd.store.postgres_catalog import _aware
+from gatewayd.store.postgres.catalog import _aware
 from gatewayd.store.records import TenantRecord
 
 

@@ -1,0 +1,1 @@
+"""The PostgreSQL store (asyncpg pool); each concern a mixin of its own."""

@@ -1,0 +1,1 @@
+"""The SQLite store: one file, one writer connection; each concern a mixin of its own."""
