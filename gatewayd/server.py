@@ -20,6 +20,7 @@ from grpclib.server import Server
 from gatewayd.admin.service import AdminService, token_guard
 from gatewayd.agents.revocations import Revocations
 from gatewayd.agents.service import AgentService
+from gatewayd.batches import mount as mount_batches
 from gatewayd.catalog.catalog import Catalog
 from gatewayd.controller.reconciler import Reconciler
 from gatewayd.controller.sizing import Sizing
@@ -30,6 +31,7 @@ from gatewayd.gateway.policy.bands import BandPools
 from gatewayd.gateway.policy.keys import KeyCache
 from gatewayd.gateway.policy.pricing import BudgetTable
 from gatewayd.gateway.policy.spent import spent_so_far
+from gatewayd.gateway.protocol.responses import mount as mount_responses
 from gatewayd.gateway.proxy import FREE, Gateway
 from gatewayd.gateway.routing.endpoints import Endpoints
 from gatewayd.gateway.routing.router import Router
@@ -122,6 +124,9 @@ class GatewayServer:
             budgets=budgets,
         )
         await self.gateway.start()
+        # The client API's stateful parts: stored responses, files and batches.
+        mount_responses(self)
+        mount_batches(self)
 
         self.revocations = Revocations(self.store)
         await self.revocations.load()

@@ -241,6 +241,92 @@ class SetupConfig(_Strict):
         return v
 
 
+def size_bytes(value: Any) -> int:
+    """A size as written in server.yaml: 512, 64KiB, 200MB, 2GiB."""
+    if isinstance(value, bool):
+        raise ValueError("a size is a number of bytes, or like 200MB or 2GiB")  # noqa: TRY004 (pydantic reports ValueError)
+    if isinstance(value, int):
+        return value
+    text = str(value).strip()
+    units = {
+        "": 1,
+        "b": 1,
+        "kb": 10**3,
+        "mb": 10**6,
+        "gb": 10**9,
+        "kib": 2**10,
+        "mib": 2**20,
+        "gib": 2**30,
+    }
+    number = text.rstrip("bBkKmMgGiI")
+    unit = text[len(number) :].strip().lower()
+    try:
+        return int(float(number) * units[unit])
+    except (ValueError, KeyError):
+        raise ValueError(
+            f"{text!r} is not a size: write it like 512, 64KiB, 200MB or 2GiB"
+        ) from None
+
+
+class ConnectionsConfig(_Strict):
+    """How the public HTTP port bounds its connections (a client can hold none of it down)."""
+
+    # A request's headers must be whole this long after the connection opened
+    # (or after the previous answer on a kept-alive one); the connection is closed after.
+    header_timeout: Annotated[float, Field(gt=0)] = 10.0
+    # Each read of a request body must bring bytes within this long.
+    body_read_timeout: Annotated[float, Field(gt=0)] = 30.0
+    # A kept-alive connection with no request is closed after this long.
+    keepalive_timeout: Annotated[float, Field(gt=0)] = 5.0
+    # Open connections one client address may hold, and all clients together;
+    # past either a new connection is closed at once (counted in metrics).
+    max_per_address: Annotated[int, Field(ge=1)] = 256
+    max_total: Annotated[int, Field(ge=1)] = 10_000
+    # TLS handshakes on the agent port must finish within this long.
+    tls_handshake_timeout: Annotated[float, Field(gt=0)] = 10.0
+
+    @field_validator(
+        "header_timeout",
+        "body_read_timeout",
+        "keepalive_timeout",
+        "tls_handshake_timeout",
+        mode="before",
+    )
+    @classmethod
+    def _durations(cls, v: Any) -> float:
+        return duration_s(v)
+
+
+class FilesConfig(_Strict):
+    """Files clients upload for batches (``/v1/files``), kept under the data dir."""
+
+    # The largest file one upload may be.
+    max_bytes: Annotated[int, Field(gt=0)] = 200 * 10**6
+    # All files of one project together.
+    max_project_bytes: Annotated[int, Field(gt=0)] = 10 * 10**9
+    # A file is deleted this long after it was uploaded (or written, for outputs).
+    expire_after: Annotated[float, Field(gt=0)] = 30 * 86400.0
+
+    @field_validator("max_bytes", "max_project_bytes", mode="before")
+    @classmethod
+    def _sizes(cls, v: Any) -> int:
+        return size_bytes(v)
+
+    @field_validator("expire_after", mode="before")
+    @classmethod
+    def _expiry(cls, v: Any) -> float:
+        return duration_s(v)
+
+
+class BatchesConfig(_Strict):
+    """OpenAI's Batch API: requests run in the lowest admission band as replicas have room."""
+
+    # Requests of all batches in flight at once, at most.
+    max_in_flight: Annotated[int, Field(ge=1)] = 64
+    # Requests one batch may hold.
+    max_requests: Annotated[int, Field(ge=1)] = 50_000
+
+
 class ServerConfig(_Strict):
     """server.yaml: the control plane's settings."""
 
@@ -254,6 +340,9 @@ class ServerConfig(_Strict):
     router: RouterConfig = RouterConfig()
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     setup: SetupConfig = SetupConfig()
+    connections: ConnectionsConfig = ConnectionsConfig()
+    files: FilesConfig = FilesConfig()
+    batches: BatchesConfig = BatchesConfig()
     # The Hugging Face hub (or a mirror laid out like it) hf: sources are
     # pinned and planned from: config.json and safetensors headers, never weights.
     hub_url: str = HF_HUB_URL
