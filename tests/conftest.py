@@ -3,6 +3,7 @@ pytest_plugins = [
     "tests.cluster_fixture",
     "tests.models_fixture",
     "tests.fakes.engines.fixtures",
+    "tests.e2e.starter_up",
 ]
 
 import os
