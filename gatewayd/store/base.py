@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
 from typing import Protocol
 
+from gatewayd.store.batch_records import BatchProgress, BatchRecord, FileRecord
 from gatewayd.store.records import (
     HeartbeatRow,
     KeyRecord,
@@ -150,3 +151,55 @@ class Store(Protocol):
 
     async def list_revoked_certs(self) -> list[RevokedCert]:
         """Every revoked certificate, oldest first."""
+
+    # ---- files and batches (OpenAI's Files and Batch APIs) ---------------------
+
+    async def put_file(self, rec: FileRecord) -> None:
+        """Record a file (its bytes are on disk already); again: its size and expiry."""
+
+    async def get_file(self, file_id: str) -> FileRecord | None: ...
+
+    async def list_files(
+        self,
+        project: str,
+        *,
+        purpose: str = "",
+        after: str = "",
+        limit: int = 10_000,
+        ascending: bool = False,
+    ) -> list[FileRecord]:
+        """The project's files, newest first (ids sort by time), those past ``after``."""
+
+    async def delete_file(self, file_id: str) -> bool:
+        """Forget a file; False when it was not recorded."""
+
+    async def expired_files(self, now: datetime, limit: int = 1000) -> list[FileRecord]:
+        """Files whose expiry is at or before ``now``, soonest first."""
+
+    async def project_file_bytes(self, project: str) -> int:
+        """The bytes of all the project's files together."""
+
+    async def create_batch(self, rec: BatchRecord) -> None: ...
+
+    async def update_batch(self, rec: BatchRecord) -> None:
+        """Write a batch's status, times, files, total, metadata, errors and models;
+        its counts and file ends move only through ``record_batch_progress``."""
+
+    async def get_batch(self, batch_id: str) -> BatchRecord | None: ...
+
+    async def list_batches(
+        self, project: str = "", *, status: str = "", after: str = "", limit: int = 100
+    ) -> list[BatchRecord]:
+        """Batches newest first (ids sort by time), those older than ``after``."""
+
+    async def active_batches(self) -> list[BatchRecord]:
+        """Batches not yet at an end (validating, in_progress, finalizing, cancelling)."""
+
+    async def batch_done_lines(self, batch_id: str) -> set[int]:
+        """The batch's input lines (0-based) whose answer is recorded."""
+
+    async def record_batch_progress(
+        self, progress: BatchProgress, usage: Sequence[UsageFields]
+    ) -> None:
+        """In one transaction: the lines marked done, the counts and file ends moved,
+        and the requests' usage rows written — a line is answered and metered once."""

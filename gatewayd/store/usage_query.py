@@ -72,6 +72,7 @@ ROW_COLUMNS = (
     "ttft_ms",
     "status",
     "profile",
+    "batch_id",
 )
 # The column a dimension is read from; team and org come off the project's path.
 _DIMENSION_COLUMN = {

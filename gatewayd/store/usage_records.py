@@ -38,6 +38,8 @@ class UsageFields(Protocol):
     ttft_ms: float | None
     status: int
     profile: str
+    # The batch the request was part of; "" for a client's own.
+    batch_id: str
 
 
 class UsageRecord(BaseModel):
@@ -63,6 +65,7 @@ class UsageRecord(BaseModel):
     # The HTTP status the client got.
     status: int = 200
     profile: str = ""
+    batch_id: str = ""
 
 
 class UsageSum(BaseModel):

@@ -17,6 +17,7 @@ from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 import asyncpg
 
 from gatewayd.store.migrate import Migration, load_migrations, migrations_dir, run_migrations
+from gatewayd.store.postgres.batches import PostgresBatches
 from gatewayd.store.postgres.catalog import PostgresCatalog, _aware
 from gatewayd.store.postgres.keys import PostgresKeys
 from gatewayd.store.postgres.revoked import PostgresRevoked
@@ -125,7 +126,14 @@ async def _init_connection(conn: asyncpg.Connection) -> None:
     )
 
 
-class PostgresStore(PostgresCatalog, PostgresKeys, PostgresTenants, PostgresUsage, PostgresRevoked):
+class PostgresStore(
+    PostgresCatalog,
+    PostgresKeys,
+    PostgresTenants,
+    PostgresUsage,
+    PostgresRevoked,
+    PostgresBatches,
+):
     """The store in a PostgreSQL database."""
 
     backend = "postgres"

@@ -54,30 +54,34 @@ class PostgresUsage(UsageQueries):
     async def record_usage(self, rows: Sequence[UsageFields]) -> None:
         if not rows:
             return
-        records = [
-            (
-                _aware(r.at),
-                r.key_id,
-                r.project,
-                r.model,
-                r.served_model,
-                r.replica,
-                r.prompt_tokens,
-                r.cached_tokens,
-                r.completion_tokens,
-                r.cost_micros,
-                float(r.latency_ms),
-                None if r.ttft_ms is None else float(r.ttft_ms),
-                r.status,
-                r.profile,
-            )
-            for r in rows
-        ]
-        columns = [list(c) for c in zip(*batch_sums(rows), strict=True)]
         with self._mapped(f"write {len(rows)} usage rows"):
             async with self._conn.acquire() as conn, conn.transaction():
-                # COPY: the rows in one round trip, far cheaper than INSERTs.
-                await conn.copy_records_to_table(
-                    "usage_rows", records=records, columns=list(ROW_COLUMNS)
-                )
-                await conn.execute(_UPSERT_SUMS, *columns)
+                await _write_usage(conn, rows)
+
+
+async def _write_usage(conn, rows: Sequence[UsageFields]) -> None:
+    """Insert the rows and add them to their sums, inside the caller's transaction."""
+    records = [
+        (
+            _aware(r.at),
+            r.key_id,
+            r.project,
+            r.model,
+            r.served_model,
+            r.replica,
+            r.prompt_tokens,
+            r.cached_tokens,
+            r.completion_tokens,
+            r.cost_micros,
+            float(r.latency_ms),
+            None if r.ttft_ms is None else float(r.ttft_ms),
+            r.status,
+            r.profile,
+            r.batch_id,
+        )
+        for r in rows
+    ]
+    columns = [list(c) for c in zip(*batch_sums(rows), strict=True)]
+    # COPY: the rows in one round trip, far cheaper than INSERTs.
+    await conn.copy_records_to_table("usage_rows", records=records, columns=list(ROW_COLUMNS))
+    await conn.execute(_UPSERT_SUMS, *columns)

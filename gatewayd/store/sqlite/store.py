@@ -19,6 +19,7 @@ import aiosqlite
 
 from gatewayd.store.migrate import Migration, load_migrations, migrations_dir, run_migrations
 from gatewayd.store.records import HeartbeatRow, NodeRecord
+from gatewayd.store.sqlite.batches import SqliteBatches
 from gatewayd.store.sqlite.catalog import SqliteCatalog
 from gatewayd.store.sqlite.codec import _from_text, _json, _to_text
 from gatewayd.store.sqlite.keys import SqliteKeys
@@ -82,7 +83,14 @@ def split_statements(sql: str) -> list[str]:
     return statements
 
 
-class SqliteStore(SqliteCatalog, SqliteKeys, SqliteTenants, SqliteUsage, SqliteRevoked):
+class SqliteStore(
+    SqliteCatalog,
+    SqliteKeys,
+    SqliteTenants,
+    SqliteUsage,
+    SqliteRevoked,
+    SqliteBatches,
+):
     """The store in one SQLite file, in WAL mode."""
 
     backend = "sqlite"

@@ -47,28 +47,34 @@ class SqliteUsage(UsageQueries):
     async def record_usage(self, rows: Sequence[UsageFields]) -> None:
         if not rows:
             return
-        row_params = [
-            (
-                _to_text(r.at),
-                r.key_id,
-                r.project,
-                r.model,
-                r.served_model,
-                r.replica,
-                r.prompt_tokens,
-                r.cached_tokens,
-                r.completion_tokens,
-                r.cost_micros,
-                r.latency_ms,
-                r.ttft_ms,
-                r.status,
-                r.profile,
-            )
-            for r in rows
-        ]
-        sum_params = [(width, _to_text(start), *rest) for width, start, *rest in batch_sums(rows)]
         async with self._lock:
             with self._mapped(f"write {len(rows)} usage rows"):
                 async with self._transaction() as db:
-                    await db.executemany(_INSERT_ROWS, row_params)
-                    await db.executemany(_UPSERT_SUMS, sum_params)
+                    await _write_usage(db, rows)
+
+
+async def _write_usage(db, rows: Sequence[UsageFields]) -> None:
+    """Insert the rows and add them to their sums, inside the caller's transaction."""
+    row_params = [
+        (
+            _to_text(r.at),
+            r.key_id,
+            r.project,
+            r.model,
+            r.served_model,
+            r.replica,
+            r.prompt_tokens,
+            r.cached_tokens,
+            r.completion_tokens,
+            r.cost_micros,
+            r.latency_ms,
+            r.ttft_ms,
+            r.status,
+            r.profile,
+            r.batch_id,
+        )
+        for r in rows
+    ]
+    sum_params = [(width, _to_text(start), *rest) for width, start, *rest in batch_sums(rows)]
+    await db.executemany(_INSERT_ROWS, row_params)
+    await db.executemany(_UPSERT_SUMS, sum_params)

@@ -1,0 +1,87 @@
+"""Files and batches (OpenAI's Files and Batch APIs), as the store keeps them.
+
+Only who owns what, states, times and counts: the files' bytes live on disk
+under the data dir, and no request or answer text is ever put in the store.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, Field
+
+# The statuses a batch may still move out of by running.
+ACTIVE_STATUSES = ("validating", "in_progress", "finalizing", "cancelling")
+# Statuses OpenAI's Batch object takes, in the order a batch can reach them.
+BATCH_STATUSES = (
+    "validating",
+    "failed",
+    "in_progress",
+    "finalizing",
+    "completed",
+    "expired",
+    "cancelling",
+    "cancelled",
+)
+
+
+class FileRecord(BaseModel):
+    """An uploaded file (purpose batch) or a batch's output or error file (batch_output)."""
+
+    file_id: str
+    # The owning project's path (Org/team/project).
+    project: str
+    key_id: str = ""
+    filename: str
+    purpose: str
+    bytes: int
+    created_at: datetime
+    # None: kept until deleted.
+    expires_at: datetime | None = None
+
+
+class BatchRecord(BaseModel):
+    """A batch: its request, its state and how far it got."""
+
+    batch_id: str
+    project: str
+    key_id: str
+    endpoint: str
+    status: str
+    input_file_id: str
+    output_file_id: str = ""
+    error_file_id: str = ""
+    completion_window: str = "24h"
+    created_at: datetime
+    in_progress_at: datetime | None = None
+    finalizing_at: datetime | None = None
+    completed_at: datetime | None = None
+    failed_at: datetime | None = None
+    expired_at: datetime | None = None
+    cancelling_at: datetime | None = None
+    cancelled_at: datetime | None = None
+    expires_at: datetime
+    total: int = 0
+    completed: int = 0
+    failed: int = 0
+    # The committed lengths of the output and error files (what a restart keeps).
+    output_bytes: int = 0
+    error_bytes: int = 0
+    metadata: dict[str, str] = Field(default_factory=dict)
+    # OpenAI's BatchError objects: {code, message, param, line}.
+    errors: list[dict] = Field(default_factory=list)
+    # The models the requests name, in first-seen order.
+    models: list[str] = Field(default_factory=list)
+
+
+class BatchProgress(BaseModel):
+    """Answered input lines committed at once: their done marks, counts and file ends."""
+
+    batch_id: str
+    # 0-based input lines now answered.
+    lines: list[int]
+    completed: int = 0
+    failed: int = 0
+    # The new committed lengths of the output and error files.
+    output_bytes: int
+    error_bytes: int

@@ -1,0 +1,266 @@
+"""SQLite: uploaded files, batches, and which of a batch's lines are answered."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Sequence
+from datetime import datetime
+
+from gatewayd.store.batch_records import ACTIVE_STATUSES, BatchProgress, BatchRecord, FileRecord
+from gatewayd.store.sqlite.codec import _from_text, _json, _to_text
+from gatewayd.store.sqlite.usage import _write_usage
+from gatewayd.store.usage_records import UsageFields
+
+_FILE_COLUMNS = "file_id, project, key_id, filename, purpose, bytes, created_at, expires_at"
+_TIMES = (
+    "in_progress_at",
+    "finalizing_at",
+    "completed_at",
+    "failed_at",
+    "expired_at",
+    "cancelling_at",
+    "cancelled_at",
+)
+# What update_batch writes; counts and file ends move only with progress.
+_STATE_COLUMNS = (
+    "status",
+    "output_file_id",
+    "error_file_id",
+    *_TIMES,
+    "total",
+    "metadata",
+    "errors",
+    "models",
+)
+_BATCH_COLUMNS = (
+    "batch_id",
+    "project",
+    "key_id",
+    "endpoint",
+    "input_file_id",
+    "completion_window",
+    "created_at",
+    "expires_at",
+    "completed",
+    "failed",
+    "output_bytes",
+    "error_bytes",
+    *_STATE_COLUMNS,
+)
+
+
+def _opt(dt: datetime | None) -> str | None:
+    return None if dt is None else _to_text(dt)
+
+
+def _file(row: sqlite3.Row) -> FileRecord:
+    return FileRecord(
+        file_id=row["file_id"],
+        project=row["project"],
+        key_id=row["key_id"],
+        filename=row["filename"],
+        purpose=row["purpose"],
+        bytes=row["bytes"],
+        created_at=_from_text(row["created_at"]),
+        expires_at=_from_text(row["expires_at"]),
+    )
+
+
+def _batch_value(rec: BatchRecord, column: str):
+    value = getattr(rec, column)
+    if column in ("metadata", "errors", "models"):
+        return _json(value)
+    if isinstance(value, datetime) or column in _TIMES:
+        return _opt(value)
+    return value
+
+
+def _batch(row: sqlite3.Row) -> BatchRecord:
+    values = {c: row[c] for c in _BATCH_COLUMNS}
+    for c in ("metadata", "errors", "models"):
+        values[c] = json.loads(values[c])
+    for c in ("created_at", "expires_at", *_TIMES):
+        values[c] = _from_text(values[c])
+    return BatchRecord(**values)
+
+
+class SqliteBatches:
+    """Mixed into SqliteStore; uses its connection, lock and error mapping."""
+
+    # ---- files -------------------------------------------------------------
+
+    async def put_file(self, rec: FileRecord) -> None:
+        async with self._lock:
+            with self._mapped(f"save file {rec.file_id}"):
+                await self._conn.execute(
+                    f"INSERT INTO files ({_FILE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+                    " ON CONFLICT (file_id) DO UPDATE SET bytes = excluded.bytes,"
+                    " expires_at = excluded.expires_at",
+                    (
+                        rec.file_id,
+                        rec.project,
+                        rec.key_id,
+                        rec.filename,
+                        rec.purpose,
+                        rec.bytes,
+                        _to_text(rec.created_at),
+                        _opt(rec.expires_at),
+                    ),
+                )
+
+    async def get_file(self, file_id: str) -> FileRecord | None:
+        async with self._lock:
+            with self._mapped(f"read file {file_id}"):
+                async with self._conn.execute(
+                    f"SELECT {_FILE_COLUMNS} FROM files WHERE file_id = ?", (file_id,)
+                ) as cur:
+                    row = await cur.fetchone()
+        return None if row is None else _file(row)
+
+    async def list_files(
+        self,
+        project: str,
+        *,
+        purpose: str = "",
+        after: str = "",
+        limit: int = 10_000,
+        ascending: bool = False,
+    ) -> list[FileRecord]:
+        sql, args = f"SELECT {_FILE_COLUMNS} FROM files WHERE project = ?", [project]
+        if purpose:
+            sql, args = sql + " AND purpose = ?", [*args, purpose]
+        if after:
+            sql, args = (
+                sql + (" AND file_id > ?" if ascending else " AND file_id < ?"),
+                [
+                    *args,
+                    after,
+                ],
+            )
+        sql += f" ORDER BY file_id {'ASC' if ascending else 'DESC'} LIMIT ?"
+        async with self._lock:
+            with self._mapped("list files"):
+                async with self._conn.execute(sql, [*args, limit]) as cur:
+                    rows = await cur.fetchall()
+        return [_file(r) for r in rows]
+
+    async def delete_file(self, file_id: str) -> bool:
+        async with self._lock:
+            with self._mapped(f"remove file {file_id}"):
+                async with self._conn.execute(
+                    "DELETE FROM files WHERE file_id = ?", (file_id,)
+                ) as cur:
+                    return cur.rowcount == 1
+
+    async def expired_files(self, now: datetime, limit: int = 1000) -> list[FileRecord]:
+        async with self._lock:
+            with self._mapped("list expired files"):
+                async with self._conn.execute(
+                    f"SELECT {_FILE_COLUMNS} FROM files WHERE expires_at IS NOT NULL"
+                    " AND expires_at <= ? ORDER BY expires_at LIMIT ?",
+                    (_to_text(now), limit),
+                ) as cur:
+                    rows = await cur.fetchall()
+        return [_file(r) for r in rows]
+
+    async def project_file_bytes(self, project: str) -> int:
+        async with self._lock:
+            with self._mapped(f"sum the files of {project}"):
+                async with self._conn.execute(
+                    "SELECT COALESCE(SUM(bytes), 0) AS n FROM files WHERE project = ?", (project,)
+                ) as cur:
+                    row = await cur.fetchone()
+        return int(row["n"])
+
+    # ---- batches -----------------------------------------------------------
+
+    async def create_batch(self, rec: BatchRecord) -> None:
+        columns = ", ".join(_BATCH_COLUMNS)
+        marks = ", ".join("?" * len(_BATCH_COLUMNS))
+        async with self._lock:
+            with self._mapped(f"save batch {rec.batch_id}"):
+                await self._conn.execute(
+                    f"INSERT INTO batches ({columns}) VALUES ({marks})",
+                    [_batch_value(rec, c) for c in _BATCH_COLUMNS],
+                )
+
+    async def update_batch(self, rec: BatchRecord) -> None:
+        sets = ", ".join(f"{c} = ?" for c in _STATE_COLUMNS)
+        async with self._lock:
+            with self._mapped(f"save batch {rec.batch_id}"):
+                await self._conn.execute(
+                    f"UPDATE batches SET {sets} WHERE batch_id = ?",
+                    [*(_batch_value(rec, c) for c in _STATE_COLUMNS), rec.batch_id],
+                )
+
+    async def get_batch(self, batch_id: str) -> BatchRecord | None:
+        async with self._lock:
+            with self._mapped(f"read batch {batch_id}"):
+                async with self._conn.execute(
+                    f"SELECT {', '.join(_BATCH_COLUMNS)} FROM batches WHERE batch_id = ?",
+                    (batch_id,),
+                ) as cur:
+                    row = await cur.fetchone()
+        return None if row is None else _batch(row)
+
+    async def list_batches(
+        self, project: str = "", *, status: str = "", after: str = "", limit: int = 100
+    ) -> list[BatchRecord]:
+        where, args = [], []
+        if project:
+            where, args = [*where, "project = ?"], [*args, project]
+        if status:
+            where, args = [*where, "status = ?"], [*args, status]
+        if after:
+            where, args = [*where, "batch_id < ?"], [*args, after]
+        sql = f"SELECT {', '.join(_BATCH_COLUMNS)} FROM batches"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        async with self._lock:
+            with self._mapped("list batches"):
+                async with self._conn.execute(
+                    sql + " ORDER BY batch_id DESC LIMIT ?", [*args, limit]
+                ) as cur:
+                    rows = await cur.fetchall()
+        return [_batch(r) for r in rows]
+
+    async def active_batches(self) -> list[BatchRecord]:
+        marks = ", ".join("?" * len(ACTIVE_STATUSES))
+        async with self._lock:
+            with self._mapped("list the batches still running"):
+                async with self._conn.execute(
+                    f"SELECT {', '.join(_BATCH_COLUMNS)} FROM batches"
+                    f" WHERE status IN ({marks}) ORDER BY batch_id",
+                    ACTIVE_STATUSES,
+                ) as cur:
+                    rows = await cur.fetchall()
+        return [_batch(r) for r in rows]
+
+    async def batch_done_lines(self, batch_id: str) -> set[int]:
+        async with self._lock:
+            with self._mapped(f"read the answered lines of batch {batch_id}"):
+                async with self._conn.execute(
+                    "SELECT line FROM batch_done WHERE batch_id = ?", (batch_id,)
+                ) as cur:
+                    rows = await cur.fetchall()
+        return {r["line"] for r in rows}
+
+    async def record_batch_progress(
+        self, progress: BatchProgress, usage: Sequence[UsageFields]
+    ) -> None:
+        p = progress
+        async with self._lock:
+            with self._mapped(f"record the progress of batch {p.batch_id}"):
+                async with self._transaction() as db:
+                    await db.executemany(
+                        "INSERT INTO batch_done (batch_id, line) VALUES (?, ?)",
+                        [(p.batch_id, line) for line in p.lines],
+                    )
+                    await db.execute(
+                        "UPDATE batches SET completed = completed + ?, failed = failed + ?,"
+                        " output_bytes = ?, error_bytes = ? WHERE batch_id = ?",
+                        (p.completed, p.failed, p.output_bytes, p.error_bytes, p.batch_id),
+                    )
+                    if usage:
+                        await _write_usage(db, usage)
