@@ -153,6 +153,7 @@ class GatewayServer:
                     info=self.info,
                     metrics=self.metrics,
                     revocations=self.revocations,
+                    batches=self.batches,
                 )
             ]
         )

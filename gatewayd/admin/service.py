@@ -15,6 +15,7 @@ from grpclib.const import Status
 from grpclib.events import RecvRequest
 from grpclib.exceptions import GRPCError
 
+from gatewayd.admin.batches import BatchAdmin
 from gatewayd.admin.keys import KeyAdmin
 from gatewayd.admin.labels import LabelAdmin
 from gatewayd.admin.models import ModelAdmin
@@ -24,6 +25,7 @@ from gatewayd.admin.tenancy import TenancyAdmin
 from gatewayd.admin.usage import UsageAdmin
 from gatewayd.admin.views import replica_view
 from gatewayd.agents.revocations import Revocations
+from gatewayd.batches.book import BatchBook
 from gatewayd.catalog.catalog import Catalog
 from gatewayd.controller.reconciler import Reconciler
 from gatewayd.gateway.metering.metrics import GatewayMetrics
@@ -72,6 +74,7 @@ class AdminService(
     OpsAdmin,
     RevokeAdmin,
     LabelAdmin,
+    BatchAdmin,
     AdminServiceBase,
 ):
     def __init__(
@@ -85,9 +88,12 @@ class AdminService(
         info: dict,
         metrics: GatewayMetrics | None = None,
         revocations: Revocations | None = None,
+        batches: BatchBook | None = None,
     ):
         self._registry = registry
         self._revocations = revocations
+        # The batch book (files and batches); None where no batches run.
+        self._batches = batches
         self._store = store
         self._keys = keys
         self._catalog = catalog

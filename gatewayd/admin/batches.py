@@ -1,0 +1,99 @@
+"""Admin RPCs for batches (OpenAI's Batch API): list, show and cancel, any project's."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from grpclib.const import Status
+from grpclib.exceptions import GRPCError
+
+from gatewayd.batches.book import BatchBook, BatchRefused
+from gatewayd.store.batch_records import BATCH_STATUSES, BatchRecord
+from proto.llmgw.v1 import (
+    BatchCounts,
+    BatchView,
+    GetBatchRequest,
+    ListBatchesReply,
+    ListBatchesRequest,
+)
+
+DEFAULT_LIST_LIMIT = 100
+MAX_LIST_LIMIT = 1000
+
+
+def _iso(t: datetime | None) -> str:
+    return "" if t is None else t.astimezone(UTC).isoformat(timespec="seconds")
+
+
+def batch_view(rec: BatchRecord) -> BatchView:
+    return BatchView(
+        id=rec.batch_id,
+        project=rec.project,
+        key_id=rec.key_id,
+        endpoint=rec.endpoint,
+        status=rec.status,
+        input_file_id=rec.input_file_id,
+        output_file_id=rec.output_file_id,
+        error_file_id=rec.error_file_id,
+        completion_window=rec.completion_window,
+        created_at=_iso(rec.created_at),
+        in_progress_at=_iso(rec.in_progress_at),
+        finalizing_at=_iso(rec.finalizing_at),
+        completed_at=_iso(rec.completed_at),
+        failed_at=_iso(rec.failed_at),
+        expired_at=_iso(rec.expired_at),
+        cancelling_at=_iso(rec.cancelling_at),
+        cancelled_at=_iso(rec.cancelled_at),
+        expires_at=_iso(rec.expires_at),
+        request_counts=BatchCounts(total=rec.total, completed=rec.completed, failed=rec.failed),
+        metadata=dict(rec.metadata),
+        errors=[_error_line(e) for e in rec.errors],
+        models=list(rec.models),
+    )
+
+
+def _error_line(e: dict) -> str:
+    where = f"line {e['line']}: " if e.get("line") is not None else ""
+    return f"{where}{e.get('message', '')} ({e.get('code', '')})"
+
+
+class BatchAdmin:
+    """Mixed into AdminService."""
+
+    _batches: BatchBook | None
+
+    def _book(self) -> BatchBook:
+        if self._batches is None:
+            raise GRPCError(Status.UNAVAILABLE, "this control plane runs no batches")
+        return self._batches
+
+    async def list_batches(self, message: ListBatchesRequest) -> ListBatchesReply:
+        if message.status and message.status not in BATCH_STATUSES:
+            raise GRPCError(
+                Status.INVALID_ARGUMENT,
+                f"status {message.status!r} is not one of: " + ", ".join(BATCH_STATUSES),
+            )
+        if message.limit < 0:
+            raise GRPCError(Status.INVALID_ARGUMENT, "limit must be 0 (the default) or more")
+        limit = min(message.limit or DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT)
+        recs = await self._book().list(message.project, status=message.status, limit=limit)
+        return ListBatchesReply(batches=[batch_view(r) for r in recs])
+
+    async def get_batch(self, message: GetBatchRequest) -> BatchView:
+        rec = await self._book().get(message.id)
+        if rec is None:
+            raise GRPCError(
+                Status.NOT_FOUND, f"no batch {message.id!r}; see: llmgw ctl batches list"
+            )
+        return batch_view(rec)
+
+    async def cancel_batch(self, message: GetBatchRequest) -> BatchView:
+        try:
+            rec = await self._book().cancel(message.id)
+        except BatchRefused as e:
+            if e.status == 404:
+                raise GRPCError(
+                    Status.NOT_FOUND, f"no batch {message.id!r}; see: llmgw ctl batches list"
+                ) from None
+            raise GRPCError(Status.FAILED_PRECONDITION, e.message) from None
+        return batch_view(rec)
