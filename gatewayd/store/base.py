@@ -18,6 +18,7 @@ from gatewayd.store.records import (
     ReplicaRecord,
     TenantRecord,
 )
+from gatewayd.store.response_records import StoredResponse
 from gatewayd.store.revoked_records import RevokedCert
 from gatewayd.store.usage_records import UsageFields, UsageRecord, UsageSum
 
@@ -203,3 +204,29 @@ class Store(Protocol):
     ) -> None:
         """In one transaction: the lines marked done, the counts and file ends moved,
         and the requests' usage rows written — a line is answered and metered once."""
+
+    # ---- stored responses (/v1/responses) ---------------------------------------
+
+    async def set_retention(self, path: str, retain_s: int) -> bool:
+        """How long the project keeps stored responses (0: never, and those kept are
+        forgotten); False when no such level exists."""
+
+    async def retentions(self) -> dict[str, int]:
+        """Project path → seconds, for every project that keeps responses."""
+
+    async def retention_of(self, path: str) -> int:
+        """The project's retention in seconds; 0 when off or no such project."""
+
+    async def put_response(self, rec: StoredResponse) -> None:
+        """Keep a response (again: replace it)."""
+
+    async def get_response(
+        self, project: str, response_id: str, now: datetime
+    ) -> StoredResponse | None:
+        """The project's response, unless expired by ``now``; another project's is None."""
+
+    async def delete_response(self, project: str, response_id: str) -> bool:
+        """Forget one of the project's responses; False when it had none by that id."""
+
+    async def expire_responses(self, now: datetime) -> int:
+        """Forget every response expired by ``now``; how many."""

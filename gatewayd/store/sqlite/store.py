@@ -23,6 +23,7 @@ from gatewayd.store.sqlite.batches import SqliteBatches
 from gatewayd.store.sqlite.catalog import SqliteCatalog
 from gatewayd.store.sqlite.codec import _from_text, _json, _to_text
 from gatewayd.store.sqlite.keys import SqliteKeys
+from gatewayd.store.sqlite.responses import SqliteResponses
 from gatewayd.store.sqlite.revoked import SqliteRevoked
 from gatewayd.store.sqlite.tenants import SqliteTenants
 from gatewayd.store.sqlite.usage import SqliteUsage
@@ -90,6 +91,7 @@ class SqliteStore(
     SqliteUsage,
     SqliteRevoked,
     SqliteBatches,
+    SqliteResponses,
 ):
     """The store in one SQLite file, in WAL mode."""
 
