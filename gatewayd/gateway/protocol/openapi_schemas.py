@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from gatewayd.gateway.protocol.validate import MAX_COUNT, SEED_RANGE
+from gatewayd.gateway.protocol.validate import (
+    MAX_COUNT,
+    MAX_INPUTS,
+    MAX_N,
+    MAX_TOKEN_ID,
+    SEED_RANGE,
+)
 
 
 def _ref(name: str) -> dict:
@@ -24,15 +30,19 @@ def _opt(*types: str, **more) -> dict:
 def _schemas() -> dict:
     string, integer, number = {"type": "string"}, {"type": "integer"}, {"type": "number"}
     positive = _opt("integer", minimum=1, maximum=MAX_COUNT)
+    token_ids = {
+        "type": "array",
+        "minItems": 1,
+        "items": {"type": "integer", "minimum": 0, "maximum": MAX_TOKEN_ID},
+    }
     prompt = {
-        "description": "A string, or a list of strings, token ids or lists of token ids.",
+        "description": "A string, or a list of strings, of token ids or of lists of token ids"
+        " (ids in the model's vocabulary).",
         "oneOf": [
             string,
-            {
-                "type": "array",
-                "minItems": 1,
-                "items": {"oneOf": [string, integer, {"type": "array", "items": integer}]},
-            },
+            {"type": "array", "minItems": 1, "items": string},
+            token_ids,
+            {"type": "array", "minItems": 1, "items": token_ids},
         ],
     }
     parts = {"type": "array", "items": _ref("ContentPart")}
@@ -44,7 +54,7 @@ def _schemas() -> dict:
         "max_tokens": positive,
         "temperature": _opt("number", minimum=0, maximum=2),
         "top_p": _opt("number", minimum=0, maximum=1),
-        "n": positive,
+        "n": _opt("integer", minimum=1, maximum=MAX_N),
         "stop": {
             "oneOf": [string, {"type": "array", "items": string}, {"type": "null"}],
         },
@@ -148,12 +158,20 @@ def _schemas() -> dict:
                         "role": {"const": "assistant"},
                         "content": {"oneOf": [string, parts, {"type": "null"}]},
                         "name": string,
-                        "tool_calls": {"type": "array", "items": {"type": "object"}},
+                        "tool_calls": {"type": "array", "items": _ref("ToolCall")},
                     },
                     ("role",),
                 ),
             ],
         },
+        "ToolCall": _obj(
+            {
+                "id": string,
+                "type": {"const": "function"},
+                "function": _obj({"name": string, "arguments": string}, ("name",)),
+            },
+            ("function",),
+        ),
         "Tool": _obj(
             {
                 "type": {"const": "function"},
@@ -197,7 +215,15 @@ def _schemas() -> dict:
         "EmbeddingRequest": _obj(
             {
                 "model": {"type": "string", "minLength": 1},
-                "input": prompt,
+                "input": {
+                    **prompt,
+                    "oneOf": [
+                        string,
+                        {**prompt["oneOf"][1], "maxItems": MAX_INPUTS},
+                        token_ids,
+                        {**prompt["oneOf"][3], "maxItems": MAX_INPUTS},
+                    ],
+                },
                 "dimensions": positive,
                 "encoding_format": _opt("string", enum=["float", "base64", None]),
                 "user": _opt("string"),

@@ -3,15 +3,18 @@
 The gateway counts every streamed answer's tokens. It asks the engine for
 ``stream_options.include_usage`` even when the client did not; ``UsageTap``
 then takes the usage-only chunk at the end out of what the client gets, so
-the client sees the stream it asked for. Frames pass through as the engine
-wrote them: only frames that mention usage are parsed, and only until the
-first token those that might carry it.
+the client sees the stream it asked for. Without ``fix``, frames pass
+through as the engine wrote them: only frames that mention usage are parsed,
+and only until the first token those that might carry it. With ``fix`` (a
+``conform`` function), every chunk is parsed, put in OpenAI's shape under the
+client's model name, and written again.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from typing import Protocol
 
 
@@ -33,6 +36,23 @@ def usage_into(outcome: _Counts, usage: dict | None) -> None:
         outcome.cached_tokens = int(details.get("cached_tokens") or 0)
     except (ValueError, TypeError, AttributeError):
         pass
+
+
+def error_chunk(chunk: dict) -> dict:
+    """An engine's error event in OpenAI's error shape (``code`` a string or null)."""
+    error = chunk.get("error")
+    if not isinstance(error, dict):
+        error = {"message": str(error)}
+    message = error.get("message")
+    code = error.get("code")
+    return {
+        "error": {
+            "message": message if isinstance(message, str) else "the engine failed mid-answer",
+            "type": "server_error",
+            "param": None,
+            "code": code if isinstance(code, str) else "upstream_error",
+        }
+    }
 
 
 def has_token(chunk: dict) -> bool:
@@ -82,8 +102,18 @@ class UsageTap:
     request went out; the outcome's ``ttft_s`` is set at the first token.
     """
 
-    def __init__(self, outcome: _Counts, *, drop_usage: bool, sent_at: float) -> None:
+    def __init__(
+        self,
+        outcome: _Counts,
+        *,
+        drop_usage: bool,
+        sent_at: float,
+        fix: Callable[[dict, str], dict] | None = None,
+        model: str = "",
+    ) -> None:
         self._outcome = outcome
+        self._fix = fix
+        self._model = model
         self._drop_usage = drop_usage
         self._sent_at = sent_at
         self._buf = b""
@@ -108,7 +138,7 @@ class UsageTap:
         # After the first token only a real usage object matters; engines asked
         # for usage write "usage": null in every chunk, so look at them all at
         # once (if the whole holds only nulls, each frame does).
-        if self._first_token and _null_usage_only(done):
+        if self._fix is None and self._first_token and _null_usage_only(done):
             return done
         return self._frames(done, sep)
 
@@ -117,9 +147,19 @@ class UsageTap:
         rest, self._buf = self._buf, b""
         if not rest.strip():
             return rest
+        if self._fix is not None:
+            out = self._fixed(rest)
+            return out if out is not None else b""
         return rest if self._keep(rest) else b""
 
     def _frames(self, done: bytes, sep: bytes) -> bytes:
+        if self._fix is not None:
+            out = []
+            for frame in done.split(sep)[:-1]:
+                fixed = self._fixed(frame)
+                if fixed is not None:
+                    out.append(fixed + sep)
+            return b"".join(out)
         kept, dropped = [], False
         for frame in done.split(sep)[:-1]:
             if self._keep(frame):
@@ -130,12 +170,30 @@ class UsageTap:
             return done
         return b"".join(f + sep for f in kept)
 
+    def _fixed(self, frame: bytes) -> bytes | None:
+        """The frame in OpenAI's shape, or None when it is not relayed."""
+        chunk = frame_json(frame)
+        if chunk is None:
+            return frame
+        if "error" in chunk and "choices" not in chunk:
+            # An engine failing mid-stream says so in a chunk of its own (llama.cpp does).
+            return b"data: " + json.dumps(error_chunk(chunk)).encode()
+        if not self._seen(chunk):
+            return None
+        if self._drop_usage:
+            chunk.pop("usage", None)
+        return b"data: " + json.dumps(self._fix(chunk, self._model)).encode()
+
     def _keep(self, frame: bytes) -> bool:
         if self._first_token and (b'"usage"' not in frame or _null_usage_only(frame)):
             return True
         chunk = frame_json(frame)
         if chunk is None:
             return True
+        return self._seen(chunk)
+
+    def _seen(self, chunk: dict) -> bool:
+        """Counts what the chunk carries; False if it is not relayed (usage nobody asked for)."""
         if not self._first_token and has_token(chunk):
             self._first_token = True
             self._outcome.ttft_s = time.perf_counter() - self._sent_at

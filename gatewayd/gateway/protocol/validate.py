@@ -34,6 +34,12 @@ MAX_DEPTH = 128
 MAX_COUNT = 2**31 - 1
 # Seeds go to engines as 64-bit integers, signed or not.
 SEED_RANGE = (-(2**63), 2**64 - 1)
+# OpenAI's limits: choices per request, inputs per embeddings request.
+MAX_N = 128
+MAX_INPUTS = 2048
+# Token ids are 32-bit in every engine; a model whose vocabulary is not known
+# is held to that.
+MAX_TOKEN_ID = 2**31 - 1
 
 
 def _no_constant(name: str):
@@ -131,14 +137,21 @@ def _has_unpaired_surrogate(value: object) -> bool:
     return False
 
 
-def check(path: str, request: dict) -> None:
-    """The checks of one endpoint (``/v1/chat/completions`` …) beyond ``parse``'s."""
+def check(path: str, request: dict, *, vocab_size: int = 0) -> None:
+    """The checks of one endpoint (``/v1/chat/completions`` …) beyond ``parse``'s.
+
+    ``vocab_size``: the model's vocabulary (0: not known); token ids must be below it.
+    """
     if path == "/v1/chat/completions":
         _messages(request.get("messages"))
     elif path == "/v1/completions":
-        _prompt(request.get("prompt"), "prompt")
+        _prompt(request.get("prompt"), "prompt", vocab_size)
     elif path == "/v1/embeddings":
-        _prompt(request.get("input"), "input")
+        _prompt(request.get("input"), "input", vocab_size)
+        inputs = request["input"]
+        # (One list of token ids is one input, however long.)
+        if isinstance(inputs, list) and len(inputs) > MAX_INPUTS and not _is_int(inputs[0]):
+            _fail("input", f"'input' holds more than {MAX_INPUTS} inputs", "invalid_value")
         _positive_int(request, "dimensions")
         _string(request, "encoding_format")
     _common(request)
@@ -149,6 +162,8 @@ def _common(request: dict) -> None:
     _positive_int(request, "max_tokens")
     _positive_int(request, "max_completion_tokens")
     _positive_int(request, "n")
+    if (n := request.get("n")) is not None and n > MAX_N:
+        _fail("n", f"'n' must be at most {MAX_N}", "invalid_value")
     _number(request, "temperature", 0, 2)
     _number(request, "top_p", 0, 1)
     _number(request, "frequency_penalty", -2, 2)
@@ -175,8 +190,7 @@ def _common(request: dict) -> None:
         if not isinstance(tools, list):
             _fail("tools", "'tools' must be a list of tools", "invalid_type")
         for i, tool in enumerate(tools):
-            if not isinstance(tool, dict):
-                _fail(f"tools[{i}]", f"'tools[{i}]' must be an object", "invalid_type")
+            _tool(tool, f"tools[{i}]")
     choice = request.get("tool_choice")
     if choice is not None and not isinstance(choice, (str, dict)):
         _fail(
@@ -192,6 +206,54 @@ def _common(request: dict) -> None:
         )
     if (user := request.get("user")) is not None and not isinstance(user, str):
         _fail("user", "'user' must be a string", "invalid_type")
+
+
+def _tool(tool: object, where: str) -> None:
+    # Engines take function tools only: llama.cpp's server answered a 500 to
+    # any other type ("custom" ones, which OpenAI's API has).
+    if not isinstance(tool, dict):
+        _fail(where, f"'{where}' must be an object", "invalid_type")
+    if tool.get("type") != "function":
+        _fail(
+            f"{where}.type",
+            f"'{where}.type' must be function: the engines here take function tools only",
+            "invalid_value",
+        )
+    function = tool.get("function")
+    if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+        _fail(
+            f"{where}.function",
+            f"'{where}.function' must be an object with a name",
+            "invalid_type",
+        )
+
+
+def _tool_calls(calls: object, where: str) -> None:
+    """An assistant turn's tool calls: function calls with a name and arguments as text."""
+    if not isinstance(calls, list):
+        _fail(where, f"'{where}' must be a list of tool calls", "invalid_type")
+    for i, call in enumerate(calls):
+        at = f"{where}[{i}]"
+        if not isinstance(call, dict):
+            _fail(at, f"'{at}' must be an object", "invalid_type")
+        if call.get("type", "function") != "function":
+            _fail(
+                f"{at}.type",
+                f"'{at}.type' must be function: the engines here take function calls only",
+                "invalid_value",
+            )
+        function = call.get("function")
+        if not isinstance(function, dict):
+            _fail(f"{at}.function", f"'{at}.function' must be an object", "invalid_type")
+        if not isinstance(function.get("name"), str):
+            _fail(f"{at}.function.name", f"'{at}.function.name' must be a string", "invalid_type")
+        arguments = function.get("arguments")
+        if arguments is not None and not isinstance(arguments, str):
+            _fail(
+                f"{at}.function.arguments",
+                f"'{at}.function.arguments' must be a string (JSON as text)",
+                "invalid_type",
+            )
 
 
 def _messages(messages: object) -> None:
@@ -212,6 +274,8 @@ def _messages(messages: object) -> None:
                 f"'{where}.role' must be a string such as user or assistant",
                 "invalid_type",
             )
+        if (calls := message.get("tool_calls")) is not None:
+            _tool_calls(calls, f"{where}.tool_calls")
         content = message.get("content")
         if isinstance(content, str):
             continue
@@ -243,24 +307,66 @@ def _part(part: object, where: str) -> None:
         _fail(f"{where}.text", f"'{where}.text' must be a string", "invalid_type")
 
 
-def _prompt(value: object, name: str) -> None:
-    """A prompt or an embedding input: a string, or a list of strings or token ids."""
+_PROMPT_SHAPES = "a string, a list of strings, a list of token ids or a list of lists of token ids"
+
+
+def _prompt(value: object, name: str, vocab_size: int = 0) -> None:
+    """A prompt or an embedding input, in one of the four shapes OpenAI's API takes.
+
+    Mixed lists (strings beside token ids) and deeper nesting are refused: vLLM
+    refuses them, and llama.cpp's server, which reads some, failed on others
+    with a 500. Token ids must be in the model's vocabulary: an id past it
+    was a 500 from llama.cpp's server too.
+    """
     if value is None:
         _fail(name, f"'{name}' is missing", "missing_field")
     if isinstance(value, str):
         return
     if not isinstance(value, list):
-        _fail(name, f"'{name}' must be a string or a list", "invalid_type")
+        _fail(name, f"'{name}' must be {_PROMPT_SHAPES}", "invalid_type")
     if not value:
         _fail(name, f"'{name}' is empty", "invalid_value")
-    for i, item in enumerate(value):
-        # Strings, token ids, or lists of token ids.
-        if not (isinstance(item, (str, list)) or _is_int(item)):
-            _fail(
-                f"{name}[{i}]",
-                f"'{name}[{i}]' must be a string, a token id or a list of token ids",
-                "invalid_type",
-            )
+    first = value[0]
+    if _is_int(first):
+        _token_ids(value, name, vocab_size)
+    elif isinstance(first, str):
+        for i, item in enumerate(value):
+            if not isinstance(item, str):
+                _fail(
+                    f"{name}[{i}]",
+                    f"'{name}[{i}]' must be a string like the items before it"
+                    f" ('{name}' must be {_PROMPT_SHAPES})",
+                    "invalid_type",
+                )
+    elif isinstance(first, list):
+        for i, item in enumerate(value):
+            where = f"{name}[{i}]"
+            if not isinstance(item, list):
+                _fail(
+                    where,
+                    f"'{where}' must be a list of token ids like the items before it"
+                    f" ('{name}' must be {_PROMPT_SHAPES})",
+                    "invalid_type",
+                )
+            if not item:
+                _fail(where, f"'{where}' is an empty list of token ids", "invalid_value")
+            _token_ids(item, where, vocab_size)
+    else:
+        _fail(f"{name}[0]", f"'{name}' must be {_PROMPT_SHAPES}", "invalid_type")
+
+
+def _token_ids(ids: list, name: str, vocab_size: int) -> None:
+    # min/max run in C: a list of 100,000 ids is checked in about a millisecond.
+    top = vocab_size - 1 if vocab_size > 0 else MAX_TOKEN_ID
+    if all(type(t) is int for t in ids) and 0 <= min(ids) and max(ids) <= top:
+        return
+    for i, t in enumerate(ids):
+        where = f"{name}[{i}]"
+        if not _is_int(t):
+            _fail(where, f"'{where}' must be a token id (an integer)", "invalid_type")
+        if not 0 <= t <= top:
+            of = f"the model's vocabulary of {vocab_size} tokens" if vocab_size > 0 else "32 bits"
+            _fail(where, f"'{where}' is {t}, not a token id of {of} (0 to {top})", "invalid_value")
 
 
 def _strings(value: object) -> bool:

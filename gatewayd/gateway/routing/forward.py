@@ -4,9 +4,16 @@
 fails before any byte reached the client — no connection, a 5xx or 429, the
 answer cut before it was whole, an outside key refused (401) — is passed over
 for the next one and its breaker told; once the answer has started, it is
-relayed to the end. The last candidate's error answer reaches the client as
-it came. What happened comes back as an ``Outcome`` (who answered, the
-status, the tokens used, the time to first token) for the caller's accounting.
+relayed to the end. What happened comes back as an ``Outcome`` (who answered,
+the status, the tokens used, the time to first token) for the caller's
+accounting.
+
+The client gets answers in OpenAI's shape whatever the engine wrote
+(``protocol/conform.py``), and errors in the gateway's terms, never the
+engine's: an engine refusing the request (its 4xx) is a 400 in the engine's
+words; the last candidate failing too (5xx, no connection, a cut answer) is a
+502 ``upstream_error`` — a 5xx from the gateway means the gateway or the
+engine failed, never that the client sent something wrong. A 429 stays a 429.
 
 The gateway's own replicas are reached through ``upstream.HttpClient``, a
 pooled HTTP/1.1 client made for this one hop (the whole gateway took about a
@@ -24,8 +31,8 @@ from dataclasses import dataclass
 
 import aiohttp
 
-from gatewayd.gateway.protocol import messages
-from gatewayd.gateway.protocol.errors import ApiError
+from gatewayd.gateway.protocol import conform, messages
+from gatewayd.gateway.protocol.errors import ApiError, engine_error
 from gatewayd.gateway.protocol.sse import UsageTap, usage_into
 from gatewayd.gateway.routing.router import Router, Target
 from gatewayd.gateway.routing.upstream import HttpClient
@@ -167,8 +174,9 @@ class Forwarder:
 
         ``profile`` is the routing profile (``router.PROFILES``); ``request``
         the parsed body, if the caller has it (saves parsing it again).
-        Raises ApiError (503) when no replica is ready or none answered —
-        always before anything was sent to the client.
+        Raises ApiError before anything was sent to the client: 503 when no
+        replica is ready, 502 when none answered, the engine's refusal (400),
+        its 429.
         """
         targets = self._router.candidates(model, session, profile or "chat")
         if not targets:
@@ -185,18 +193,18 @@ class Forwarder:
             self._router.begin(target)
             try:
                 result = await self._try(
-                    target, bodies, send, clock, anthropic_request, last=i == final
+                    target, bodies, send, clock, anthropic_request, model, last=i == final
                 )
             finally:
                 self._router.end(target)
             if isinstance(result, Outcome):
                 return result
             last_error = result
+        tried = f"{len(targets)} replicas" if len(targets) > 1 else "its replica"
         raise ApiError(
-            503,
-            f"no replica of {model!r} answered ({last_error})",
-            code="no_replica_answered",
-            retry_after_s=RETRY_AFTER_NO_REPLICA_S,
+            502,
+            f"the engine serving {model!r} failed ({last_error}); tried {tried}: try again",
+            code="upstream_error",
         )
 
     async def _try(
@@ -206,10 +214,14 @@ class Forwarder:
         send,
         clock: Clock,
         anthropic_request: dict | None,
+        model: str,
         *,
         last: bool,
     ) -> Outcome | str:
-        """The target's answer relayed (its Outcome), or why it was passed over."""
+        """The target's answer relayed (its Outcome), or why it was passed over.
+
+        Raises ApiError for an engine's refusal, and for the last target's failure.
+        """
         router = self._router
         started = clock.upstream_begin()
         try:
@@ -236,9 +248,11 @@ class Forwarder:
         async with resp:
             if not self._judge(target, resp) and not last:
                 return f"{target.replica_id}: {resp.status}"
+            if resp.status != 200:
+                await self._refused(target, resp, model, clock)
             if resp.headers.get("content-type", "").startswith("text/event-stream"):
                 return await self._stream(
-                    target, resp, bodies, send, clock, outcome, started, anthropic_request
+                    target, resp, bodies, send, clock, outcome, started, anthropic_request, model
                 )
             t = clock.upstream_begin()
             try:
@@ -250,13 +264,20 @@ class Forwarder:
                 return f"{target.replica_id}: {e.__class__.__name__}"
             clock.upstream_end(t)
             outcome.ttft_s = t - started
+            answer = _usage_from(outcome, data)
+            if answer is None:
+                router.failed(target)
+                raise ApiError(
+                    502,
+                    f"the engine serving {model!r} answered with something other than JSON",
+                    code="upstream_error",
+                )
             if anthropic_request is not None:
                 await messages.relay_whole(
                     resp.status, data, anthropic_request, send, clock.header, outcome
                 )
                 return outcome
-            if resp.status == 200:
-                _usage_from(outcome, data)
+            data = conform.whole_bytes(bodies.path, answer, data, model)
             ctype = resp.headers.get("content-type", "application/json")
             await send(
                 {
@@ -271,6 +292,22 @@ class Forwarder:
             )
             await send({"type": "http.response.body", "body": data})
             return outcome
+
+    async def _refused(self, target: Target, resp: Response, model: str, clock: Clock) -> None:
+        """Raise the error the client gets for an engine's answer other than 200."""
+        t = clock.upstream_begin()
+        try:
+            data = await resp.read()
+        except _NET_ERRORS:
+            data = b""
+        clock.upstream_end(t)
+        raise engine_error(
+            resp.status,
+            data,
+            model=model,
+            retry_after_s=_retry_after(resp),
+            who="the outside provider" if target.external else "the engine",
+        )
 
     def _judge(self, target: Target, resp: Response) -> bool:
         """Tell the target's breaker how it answered; False if it failed (pass it over)."""
@@ -307,6 +344,7 @@ class Forwarder:
         outcome: Outcome,
         started: float,
         anthropic_request: dict | None,
+        model: str,
     ) -> Outcome | str:
         pieces = (
             resp.content.iter_any() if isinstance(resp, aiohttp.ClientResponse) else aiter(resp)
@@ -335,7 +373,13 @@ class Forwarder:
                     ],
                 }
             )
-            tap = UsageTap(outcome, drop_usage=bodies.drop_usage, sent_at=started)
+            tap = UsageTap(
+                outcome,
+                drop_usage=bodies.drop_usage,
+                sent_at=started,
+                fix=conform.CHUNK.get(bodies.path),
+                model=model,
+            )
             async for piece in stream:
                 out = tap.feed(piece)
                 if out:
@@ -363,13 +407,16 @@ class Forwarder:
             yield piece
 
 
-def _usage_from(outcome: Outcome, data: bytes) -> None:
+def _usage_from(outcome: Outcome, data: bytes) -> dict | None:
+    """The whole answer parsed (None if it is not a JSON object), its usage into ``outcome``."""
     try:
         answer = json.loads(data)
     except (ValueError, UnicodeDecodeError):
-        return
-    if isinstance(answer, dict):
-        usage_into(outcome, answer.get("usage"))
+        return None
+    if not isinstance(answer, dict):
+        return None
+    usage_into(outcome, answer.get("usage"))
+    return answer
 
 
 def _retry_after(resp: Response) -> float | None:

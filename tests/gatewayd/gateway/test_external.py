@@ -179,15 +179,18 @@ async def test_a_key_at_its_limit_is_passed_over_for_as_long_as_the_provider_say
     assert router.key_refusals == {}
 
 
-async def test_with_a_single_key_its_401_reaches_the_client_as_it_came(tmp_path, caplog):
+async def test_with_a_single_key_its_401_reaches_the_client_as_a_502_in_its_words(tmp_path):
+    # The client's own key was good: a provider refusing ours is the gateway's failure.
     async with Upstream({"sk-good": 200}).running() as up:
         router, fwd = await forwarder_for(tmp_path, up, "sk-wrong")
         try:
             for _ in range(2):
                 sent = Sent()
-                out = await fwd.forward("/v1/chat/completions", body(), "gpt", "", sent, Clock(0))
-                assert sent.status == 401 and out.status == 401
-                assert sent.json()["error"]["message"] == "status 401"
+                with pytest.raises(ApiError) as err:
+                    await fwd.forward("/v1/chat/completions", body(), "gpt", "", sent, Clock(0))
+                assert err.value.status == 502 and err.value.code == "upstream_error"
+                assert "outside provider" in err.value.message
+                assert "(401): status 401" in err.value.message and sent.status == 0
         finally:
             await fwd.close()
     assert router.key_refusals == {"external:gpt#1": 2}

@@ -32,7 +32,7 @@ class Fwd:
         await self.fwd.close()
 
     async def send(self, body: bytes, **kw) -> tuple[Sent, Outcome]:
-        sent = Sent()
+        sent = self.last_sent = Sent()
         out = await self.fwd.forward("/v1/chat/completions", body, "m", "", sent, Clock(0), **kw)
         return sent, out
 
@@ -48,21 +48,25 @@ async def test_a_replica_that_cannot_be_reached_is_passed_over_for_the_next():
     assert up.seen[0][0] == "Bearer ek"
 
 
-async def test_a_replica_answering_503_is_passed_over_but_the_last_ones_answer_is_relayed():
+async def test_a_replica_answering_503_is_passed_over_and_the_last_ones_failure_is_a_502():
     async with Upstream({"ek": 503}).running() as busy, Upstream().running() as up:
         async with Fwd(Target("busy", busy.url), Target("live", up.url)) as f:
             sent, out = await f.send(chat())
             assert sent.status == 200 and out.target.replica_id == "live"
         async with Fwd(Target("busy", busy.url)) as f:
-            sent, out = await f.send(chat())
-            assert sent.status == 503 and out.status == 503
+            with pytest.raises(ApiError) as err:
+                await f.send(chat())
+            assert err.value.status == 502 and err.value.code == "upstream_error"
+            # The engine's words reach the client; nothing was sent before the error.
+            assert "(503): status 503" in err.value.message and f.last_sent.status == 0
 
 
-async def test_none_answering_is_a_503_before_anything_was_sent():
+async def test_none_answering_is_a_502_before_anything_was_sent():
     async with Fwd(DEAD) as f:
         with pytest.raises(ApiError) as err:
             await f.send(chat())
-    assert err.value.status == 503 and err.value.code == "no_replica_answered"
+    assert err.value.status == 502 and err.value.code == "upstream_error"
+    assert json.loads(err.value.body())["error"]["type"] == "server_error"
 
 
 async def test_a_stream_is_asked_for_usage_and_the_usage_chunk_is_kept_from_a_client_that_did_not():

@@ -216,7 +216,16 @@ RIGHT = [
                 {"role": "user", "content": [{"type": "text", "text": "what is"}]},
                 {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]},
                 # An assistant turn that only calls a tool has no content.
-                {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function"}]},
+                {
+                    "role": "assistant",
+                    "tool_calls": [
+                        {
+                            "id": "c1",
+                            "type": "function",
+                            "function": {"name": "f", "arguments": "{}"},
+                        }
+                    ],
+                },
                 {"role": "assistant", "content": None, "tool_calls": []},
                 {"role": "tool", "tool_call_id": "c1", "content": "42"},
             ],
