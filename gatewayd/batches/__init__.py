@@ -1,13 +1,37 @@
-"""OpenAI's Files and Batch APIs: uploads kept under the data dir, batches run as replicas have room."""
+"""OpenAI's Files and Batch APIs: uploads kept under the data dir, batches run as replicas have room.
+
+``mount`` wires them into a started gatewayd: the routes on its gateway, the
+batch book as ``server.batches`` (the admin RPCs read it) and the runner as
+one of its background tasks.
+"""
 
 from __future__ import annotations
 
 import asyncio
 
+from gatewayd.batches.batches_api import BatchesApi
 from gatewayd.batches.book import BatchBook
+from gatewayd.batches.files_api import FilesApi
+from gatewayd.batches.filestore import FileStore
+from gatewayd.batches.runner import BatchRunner
+
+# Under the data dir: one file per id (uploads, and batches' output and error files).
+FILES_DIR = "files"
 
 
 def mount(server) -> None:
     """Serve ``/v1/files`` and ``/v1/batches`` on ``server.gateway`` and start the batch runner."""
     book = server.batches = BatchBook(server.store)
-    server._tasks.append(asyncio.create_task(book.load(), name="batches"))
+    files = FileStore(server.paths.server_data_dir / FILES_DIR)
+    server.gateway.add_route("/v1/files", FilesApi(server.store, files, server.cfg.files).handle)
+    server.gateway.add_route("/v1/batches", BatchesApi(book).handle)
+    runner = server.batch_runner = BatchRunner(
+        book,
+        files,
+        server.store,
+        server.gateway,
+        server.keys,
+        server.cfg.batches,
+        server.cfg.files,
+    )
+    server._tasks.append(asyncio.create_task(runner.run(), name="batches"))

@@ -157,16 +157,24 @@ class Gateway:
         await self._serve(scope, receive, send)
 
     async def internal(
-        self, key: KeyInfo, path: str, body: bytes, *, batch_id: str = ""
+        self,
+        key: KeyInfo,
+        path: str,
+        body: bytes,
+        *,
+        batch_id: str = "",
+        on_usage: Callable[[UsageRow], None] | None = None,
     ) -> tuple[int, bytes]:
         """A request made on a key's behalf inside gatewayd (a batch's): the same checks,
-        limits, budgets, metering and metrics as a client's, in the lowest admission band.
-        Answers (status, body); a stream's body is its events as sent."""
+        limits, budgets, metering and metrics as a client's, in the lowest admission band
+        and the ``batch`` routing profile. Answers (status, body); a stream's body is its
+        events as sent. ``on_usage`` takes the request's usage row instead of the usage
+        writer: a batch writes it in the transaction that records the answer."""
         scope = {
             "type": "http",
             "method": "POST",
             "path": path,
-            "headers": [(b"content-type", b"application/json")],
+            "headers": [(b"content-type", b"application/json"), (b"x-llmgw-profile", b"batch")],
         }
         sent = False
 
@@ -187,11 +195,19 @@ class Gateway:
                 chunks.append(message.get("body", b""))
 
         await self._serve(
-            scope, receive, capture, key=key, band=self.bands.lowest(), batch_id=batch_id
+            scope,
+            receive,
+            capture,
+            key=key,
+            band=self.bands.lowest(),
+            batch_id=batch_id,
+            on_usage=on_usage,
         )
         return status, b"".join(chunks)
 
-    async def _serve(self, scope, receive, send, *, key=None, band=None, batch_id="") -> None:
+    async def _serve(
+        self, scope, receive, send, *, key=None, band=None, batch_id="", on_usage=None
+    ) -> None:
         t0 = time.perf_counter()
         clock = Clock(t0)
         req = _Request()
@@ -216,7 +232,9 @@ class Gateway:
                 metrics.observe(req.model, status, total, max(total - clock.upstream_s, 0.0))
                 if req.outcome is not None:
                     metrics.observe_answer(req.model, req.outcome)
-            if req.key is not None and self._usage is not None:
+            if req.key is not None and on_usage is not None:
+                on_usage(_usage_row(req, status, total))
+            elif req.key is not None and self._usage is not None:
                 self._usage.add(_usage_row(req, status, total))
 
     async def _handle(self, call: Call, key: KeyInfo | None) -> None:

@@ -1,0 +1,64 @@
+"""``/v1/batches``: create, list, show and cancel a project's batches (OpenAI's Batch API)."""
+
+from __future__ import annotations
+
+import json
+
+from gatewayd.batches.book import BatchBook, BatchRefused
+from gatewayd.batches.files_api import int_param, query
+from gatewayd.batches.objects import batch_object
+from gatewayd.gateway.protocol.errors import ApiError
+
+# A create request is a few hundred bytes; nothing bigger is read.
+MAX_CREATE_BYTES = 64 * 1024
+
+
+def _api_error(e: BatchRefused) -> ApiError:
+    return ApiError(e.status, e.message, param=e.param, code=e.code or None)
+
+
+class BatchesApi:
+    def __init__(self, book: BatchBook) -> None:
+        self._book = book
+
+    async def handle(self, call) -> None:
+        parts = call.path.removeprefix("/v1/batches").strip("/").split("/")
+        method, project = call.method, call.key.project
+        try:
+            if parts == [""] and method == "POST":
+                body = await call.body(MAX_CREATE_BYTES)
+                try:
+                    request = json.loads(body)
+                except ValueError:
+                    raise ApiError(400, "the body is not JSON", code="invalid_json") from None
+                rec = await self._book.create(project, call.key.key_id, request)
+                return await call.json(200, batch_object(rec))
+            if parts == [""] and method == "GET":
+                return await self._list(call)
+            if len(parts) == 1 and method == "GET":
+                rec = await self._book.get(parts[0], project)
+                if rec is None:
+                    raise BatchRefused(404, f"no batch {parts[0]!r}", code="batch_not_found")
+                return await call.json(200, batch_object(rec))
+            if len(parts) == 2 and parts[1] == "cancel" and method == "POST":
+                rec = await self._book.cancel(parts[0], project)
+                return await call.json(200, batch_object(rec))
+        except BatchRefused as e:
+            raise _api_error(e) from None
+        raise ApiError(404, f"no route for {method} {call.path}", code="unknown_route")
+
+    async def _list(self, call) -> None:
+        q = query(call)
+        limit = int_param(q, "limit", 20, 1, 100)
+        recs = await self._book.list(call.key.project, after=q.get("after", ""), limit=limit + 1)
+        data = [batch_object(r) for r in recs[:limit]]
+        await call.json(
+            200,
+            {
+                "object": "list",
+                "data": data,
+                "first_id": data[0]["id"] if data else None,
+                "last_id": data[-1]["id"] if data else None,
+                "has_more": len(recs) > limit,
+            },
+        )
