@@ -70,6 +70,7 @@ from proto.llmgw.v1 import (
     ScaleModelRequest,
     SetLimitsRequest,
     SetModelContextRequest,
+    SetRetentionRequest,
     StatusReply,
     StatusRequest,
     TenantRequest,
@@ -287,6 +288,11 @@ class AdminClient:
     async def list_tenants(self, kind: str = "", under: str = "") -> ListTenantsReply:
         request = ListTenantsRequest(kind=kind, under=under)
         return await self._call(self._stub.list_tenants(request, timeout=self._timeout_s))
+
+    async def set_retention(self, path: str, retain_responses_s: int) -> TenantView:
+        """How long a project keeps stored responses (/v1/responses); 0 turns it off."""
+        request = SetRetentionRequest(path=path, retain_responses_s=retain_responses_s)
+        return await self._call(self._stub.set_retention(request, timeout=self._timeout_s))
 
     async def rename_tenant(self, kind: str, path: str, new_name: str) -> TenantView:
         request = RenameTenantRequest(kind=kind, path=path, new_name=new_name)

@@ -181,6 +181,7 @@ PARITY: dict[Item, Mirror] = {
     ("KeysScreen", "revoke"): ctl("keys revoke {key}", shown_by="keys list"),
     ("KeysScreen", "rotate"): ctl("keys rotate {key} --overlap {overlap}", shown_by="keys list"),
     ("KeysScreen", "limits"): ctl("keys limits {scope} --rpm {rpm}", shown_by="keys list"),
+    ("KeysScreen", "retention"): ctl("project retention {path} {keep}", shown_by="project list"),
     ("FormDialog", None): _FORM,
     ("FormDialog", "cancel"): _CLOSES,
     ("FormDialog", "submit"): ui_only("hands what was typed to the action that opened the form"),
@@ -188,6 +189,7 @@ PARITY: dict[Item, Mirror] = {
     ("RenameDialog", None): _FORM,
     ("KeyDialog", None): _FORM,
     ("RotateDialog", None): _FORM,
+    ("RetentionDialog", None): _FORM,
     # Filled in with the limits the Keys screen read: the key's row of `ctl keys list`.
     ("LimitsDialog", None): ctl("keys list"),
     # The reply of `ctl keys create` / `keys rotate`, the one time it carries the secret.

@@ -2,26 +2,35 @@
 
 from __future__ import annotations
 
+from grpclib.const import Status
+from grpclib.exceptions import GRPCError
+
 from gatewayd.admin.keys import limits_view, refuse
 from gatewayd.gateway.policy.keys import KeyCache
-from gatewayd.gateway.policy.tenancy import TenancyRefused
-from gatewayd.store import TenantRecord
+from gatewayd.gateway.policy.tenancy import TenancyRefused, check_path
+from gatewayd.store import Store, TenantRecord
+from gatewayd.store.response_records import MAX_RETAIN_S
 from proto.llmgw.v1 import (
     ListTenantsReply,
     ListTenantsRequest,
     RemoveTenantReply,
     RenameTenantRequest,
+    SetRetentionRequest,
     TenantRequest,
     TenantView,
 )
+
+# The shortest retention worth keeping a response for (a turn or two of a conversation).
+MIN_RETAIN_S = 60
 
 
 class TenancyAdmin:
     """Mixed into AdminService."""
 
     _keys: KeyCache
+    _store: Store
 
-    def _tenant_view(self, rec: TenantRecord) -> TenantView:
+    def _tenant_view(self, rec: TenantRecord, retain_s: int = 0) -> TenantView:
         keys = sum(
             1
             for r in self._keys.records()
@@ -34,6 +43,7 @@ class TenancyAdmin:
             created_at=rec.created_at.isoformat(timespec="seconds"),
             limits=limits_view(rec.path, rec.limits),
             keys=keys,
+            retain_responses_s=retain_s,
         )
 
     async def create_tenant(self, message: TenantRequest) -> TenantView:
@@ -51,7 +61,8 @@ class TenancyAdmin:
             recs = self._keys.tenancy.list(message.kind, message.under)
         except TenancyRefused as e:
             raise refuse(e) from None
-        return ListTenantsReply(tenants=[self._tenant_view(r) for r in recs])
+        kept = await self._store.retentions()
+        return ListTenantsReply(tenants=[self._tenant_view(r, kept.get(r.path, 0)) for r in recs])
 
     async def rename_tenant(self, message: RenameTenantRequest) -> TenantView:
         try:
@@ -59,7 +70,7 @@ class TenancyAdmin:
         except TenancyRefused as e:
             raise refuse(e) from None
         await self._keys.refresh()  # keys' projects moved with it
-        return self._tenant_view(rec)
+        return self._tenant_view(rec, await self._store.retention_of(rec.path))
 
     async def remove_tenant(self, message: TenantRequest) -> RemoveTenantReply:
         try:
@@ -70,3 +81,25 @@ class TenancyAdmin:
             raise refuse(e) from None
         self._keys.rechain()
         return RemoveTenantReply(path=message.path, removed=True)
+
+    async def set_retention(self, message: SetRetentionRequest) -> TenantView:
+        """How long a project keeps the responses its keys ask to store; 0 turns it off
+        and forgets those kept."""
+        path, retain_s = message.path, message.retain_responses_s
+        try:
+            check_path("project", path)
+        except TenancyRefused as e:
+            raise refuse(e) from None
+        if retain_s != 0 and not MIN_RETAIN_S <= retain_s <= MAX_RETAIN_S:
+            raise GRPCError(
+                Status.INVALID_ARGUMENT,
+                f"a retention of {retain_s} s is out of range: from {MIN_RETAIN_S} s to"
+                f" {MAX_RETAIN_S // 86400} days, or 0 (off)",
+            )
+        rec = self._keys.tenancy.get(path)
+        if rec is None or not await self._store.set_retention(path, retain_s):
+            raise GRPCError(
+                Status.NOT_FOUND,
+                f"no project {path!r}; make it with: llmgw ctl project create --parents {path}",
+            )
+        return self._tenant_view(rec, retain_s)

@@ -10,11 +10,14 @@ from rich.table import Table
 from rich.text import Text
 
 from llmgw.cli.ctl import JsonOpt, app, call
+from llmgw.errors import UsageError
+from llmgw.present import output
 from llmgw.present.keyfmt import (
     NO_TENANTS,
     NOUNS,
     SHAPES,
     TENANT_COLUMNS,
+    parse_retention,
     tenant_cells,
     tenant_line,
 )
@@ -65,7 +68,26 @@ def _level_app(kind: str) -> typer.Typer:
         call(lambda c: c.remove_tenant(kind, path), json=json)
 
     remove.__doc__ = f"Remove an empty {noun} (nothing beneath it, no working key)."
+    if kind == "project":
+        sub.command("retention")(_retention)
     return sub
+
+
+def _retention(
+    path: str = typer.Argument(..., help="ORG/TEAM/PROJECT, e.g. Acme/ml/search."),
+    keep: str = typer.Argument(..., help="How long, e.g. 24h or 7d; off keeps none."),
+    json: bool = JsonOpt,
+) -> None:
+    """How long the project keeps the /v1/responses answers its keys ask to store (store: true).
+
+    Off by default: nothing is kept, and previous_response_id and GET /v1/responses/{id} are
+    refused. Turning it off forgets what was kept.
+    """
+    try:
+        seconds = parse_retention(keep)
+    except UsageError as e:
+        raise typer.Exit(code=output.fail(e)) from None
+    call(lambda c: c.set_retention(path, seconds), json=json)
 
 
 def _example(kind: str) -> str:

@@ -32,7 +32,7 @@ KEY_COLUMNS = (
     "LAST USED",
     "STATE",
 )
-TENANT_COLUMNS = ("PATH", "KIND", "LIMITS", "KEYS", "CREATED")
+TENANT_COLUMNS = ("PATH", "KIND", "LIMITS", "KEYS", "RESPONSES KEPT", "CREATED")
 NOUNS = {"org": "organization", "team": "team", "project": "project"}
 SHAPES = {"org": "ORG", "team": "ORG/TEAM", "project": "ORG/TEAM/PROJECT"}
 # The level a path names, by how many parts it has (Acme, Acme/ml, Acme/ml/search).
@@ -202,11 +202,35 @@ def secret_text(k: KeyView) -> Text:
 
 
 def tenant_line(v: TenantView) -> str:
-    """One level with its limits and how many keys work beneath it."""
+    """One level with its limits, how many keys work beneath it and, for a project,
+    how long it keeps stored responses."""
+    kept = f"; responses kept {retention_text(v.retain_responses_s)}" if v.kind == "project" else ""
     return (
         f"{NOUNS.get(v.kind, v.kind).capitalize()} {v.path} — limits: {describe_limits(v.limits)};"
-        f" {v.keys} working {'key' if v.keys == 1 else 'keys'}"
+        f" {v.keys} working {'key' if v.keys == 1 else 'keys'}{kept}"
     )
+
+
+def retention_text(seconds: int) -> str:
+    """How long a project keeps stored responses: 'off', '24h', '7d', '1d12h'."""
+    if seconds <= 0:
+        return "off"
+    parts = []
+    for unit in ("d", "h", "m", "s"):
+        n, seconds = divmod(seconds, _UNIT_S[unit])
+        if n:
+            parts.append(f"{n}{unit}")
+    return "".join(parts)
+
+
+def parse_retention(text: str) -> int:
+    """'24h', '7d' or 'off' (also '0') -> seconds; 0 is off."""
+    text = text.strip().lower()
+    if text in ("off", "0", "none"):
+        return 0
+    if not text:
+        raise UsageError("give a retention like 24h or 7d, or off")
+    return parse_duration(text)
 
 
 def tenant_cells(v: TenantView) -> tuple[str, ...]:
@@ -217,5 +241,6 @@ def tenant_cells(v: TenantView) -> tuple[str, ...]:
         v.kind,
         describe_limits(v.limits),
         str(v.keys),
+        retention_text(v.retain_responses_s) if v.kind == "project" else "",
         v.created_at,
     )

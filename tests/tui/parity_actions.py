@@ -3,7 +3,7 @@ command that shows its change (``ACTIONS``), for tests/tui/test_parity.py."""
 
 from __future__ import annotations
 
-from textual.widgets import Checkbox, DataTable, Input, Select
+from textual.widgets import Checkbox, DataTable, Input, Select, Static
 
 from llmgw.present.keyfmt import key_cells
 from llmgw.present.modelfmt import (
@@ -258,6 +258,22 @@ async def do_limits(app, pilot, live):
     assert keys[made.key_id].limits.rpm == 61 and "61" in rows[made.key_id][6]
 
 
+async def do_retention(app, pilot, live):
+    item = ("KeysScreen", "retention")
+    await live.client.create_tenant("project", "Parity/kept/answers", parents=True)
+    await to_keys(app, pilot, live)
+    await select_level(pilot, "Parity/kept/answers")
+    await press(pilot, *item, "RetentionDialog")
+    app.screen.query_one("#retention-keep", Input).value = "24h"
+    await pilot.click("#form-ok")
+    await until(pilot, lambda: screen_is(app, "KeysScreen"))
+    level = app.screen.query_one("#level", Static)
+    await until(pilot, lambda: "responses kept 1d" in str(level.render()))
+    tenants = ListTenantsReply.from_dict(await live.shown_by(item)).tenants
+    kept = {t.path: t.retain_responses_s for t in tenants}
+    assert kept["Parity/kept/answers"] == 86400
+
+
 async def nodes_json(live: Live, item: Item) -> dict[str, NodeView]:
     return {n.node_id: n for n in ListNodesReply.from_dict(await live.shown_by(item)).nodes}
 
@@ -491,6 +507,7 @@ ACTIONS: dict[Item, Step] = {
     ("KeysScreen", "revoke"): do_revoke,
     ("KeysScreen", "rotate"): do_rotate,
     ("KeysScreen", "limits"): do_limits,
+    ("KeysScreen", "retention"): do_retention,
     ("ReplicaDetails", "logs"): do_logs,
     ("UsageScreen", "next_range"): lambda app, pilot, live: do_usage_step(
         app, pilot, live, "next_range"

@@ -28,6 +28,8 @@ from llmgw.present.keyfmt import (
     limits_change,
     parse_duration,
     parse_money,
+    parse_retention,
+    retention_text,
     secret_text,
 )
 from proto.llmgw.v1 import KeyView, LimitsView, TenantView
@@ -255,6 +257,28 @@ class RotateDialog(FormDialog[int]):
     def result(self) -> int:
         overlap = self.field("#rotate-overlap")
         return 0 if overlap == "0" else parse_duration(overlap)
+
+
+class RetentionDialog(FormDialog[int]):
+    """How long a project keeps the responses its keys ask to store (``set_retention``)."""
+
+    OK_LABEL = "Set retention"
+
+    def __init__(self, level: TenantView) -> None:
+        super().__init__(f"Stored responses of {level.path}")
+        self.level = level
+
+    def fields(self) -> ComposeResult:
+        yield Static(
+            "Answers of /v1/responses sent with store: true are kept this long, so"
+            " previous_response_id and GET /v1/responses/{id} work. Off keeps none and"
+            " forgets those kept."
+        )
+        yield Label("Keep for (e.g. 24h, 7d; off)")
+        yield Input(retention_text(self.level.retain_responses_s), id="retention-keep")
+
+    def result(self) -> int:
+        return parse_retention(self.field("#retention-keep"))
 
 
 class LimitsDialog(FormDialog[LimitsEdit]):

@@ -40,6 +40,7 @@ from llmgw.present.keyfmt import (
     describe_limits,
     key_cells,
     key_works,
+    retention_text,
     tenant_line,
 )
 from proto.llmgw.v1 import KeyView, TenantView
@@ -53,6 +54,7 @@ from tui.screens.key_dialogs import (
     NewKey,
     NewLevel,
     RenameDialog,
+    RetentionDialog,
     RotateDialog,
     SecretShown,
 )
@@ -109,6 +111,7 @@ class KeysScreen(Screen[None]):
         Binding("t", "rotate", "Rotate"),
         Binding("l", "limits", "Limits"),
         Binding("e", "rename", "Rename"),
+        Binding("k", "retention", "Keep responses"),
         Binding("d,delete", "remove", "Remove level"),
     ]
 
@@ -189,7 +192,7 @@ class KeysScreen(Screen[None]):
         if not self.is_mounted:
             return True
         level = self.selected_level()
-        if action == "new_key":
+        if action in ("new_key", "retention"):
             return True if level is not None and level.kind == "project" else None
         if action in ("revoke", "rotate"):
             return True if self.selected_key() is not None else None
@@ -319,6 +322,23 @@ class KeysScreen(Screen[None]):
                 )
 
         self.app.push_screen(LimitsDialog(scope, current), set_limits)
+
+    def action_retention(self) -> None:
+        level = self.selected_level()
+        if level is None or level.kind != "project":
+            return
+
+        def set_retention(seconds: int | None) -> None:
+            if seconds is not None:
+                self.run_action(
+                    lambda c: c.set_retention(level.path, seconds),
+                    lambda v: TenancyChanged(
+                        f"{v.path} keeps stored responses: {retention_text(v.retain_responses_s)}.",
+                        path=v.path,
+                    ),
+                )
+
+        self.app.push_screen(RetentionDialog(level), set_retention)
 
     # -- workers: the only code here that talks to gatewayd --------------------
 
