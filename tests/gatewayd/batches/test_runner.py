@@ -1,0 +1,174 @@
+"""The batch runner over a real store (both backends), its requests answered by a stand-in
+for ``Gateway.internal`` that keeps its contract: (status, body), and one usage row per
+attempt handed to ``on_usage``."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from gatewayd.batches import runner as runner_module
+from gatewayd.batches.book import BatchBook
+from gatewayd.batches.filestore import FileStore
+from gatewayd.batches.objects import new_id, output_file_id
+from gatewayd.batches.runner import BatchRunner, answer_line
+from gatewayd.gateway.metering.usage import UsageRow
+from gatewayd.gateway.policy.keys import KeyCache
+from gatewayd.gateway.policy.tenancy import Tenancy
+from gatewayd.store import Store
+from gatewayd.store.batch_records import BatchProgress, FileRecord
+from llmgw.config import BatchesConfig, FilesConfig
+
+PROJECT = "Acme/ml/search"
+LATER = datetime.now(UTC) + timedelta(days=1)
+
+
+class StandIn:
+    """Answers like Gateway.internal: ``plan`` gives statuses to answer in turn per custom_id."""
+
+    def __init__(self, plan: dict[str, list[int]] | None = None) -> None:
+        self.plan = plan or {}
+        self.sent: list[str] = []
+
+    async def internal(self, key, path, body, *, batch_id="", on_usage=None):
+        request = json.loads(body)
+        cid = request["messages"][0]["content"]
+        self.sent.append(cid)
+        statuses = self.plan.get(cid, [])
+        status = statuses.pop(0) if statuses else 200
+        tokens = 3 if status == 200 else 0
+        on_usage(
+            UsageRow(key_id=key.key_id, project=key.project, model=request["model"],
+                     completion_tokens=tokens, status=status, batch_id=batch_id)
+        )  # fmt: skip
+        if status != 200:
+            return status, json.dumps({"error": {"message": "no room", "code": None}}).encode()
+        answer = {"object": "chat.completion", "choices": [{"message": {"content": cid}}]}
+        return 200, json.dumps(answer).encode()
+
+
+def _input(n: int) -> bytes:
+    rows = [
+        {
+            "custom_id": f"c-{i}",
+            "method": "POST",
+            "url": "/v1/chat/completions",
+            "body": {"model": "chat", "messages": [{"role": "user", "content": f"c-{i}"}]},
+        }
+        for i in range(n)
+    ]
+    return b"".join(json.dumps(r).encode() + b"\n" for r in rows)
+
+
+async def _setup(store: Store, tmp_path, n: int, gateway: StandIn):
+    tenancy = Tenancy(store)
+    await tenancy.create("project", PROJECT, parents=True)
+    keys = KeyCache(store, tenancy)
+    key, _ = await keys.create(PROJECT, "batch", [], 0)
+    files = FileStore(tmp_path / "files")
+    files.ensure()
+    file_id = new_id("file-")
+    files.path(file_id).write_bytes(_input(n))
+    now = datetime.now(UTC)
+    await store.put_file(
+        FileRecord(file_id=file_id, project=PROJECT, filename="in.jsonl", purpose="batch",
+                   bytes=len(_input(n)), created_at=now)
+    )  # fmt: skip
+    book = BatchBook(store)
+    runner = BatchRunner(book, files, store, gateway, keys, BatchesConfig(), FilesConfig())
+    request = {"input_file_id": file_id, "endpoint": "/v1/chat/completions"}
+    rec = await book.create(PROJECT, key.key_id, request | {"completion_window": "24h"})
+    return book, runner, files, keys, rec
+
+
+async def _run_out(runner: BatchRunner, book: BatchBook, steps: int = 500) -> None:
+    for _ in range(steps):
+        if not book.active:
+            return
+        await runner.step()
+        for task in list(runner._tasks):
+            await task
+    raise AssertionError("the batch did not end")
+
+
+async def _usage(store: Store, batch_id: str) -> list:
+    start = datetime.now(UTC) - timedelta(hours=1)
+    return [r async for r in store.usage_rows(start, LATER) if r.batch_id == batch_id]
+
+
+@pytest.fixture(autouse=True)
+def no_backoff(monkeypatch):
+    # The wait after "no room" is for replicas; these tests have none to wait for.
+    monkeypatch.setattr(runner_module, "BACKOFF_FIRST_S", 0.0)
+    monkeypatch.setattr(runner_module, "BACKOFF_MAX_S", 0.0)
+
+
+async def test_a_restart_cuts_what_was_written_but_not_committed_and_sends_only_the_rest(
+    store: Store, tmp_path
+):
+    gateway = StandIn()
+    _, runner, files, _, rec = await _setup(store, tmp_path, 5, gateway)
+    await runner.step()  # validated: in progress, nothing sent yet is committed
+    for task in list(runner._tasks):
+        task.cancel()
+    # As a run killed mid-way leaves it: lines 0 and 1 committed (with their usage),
+    # line 2 appended to the output file but never committed, half a line after it.
+    committed = answer_line("c-0", 200, b"{}") + answer_line("c-1", 200, b"{}")
+    row = UsageRow(key_id=rec.key_id, project=PROJECT, model="chat", batch_id=rec.batch_id)
+    await store.record_batch_progress(
+        BatchProgress(batch_id=rec.batch_id, lines=[0, 1], completed=2,
+                      output_bytes=len(committed), error_bytes=0),
+        [row, row],
+    )  # fmt: skip
+    out_id = output_file_id(rec.batch_id, "output")
+    files.path(out_id).write_bytes(committed + answer_line("c-2", 200, b"{}") + b'{"id":"ba')
+
+    restarted = BatchBook(store)
+    await restarted.load()
+    gateway.sent.clear()
+    again = BatchRunner(restarted, files, store, gateway, runner._keys, BatchesConfig(),
+                        FilesConfig())  # fmt: skip
+    await _run_out(again, restarted)
+
+    assert sorted(gateway.sent) == ["c-2", "c-3", "c-4"]
+    done = await store.get_batch(rec.batch_id)
+    assert done.status == "completed" and (done.completed, done.failed) == (5, 0)
+    lines = [json.loads(x) for x in files.path(out_id).read_bytes().splitlines()]
+    assert sorted(x["custom_id"] for x in lines) == [f"c-{i}" for i in range(5)]
+    assert len(await _usage(store, rec.batch_id)) == 5
+    out = await store.get_file(out_id)
+    assert out.purpose == "batch_output" and out.bytes == files.path(out_id).stat().st_size
+
+
+async def test_no_room_puts_a_request_back_unmetered_and_an_error_answer_is_the_answer(
+    store: Store, tmp_path
+):
+    gateway = StandIn({"c-1": [503, 429, 504], "c-2": [400]})
+    book, runner, files, _, rec = await _setup(store, tmp_path, 3, gateway)
+    await _run_out(runner, book)
+
+    assert gateway.sent.count("c-1") == 4 and gateway.sent.count("c-2") == 1
+    done = await store.get_batch(rec.batch_id)
+    assert done.status == "completed" and (done.completed, done.failed) == (2, 1)
+    errors = [json.loads(x) for x in files.path(done.error_file_id).read_bytes().splitlines()]
+    assert [(e["custom_id"], e["response"]["status_code"]) for e in errors] == [("c-2", 400)]
+    rows = await _usage(store, rec.batch_id)
+    assert sorted(r.status for r in rows) == [200, 200, 400]
+
+
+async def test_a_revoked_keys_batch_fails_the_rest_in_words(store: Store, tmp_path):
+    gateway = StandIn()
+    book, runner, files, keys, rec = await _setup(store, tmp_path, 3, gateway)
+    await keys.revoke(rec.key_id)
+    await _run_out(runner, book)
+
+    assert gateway.sent == []
+    done = await store.get_batch(rec.batch_id)
+    assert done.status == "failed" and done.failed == 3 and done.output_file_id == ""
+    assert done.errors[0]["code"] == "key_revoked"
+    assert f"the API key {rec.key_id} this batch was created with" in done.errors[0]["message"]
+    errors = [json.loads(x) for x in files.path(done.error_file_id).read_bytes().splitlines()]
+    assert [e["custom_id"] for e in errors] == ["c-0", "c-1", "c-2"]
+    assert all(e["response"] is None and e["error"]["code"] == "key_revoked" for e in errors)
