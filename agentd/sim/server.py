@@ -5,6 +5,10 @@ token, ``itl_ms`` between tokens, and a wait for a slot when
 ``max_concurrency`` requests already run. A word is a token, and the text is
 drawn from a fixed word list seeded by the prompt, so the same prompt always
 gets the same answer and usage counts can be checked by hand.
+
+As vLLM does, it takes ``n`` (n choices, each its own text, streamed with
+their index) and serves ``POST /tokenize`` (a prompt or chat messages; the
+count, and a token id per word).
 """
 
 from __future__ import annotations
@@ -126,6 +130,15 @@ def embedding_of(item: str, dim: int) -> list[float]:
     return [v / norm for v in values]
 
 
+def _choices(body: dict[str, Any]) -> int:
+    n = body.get("n")
+    if n is None:
+        return 1
+    if type(n) is not int or not 1 <= n <= 128:
+        raise ApiError(400, "n must be an integer from 1 to 128")
+    return n
+
+
 def _chat_prompt(messages: Any) -> str:
     if not isinstance(messages, list) or not messages:
         raise ApiError(400, "messages must be a non-empty list")
@@ -165,6 +178,7 @@ class SimServer:
         self.app.router.add_post("/v1/chat/completions", self.chat)
         self.app.router.add_post("/v1/completions", self.completions)
         self.app.router.add_post("/v1/embeddings", self.embeddings)
+        self.app.router.add_post("/tokenize", self.tokenize)
 
     @web.middleware
     async def _errors_and_key(self, request: web.Request, handler: Callable) -> web.StreamResponse:
@@ -228,6 +242,21 @@ class SimServer:
             raise ApiError(404, f"The model `{model}` does not exist.", "NotFoundError")
         return body
 
+    async def tokenize(self, request: web.Request) -> web.Response:
+        """vLLM's /tokenize: ``prompt`` (or llama.cpp's ``content``), or chat ``messages``."""
+        body = await self._body(request)
+        if "messages" in body:
+            text = _chat_prompt(body["messages"])
+        else:
+            text = body.get("prompt", body.get("content"))
+            if not isinstance(text, str):
+                raise ApiError(400, "prompt must be a string, or send messages")
+        words = text.split()
+        tokens = [int.from_bytes(hashlib.sha256(w.encode()).digest()[:2], "big") for w in words]
+        return web.json_response(
+            {"count": len(tokens), "max_model_len": self.cfg.max_model_len, "tokens": tokens}
+        )
+
     def _plan(self, body: dict[str, Any], prompt_tokens: int) -> tuple[int, str]:
         """How many tokens to answer with, and why the answer ends."""
         limit = body.get("max_completion_tokens") or body.get("max_tokens")
@@ -281,11 +310,13 @@ class SimServer:
         arrival = time.monotonic()
         prompt_tokens = count_tokens(prompt)
         n, reason = self._plan(body, prompt_tokens)
-        words = completion_words(prompt, n)
+        choices = _choices(body)
+        # Choice 0 is the answer n=1 gets; each other its own, as sampling would give.
+        texts = [completion_words(prompt if c == 0 else f"{prompt}#{c}", n) for c in range(choices)]
         usage = {
             "prompt_tokens": prompt_tokens,
-            "completion_tokens": n,
-            "total_tokens": prompt_tokens + n,
+            "completion_tokens": n * choices,
+            "total_tokens": prompt_tokens + n * choices,
         }
         head = {
             "id": f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}",
@@ -300,7 +331,7 @@ class SimServer:
                 resp, reason = await self._stream(
                     request,
                     head,
-                    words,
+                    texts,
                     reason,
                     usage,
                     arrival,
@@ -308,17 +339,27 @@ class SimServer:
                     include_usage=bool(options.get("include_usage")),
                 )
             else:
-                text = "".join([w async for w in self._tokens(arrival, words)])
-                if chat:
-                    choice = {
-                        "index": 0,
-                        "message": {"role": "assistant", "content": text},
-                        "logprobs": None,
-                        "finish_reason": reason,
-                    }
-                else:
-                    choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": reason}
-                resp = web.json_response({**head, "choices": [choice], "usage": usage})
+                async for _ in self._tokens(arrival, texts[0]):
+                    pass
+                answers = []
+                for c, words in enumerate(texts):
+                    text = "".join(words)
+                    if chat:
+                        answer = {
+                            "index": c,
+                            "message": {"role": "assistant", "content": text},
+                            "logprobs": None,
+                            "finish_reason": reason,
+                        }
+                    else:
+                        answer = {
+                            "index": c,
+                            "text": text,
+                            "logprobs": None,
+                            "finish_reason": reason,
+                        }
+                    answers.append(answer)
+                resp = web.json_response({**head, "choices": answers, "usage": usage})
             self.metrics.e2e.observe(time.monotonic() - arrival)
             self.metrics.count_finish(reason)
             return resp
@@ -327,7 +368,7 @@ class SimServer:
         self,
         request: web.Request,
         head: dict[str, Any],
-        words: list[str],
+        texts: list[list[str]],
         reason: str,
         usage: dict[str, int],
         arrival: float,
@@ -348,22 +389,31 @@ class SimServer:
                 chunk["usage"] = None
             await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
 
-        def choice(text: str | None, finish: str | None, role: bool = False) -> dict[str, Any]:
+        def choice(
+            c: int, text: str | None, finish: str | None, role: bool = False
+        ) -> dict[str, Any]:
             if not chat:
-                return {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
+                return {"index": c, "text": text or "", "logprobs": None, "finish_reason": finish}
             delta: dict[str, Any] = {}
             if role:
                 delta["role"] = "assistant"
             if text is not None:
                 delta["content"] = text
-            return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+            return {"index": c, "delta": delta, "logprobs": None, "finish_reason": finish}
 
+        every = range(len(texts))
         try:
             if chat:  # vLLM opens a chat stream with the role, before any token
-                await send([choice("", None, role=True)])
-            async for word in self._tokens(arrival, words):
-                await send([choice(word, None)])
-            await send([choice(None if chat else "", reason)])
+                for c in every:
+                    await send([choice(c, "", None, role=True)])
+            i = 0
+            async for _ in self._tokens(arrival, texts[0]):
+                # vLLM sends each choice's token in a chunk of its own.
+                for c in every:
+                    await send([choice(c, texts[c][i], None)])
+                i += 1
+            for c in every:
+                await send([choice(c, None if chat else "", reason)])
             if include_usage:
                 await send([], usage=usage)
             await resp.write(b"data: [DONE]\n\n")

@@ -62,6 +62,10 @@ class Sizing:
             self._facts[key] = self._read_local(model)
         return self._facts[key]
 
+    def known(self, model: Model) -> ModelFacts | None:
+        """The facts already read of the model, if any: never reads a file or asks the hub."""
+        return self._facts.get(self._key(model))
+
     def remember(self, model: Model, facts: ModelFacts) -> None:
         """Hold facts read elsewhere as the model's (as learn() would have read them)."""
         self._failed.pop(self._key(model), None)

@@ -26,6 +26,7 @@ from gatewayd.gateway.policy.pricing import BudgetTable, Price, cost_micros
 from gatewayd.gateway.protocol import messages, validate
 from gatewayd.gateway.protocol.anthropic_request import AnthropicRequestError
 from gatewayd.gateway.protocol.errors import ApiError
+from gatewayd.gateway.routing import count_tokens
 from gatewayd.gateway.routing.forward import Clock, Forwarder, Outcome
 from gatewayd.gateway.routing.router import Router, parse_profile
 from llmgw.config import AdmissionConfig
@@ -137,6 +138,9 @@ class Gateway:
         # Rows written in batches, off the hot path.
         self._usage = usage
         self._routes: list[tuple[str, Callable[[Call], Awaitable[None]]]] = []
+        self.add_route(
+            count_tokens.PATH, count_tokens.TokenCounter(router, self._forwarder.post, known)
+        )
 
     async def start(self) -> None:
         await self._forwarder.start()

@@ -67,11 +67,16 @@ class GgufTensor:
 
 @dataclass
 class GgufHeader:
-    """A GGUF file's metadata (arrays of strings left out) and tensor table."""
+    """A GGUF file's metadata (arrays of strings left out) and tensor table.
+
+    ``array_lengths``: the length of each array of strings left out (the
+    vocabulary's is the model's vocabulary size).
+    """
 
     version: int
     fields: dict[str, Any] = field(default_factory=dict)
     tensors: list[GgufTensor] = field(default_factory=list)
+    array_lengths: dict[str, int] = field(default_factory=dict)
 
 
 def read_gguf(path: str | Path) -> ModelFacts:
@@ -125,6 +130,7 @@ def read_gguf(path: str | Path) -> ModelFacts:
         active_weights_bytes=active_bytes,
         # llama.cpp keeps its KV cache in f16 unless told otherwise.
         kv_bytes_per_element=2,
+        vocab_size=header.array_lengths.get("tokenizer.ggml.tokens") or arch_int("vocab_size"),
     )
 
 
@@ -132,7 +138,8 @@ def read_gguf_header(path: str | Path) -> GgufHeader:
     """The metadata and tensor table of the GGUF file at path.
 
     Numbers and strings are kept, arrays of numbers as lists; arrays of
-    strings (vocabularies, merges) are skipped and stored as None.
+    strings (vocabularies, merges) are skipped and stored as None, their
+    lengths kept in ``array_lengths``.
     """
     path = Path(path)
     try:
@@ -170,6 +177,8 @@ class _Walk:
         self.buf = buf
         self.pos = 4
         self.order = "<"
+        # The length of the array of strings value() last skipped.
+        self.skipped: int | None = None
 
     def unpack(self, fmt: str) -> Any:
         (value,) = struct.unpack_from(self.order + fmt, self.buf, self.pos)
@@ -191,6 +200,7 @@ class _Walk:
             item_type = self.unpack("I")
             count = self.unpack("Q")
             if item_type == _VT.STRING:
+                self.skipped = count
                 for _ in range(count):
                     n = self.unpack("Q")  # (not `pos += unpack()`: unpack moves pos)
                     self.pos += n
@@ -225,7 +235,10 @@ class _Walk:
         result = GgufHeader(version=version)
         for _ in range(kv_count):
             key = self.string()
+            self.skipped = None
             result.fields[key] = self.value(self.unpack("I"))
+            if self.skipped is not None:
+                result.array_lengths[key] = self.skipped
         for _ in range(tensor_count):
             result.tensors.append(self._tensor())
         return result

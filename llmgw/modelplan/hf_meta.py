@@ -161,6 +161,7 @@ def read_hf(
         active_weights_bytes=active_bytes,
         # vLLM and SGLang keep the KV cache in the model's 16-bit dtype by default.
         kv_bytes_per_element=2,
+        vocab_size=_int(text, "vocab_size") or _int(config, "vocab_size"),
     )
 
 

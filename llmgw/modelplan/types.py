@@ -28,6 +28,9 @@ class ModelFacts(BaseModel):
     active_weights_bytes: int = 0
     # Bytes per element of the KV cache (2 for f16/bf16).
     kv_bytes_per_element: int = 2
+    # Tokens in the vocabulary (0: not known): the gateway refuses token ids
+    # past it, which engines answered with a 500.
+    vocab_size: int = 0
 
 
 class CardNeed(BaseModel):

@@ -55,6 +55,7 @@ STARTER_FACTS = ModelFacts(
     weights_bytes=253_113_024,
     parameters=268_098_176,
     active_weights_bytes=253_113_024,
+    vocab_size=262_144,
 )
 
 

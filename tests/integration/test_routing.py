@@ -164,7 +164,7 @@ async def outside_provider(api_key: str):
         await proc.wait()
 
 
-async def test_an_outside_provider_key_refused_is_passed_over_and_a_lone_one_refused_is_a_401(
+async def test_an_outside_provider_key_refused_is_passed_over_and_a_lone_one_refused_is_a_502(
     tmp_path, caplog
 ):
     good, bad = tmp_path / "good.key", tmp_path / "bad.key"
@@ -209,7 +209,8 @@ async def test_an_outside_provider_key_refused_is_passed_over_and_a_lone_one_ref
                         max_tokens=3,
                         user=f"user-{i}",
                     )
-                    assert answer.model == "provider-model" and answer.usage.completion_tokens == 3
+                    # The answer names the model as the client asked for it, not the provider.
+                    assert answer.model == "outside" and answer.usage.completion_tokens == 3
                     if router.key_refusals:
                         break
             assert router.key_refusals == {"external:outside#2": 1}
@@ -219,12 +220,15 @@ async def test_an_outside_provider_key_refused_is_passed_over_and_a_lone_one_ref
             assert refused and "external:outside#2" in refused[0] and url in refused[0]
             assert "sk-wrong" not in caplog.text and "sk-good" not in caplog.text
 
-            with pytest.raises(openai.AuthenticationError):
+            # The client's key was good: the provider refusing ours is the gateway's failure.
+            with pytest.raises(openai.InternalServerError) as err:
                 await client.chat.completions.create(
                     model="outside-bad",
                     messages=[{"role": "user", "content": "hello"}],
                     max_tokens=3,
                 )
+            assert err.value.status_code == 502 and err.value.code == "upstream_error"
+            assert "(401)" in err.value.message
         async with cluster.admin() as admin:
             # Nothing is placed or started for an outside provider's model.
             assert not (await admin.list_replicas("outside")).replicas

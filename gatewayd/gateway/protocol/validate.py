@@ -157,6 +157,22 @@ def check(path: str, request: dict, *, vocab_size: int = 0) -> None:
     _common(request)
 
 
+def token_ids(path: str, request: dict, vocab_size: int) -> None:
+    """Token ids of a prompt or input (already shaped as ``check`` has it) below ``vocab_size``.
+
+    Run once the model's replicas are known, since the vocabulary is theirs.
+    """
+    value = request.get("prompt" if path == "/v1/completions" else "input")
+    if vocab_size <= 0 or not isinstance(value, list) or not value:
+        return
+    name = "prompt" if path == "/v1/completions" else "input"
+    if _is_int(value[0]):
+        _token_ids(value, name, vocab_size)
+    elif isinstance(value[0], list):
+        for i, item in enumerate(value):
+            _token_ids(item, f"{name}[{i}]", vocab_size)
+
+
 def _common(request: dict) -> None:
     """Sampling and transport fields, wherever they are sent."""
     _positive_int(request, "max_tokens")

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import time
+
 from gatewayd.catalog.catalog import Catalog
 from gatewayd.controller.reconciler import Reconciler
 from gatewayd.gateway.routing.external import ExternalEndpoints
 from gatewayd.gateway.routing.router import Target
 from gatewayd.nodes.registry import NodeRegistry
 from llmgw.catalog.external import EXTERNAL_SOURCE
+
+# A model whose facts are not read yet (its hub repository not reached) is
+# looked at again after this long, not at every request.
+FACTS_RECHECK_S = 30.0
 
 
 class Endpoints:
@@ -18,6 +24,10 @@ class Endpoints:
         self._registry = registry
         self._catalog = catalog
         self.external = ExternalEndpoints()
+        # model -> (its catalog record, profile name -> engine): read once per record.
+        self._engines: dict[str, tuple[object, dict[str, str]]] = {}
+        # model -> (its catalog record, vocabulary size, when it was looked at).
+        self._vocab: dict[str, tuple[object, int, float]] = {}
 
     def _external_spec(self, model: str) -> dict | None:
         rec = self._catalog.record(model)
@@ -42,8 +52,55 @@ class Endpoints:
             if (model is None or r.model == model) and r.state == "ready" and r.port:
                 live = self._registry.live(r.node_id)
                 host = (live.record.address if live else "") or "127.0.0.1"
-                out.append(Target(r.replica_id, f"http://{host}:{r.port}"))
+                out.append(
+                    Target(
+                        r.replica_id,
+                        f"http://{host}:{r.port}",
+                        engine=self._engine_of(r.model, r.profile),
+                        vocab_size=self.vocab_size(r.model),
+                    )
+                )
         return out
+
+    def _engine_of(self, model: str, profile: str) -> str:
+        rec = self._catalog.record(model)
+        if rec is None:
+            return ""
+        cached = self._engines.get(model)
+        if cached is None or cached[0] is not rec:
+            # The record's spec as stored: a profile left at its default has no engine key.
+            profiles = rec.spec.get("profiles") or [{}]
+            engines = {
+                p.get("name", "default"): p.get("engine") or "llama.cpp"
+                for p in profiles
+                if isinstance(p, dict)
+            }
+            cached = self._engines[model] = (rec, engines)
+        return cached[1].get(profile, "")
+
+    def vocab_size(self, model: str) -> int:
+        """The model's vocabulary size from the facts planning read (0: not known yet).
+
+        Never reads a file or asks the hub: the gateway asks at every request.
+        """
+        rec = self._catalog.record(model)
+        if rec is None:
+            return 0
+        cached = self._vocab.get(model)
+        now = time.monotonic()
+        if (
+            cached is not None
+            and cached[0] is rec
+            and (cached[1] or now - cached[2] < FACTS_RECHECK_S)
+        ):
+            return cached[1]
+        size = 0
+        spec = self._catalog.get(model)
+        facts = self._reconciler.sizing.known(spec) if spec is not None else None
+        if facts is not None:
+            size = facts.vocab_size
+        self._vocab[model] = (rec, size, now)
+        return size
 
     def catalog_models(self) -> list[tuple[str, bool]]:
         """(name, loaded) of every catalog model; an external one is always loaded."""

@@ -31,9 +31,10 @@ from dataclasses import dataclass
 
 import aiohttp
 
-from gatewayd.gateway.protocol import conform, messages
+from gatewayd.gateway.protocol import conform, messages, validate
 from gatewayd.gateway.protocol.errors import ApiError, engine_error
 from gatewayd.gateway.protocol.sse import UsageTap, usage_into
+from gatewayd.gateway.routing import fanout
 from gatewayd.gateway.routing.router import Router, Target
 from gatewayd.gateway.routing.upstream import HttpClient
 from gatewayd.gateway.routing.upstream import Response as LocalResponse
@@ -48,6 +49,8 @@ CONNECT_TIMEOUT_S = 5.0
 RETRY_AFTER_NO_REPLICA_S = 10
 # Paths whose streams carry usage when asked (stream_options.include_usage).
 USAGE_STREAMS = ("/v1/chat/completions", "/v1/completions")
+# Paths whose prompt or input may be token ids of the model's vocabulary.
+TOKEN_PATHS = ("/v1/completions", "/v1/embeddings")
 # upstream.UpstreamError is an OSError.
 _NET_ERRORS = (aiohttp.ClientError, OSError, TimeoutError)
 
@@ -187,6 +190,15 @@ class Forwarder:
                 retry_after_s=RETRY_AFTER_NO_REPLICA_S,
             )
         bodies = _Bodies(path, body, request, anthropic=anthropic_request is not None)
+        first = targets[0]
+        if first.vocab_size and path in TOKEN_PATHS and bodies.request() is not None:
+            validate.token_ids(path, bodies.request(), first.vocab_size)
+        if anthropic_request is None and b'"n"' in body:
+            n = fanout.choices_wanted(path, bodies.request(), first.engine, first.external)
+            if n:
+                return await self._fan_out(
+                    n, path, bodies.request(), model, session, send, clock, profile
+                )
         last_error = ""
         final = len(targets) - 1
         for i, target in enumerate(targets):
@@ -195,6 +207,10 @@ class Forwarder:
                 result = await self._try(
                     target, bodies, send, clock, anthropic_request, model, last=i == final
                 )
+            except ApiError as e:
+                if e.status == 502 and final:
+                    e.message += f"; tried {len(targets)} replicas"
+                raise
             finally:
                 self._router.end(target)
             if isinstance(result, Outcome):
@@ -206,6 +222,77 @@ class Forwarder:
             f"the engine serving {model!r} failed ({last_error}); tried {tried}: try again",
             code="upstream_error",
         )
+
+    async def post(self, target: Target, path: str, payload: dict) -> tuple[int, bytes]:
+        """One JSON request to a replica's own API (``/tokenize``…): (status, body).
+
+        Raises OSError (or aiohttp's errors) when it cannot be reached.
+        """
+        data = json.dumps(payload).encode()
+        if target.base_url.startswith("http://") and not target.external:
+            resp = await self._local.post(target.base_url, path, data)
+        else:
+            resp = await self._http.post(target.base_url + path, data=data, headers=self._headers)
+        async with resp:
+            return resp.status, await resp.read()
+
+    async def _fan_out(
+        self,
+        n: int,
+        path: str,
+        request: dict,
+        model: str,
+        session: str,
+        send,
+        clock: Clock,
+        profile: str,
+    ) -> Outcome:
+        """``n`` requests of one choice each, their answers merged (``fanout.py``)."""
+        one = {k: v for k, v in request.items() if k != "n"}
+        body = json.dumps(one).encode()
+        options = one.get("stream_options")
+        include_usage = isinstance(options, dict) and options.get("include_usage") is True
+        merge = fanout.Merge(n, send, stream=one.get("stream") is True, include_usage=include_usage)
+        clocks = [Clock(clock.t0) for _ in range(n)]
+        results = await fanout.gather_all(
+            [
+                self.forward(
+                    path,
+                    body,
+                    model,
+                    # Spread over the replicas like n sessions would be.
+                    f"{session}#{i}" if session else "",
+                    merge.send_for(i),
+                    clocks[i],
+                    profile=profile,
+                    request=one,
+                )
+                for i in range(n)
+            ]
+        )
+        # They ran side by side: the engine's time is the longest of theirs.
+        clock.upstream_s += max(c.upstream_s for c in clocks)
+        failed = [r for r in results if isinstance(r, BaseException)]
+        if failed:
+            if not merge.started:
+                raise failed[0]
+            log.warning("a choice of a merged stream failed mid-answer: %r", failed[0])
+        outcomes = [r for r in results if isinstance(r, Outcome)]
+        merged = Outcome(
+            target=outcomes[0].target if outcomes else None,
+            status=200,
+            prompt_tokens=sum(o.prompt_tokens for o in outcomes),
+            cached_tokens=sum(o.cached_tokens for o in outcomes),
+            completion_tokens=sum(o.completion_tokens for o in outcomes),
+            ttft_s=min((o.ttft_s for o in outcomes if o.ttft_s is not None), default=None),
+        )
+        usage = {
+            "prompt_tokens": merged.prompt_tokens,
+            "completion_tokens": merged.completion_tokens,
+            "total_tokens": merged.total_tokens,
+        }
+        await merge.finish(usage, clock.header)
+        return merged
 
     async def _try(
         self,

