@@ -33,5 +33,21 @@ def mount(server) -> None:
         server.keys,
         server.cfg.batches,
         server.cfg.files,
+        room=lambda model: _room(server, model),
     )
     server._tasks.append(asyncio.create_task(runner.run(), name="batches"))
+
+
+def _room(server, model: str) -> int | None:
+    """Slots of ``model``'s ready replicas that no request holds or waits for (None: the
+    model's requests are not held back, e.g. an outside provider's)."""
+    capacity = server._capacity(model)
+    if capacity <= 0:
+        return None
+    # BandPools keeps one Admission per model; one not made yet has had no request.
+    held = server.gateway.bands._pools.get(model)
+    if held is None:
+        return capacity
+    admission = held[1]
+    waiting = sum(admission.depth(band) for band in server.gateway.bands.band_names)
+    return capacity - admission.in_flight_total - waiting

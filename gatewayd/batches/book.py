@@ -38,6 +38,7 @@ class Line:
     line: int  # 0-based
     custom_id: str
     body: bytes
+    model: str = ""
     attempts: int = 0
 
 

@@ -145,7 +145,9 @@ def check_input(data: bytes, endpoint: str, max_requests: int) -> Checked:
             continue
         body = obj["body"]
         models.setdefault(body["model"], None)
-        out.lines.append(Line(len(out.lines), obj["custom_id"], json.dumps(body).encode()))
+        out.lines.append(
+            Line(len(out.lines), obj["custom_id"], json.dumps(body).encode(), body["model"])
+        )
     if not out.lines and not out.errors:
         out.errors.append(_error("empty_file", "the input file holds no requests"))
     out.errors = out.errors[:MAX_ERRORS]

@@ -26,6 +26,7 @@ import json
 import logging
 import secrets
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 from gatewayd.batches.book import Active, BatchBook, Line, Result
@@ -46,6 +47,9 @@ NO_ROOM = (429, 503, 504)
 BACKOFF_FIRST_S, BACKOFF_MAX_S = 0.25, 10.0
 # The runner looks again at least this often (expiries, backoffs, a missed wake).
 TICK_S = 1.0
+# ... and this often while a batch waits for a replica's slot to free: a client's
+# request ending wakes no one, and a slot left idle is throughput lost.
+ROOM_POLL_S = 0.05
 # Expired files are looked for this often.
 SWEEP_INTERVAL_S = 60.0
 
@@ -88,8 +92,14 @@ class BatchRunner:
         keys: KeyCache,
         cfg: BatchesConfig,
         files_cfg: FilesConfig,
+        *,
+        room: Callable[[str], int | None] | None = None,
     ) -> None:
         self._book, self._files, self._store = book, files, store
+        # Free slots of a model's replicas now (None: not held back), so that batch
+        # requests take only what clients leave and never queue ahead of them.
+        self._room = room
+        self._waiting_room = False
         self._gateway, self._keys = gateway, keys
         self._cfg, self._files_cfg = cfg, files_cfg
         self.in_flight = 0
@@ -109,8 +119,9 @@ class BatchRunner:
                     log.warning("batches wait for the store: %s", e)
                 except Exception:
                     log.exception("the batch runner failed a step; trying again")
+                tick = ROOM_POLL_S if self._waiting_room else TICK_S
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._book.wake.wait(), TICK_S)
+                    await asyncio.wait_for(self._book.wake.wait(), tick)
                 self._book.wake.clear()
         finally:
             sweeper.cancel()
@@ -333,6 +344,9 @@ class BatchRunner:
 
     def _dispatch(self) -> None:
         now = time.monotonic()
+        self._waiting_room = False
+        # Requests sent this round have not reached admission yet: counted here.
+        taken: dict[str, int] = {}
         ready = [
             b
             for b in self._book.active.values()
@@ -353,6 +367,13 @@ class BatchRunner:
                 if not b.todo or b.not_before > now:
                     ready.remove(b)
                     continue
+                model = b.todo[0].model
+                free = self._room(model) if self._room is not None else None
+                if free is not None and free - taken.get(model, 0) <= 0:
+                    self._waiting_room = True
+                    ready.remove(b)
+                    continue
+                taken[model] = taken.get(model, 0) + 1
                 key, why = self._key(b.rec.key_id)
                 if key is None:
                     self._stopping[b.rec.batch_id] = why

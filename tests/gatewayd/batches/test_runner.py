@@ -172,3 +172,20 @@ async def test_a_revoked_keys_batch_fails_the_rest_in_words(store: Store, tmp_pa
     errors = [json.loads(x) for x in files.path(done.error_file_id).read_bytes().splitlines()]
     assert [e["custom_id"] for e in errors] == ["c-0", "c-1", "c-2"]
     assert all(e["response"] is None and e["error"]["code"] == "key_revoked" for e in errors)
+
+
+async def test_requests_are_sent_only_into_the_room_the_replicas_have(store: Store, tmp_path):
+    gateway = StandIn()
+    book, runner, _, _, rec = await _setup(store, tmp_path, 10, gateway)
+    free = {"chat": 3}
+    runner._room = lambda model: free[model]
+    await runner.step()  # validates, then sends what there is room for
+    assert runner.in_flight == 3
+    free["chat"] = 0  # clients took every slot: nothing more is sent
+    for task in list(runner._tasks):
+        await task
+    await runner.step()
+    assert runner.in_flight == 0 and runner._waiting_room
+    free["chat"] = 100
+    await _run_out(runner, book)
+    assert len(gateway.sent) == 10 and (await store.get_batch(rec.batch_id)).completed == 10
