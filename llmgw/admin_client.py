@@ -28,13 +28,17 @@ from llmgw.keepalive import keepalive_config
 from llmgw.paths import Paths
 from proto.llmgw.v1 import (
     AdminServiceStub,
+    BatchView,
     CordonNodeRequest,
     CreateKeyRequest,
+    GetBatchRequest,
     GetModelRequest,
     GetNodeRequest,
     KeyView,
     LabelNodeRequest,
     LimitsView,
+    ListBatchesReply,
+    ListBatchesRequest,
     ListEnginesReply,
     ListEnginesRequest,
     ListKeysReply,
@@ -334,6 +338,26 @@ class AdminClient:
                 f"the usage export from {self.address} was cut",
                 hint="run it again; nothing partial is kept when --out names a file",
             ) from e
+
+    # ---- batches ----------------------------------------------------------------
+
+    async def list_batches(
+        self, *, project: str = "", status: str = "", limit: int = 0
+    ) -> ListBatchesReply:
+        """Batches, newest first: of one project (or all), in one status (or any); 0: 100."""
+        request = ListBatchesRequest(project=project, status=status, limit=limit)
+        return await self._call(self._stub.list_batches(request, timeout=self._timeout_s))
+
+    async def get_batch(self, batch_id: str) -> BatchView:
+        return await self._call(
+            self._stub.get_batch(GetBatchRequest(id=batch_id), timeout=self._timeout_s)
+        )
+
+    async def cancel_batch(self, batch_id: str) -> BatchView:
+        """Start no more of a batch's requests; those in flight finish, then it is cancelled."""
+        return await self._call(
+            self._stub.cancel_batch(GetBatchRequest(id=batch_id), timeout=self._timeout_s)
+        )
 
     # ---- node and replica operations, warnings -----------------------------------
 

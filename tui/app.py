@@ -6,8 +6,9 @@ Overview (o) as ``llmgw ctl status``, ``nodes``, ``models`` and ``warnings``,
 Nodes (n) as ``llmgw ctl nodes`` and ``engines``, Models (m) as ``llmgw ctl
 models``, Replicas (p) as ``llmgw ctl replicas``, Keys & tenancy (k) as
 ``llmgw ctl keys`` and ``llmgw ctl org|team|project``, Usage (u) as ``llmgw ctl
-usage``. Each screen is a Textual mode: switching keeps the others open and
-live, so coming back shows them current at once.
+usage``, Batches (b) as ``llmgw ctl batches``. Each screen is a Textual mode:
+switching keeps the others open and live, so coming back shows them current
+at once.
 
 The app itself keeps a ``ClusterSummary`` current (the header's "3/3 nodes
 ready · 2/2 models serving" and the Overview): it reads the cluster once,
@@ -37,6 +38,7 @@ from llmgw.errors import AdminUnauthenticated, AdminUnreachable, LlmgwError
 from llmgw.paths import Paths
 from proto.llmgw.v1 import WatchEvent
 from tui.screens.batched import Flag
+from tui.screens.batches import BatchesScreen
 from tui.screens.cluster_feed import (
     SLOW_READ_EVERY_S,
     TOPICS,
@@ -140,6 +142,7 @@ class LlmgwApp(App[LlmgwError | None]):
         self.add_mode("replicas", lambda: ReplicasScreen(self.client))
         self.add_mode("keys", lambda: KeysScreen(self.client))
         self.add_mode("usage", lambda: UsageScreen(self.client))
+        self.add_mode("batches", lambda: BatchesScreen(self.client))
 
     @property
     def client(self) -> AdminClient:

@@ -106,6 +106,7 @@ PARITY: dict[Item, Mirror] = {
     ("LlmgwApp", "switch_mode('replicas')"): opens("ReplicasScreen"),
     ("LlmgwApp", "switch_mode('keys')"): opens("KeysScreen"),
     ("LlmgwApp", "switch_mode('usage')"): opens("UsageScreen"),
+    ("LlmgwApp", "switch_mode('batches')"): opens("BatchesScreen"),
     ("LlmgwApp", "refresh"): ui_only("reads the shown screen's own command again"),
     ("LlmgwApp", "quit"): ui_only("leaves the console"),
     ("LlmgwApp", "toggle_theme"): ui_only("switches between the dark and the light theme"),
@@ -203,6 +204,10 @@ PARITY: dict[Item, Mirror] = {
     ("UsageScreen", None): ctl("usage --by {by} --from {from} --to {to}"),
     ("UsageScreen", "next_range"): ctl("usage --by {by} --from {from} --to {to}"),
     ("UsageScreen", "next_grouping"): ctl("usage --by {by} --from {from} --to {to}"),
+    # -- batches -------------------------------------------------------------------
+    # The table is `batches list`; the pane under it, the selected batch's `batches show`.
+    ("BatchesScreen", None): ctl("batches list", "batches show {batch}"),
+    ("BatchesScreen", "cancel_batch"): ctl("batches cancel {batch}", shown_by="batches list"),
 }
 
 

@@ -9,7 +9,14 @@ from pathlib import Path
 import typer
 
 from llmgw import __version__
-from llmgw.cli import ctl, ctl_keys, ctl_models, ctl_tenancy, ctl_usage  # noqa: F401  (they add their commands)
+from llmgw.cli import (  # noqa: F401  (they add their commands)
+    ctl,
+    ctl_batches,
+    ctl_keys,
+    ctl_models,
+    ctl_tenancy,
+    ctl_usage,
+)
 from llmgw.cli.doctor_cmd import doctor
 from llmgw.cli.init_cmds import node_cert, server_init
 from llmgw.cli.node_cmds import node_add, node_remove

@@ -5,6 +5,9 @@ token check gatewayd does, so the console under test goes through the real
 client, channel and wire format. ``put``/``forget`` change a node the way an
 agent's heartbeat would, and every open ``Watch`` hears of it. Models,
 replicas, engines and warnings are empty; Status names the cluster "fake".
+Batches are a dict too (``batches``, by id): listed newest first, and
+cancelled as gatewayd does (cancelling while requests are in flight, a
+finished one refused with FAILED_PRECONDITION, a missing one NOT_FOUND).
 """
 
 from __future__ import annotations
@@ -23,9 +26,14 @@ from grpclib.server import Server
 from llmgw.admin_client import AdminClient
 from proto.llmgw.v1 import (
     AdminServiceBase,
+    BatchCounts,
+    BatchView,
+    GetBatchRequest,
     GetNodeRequest,
     Gpu,
     HostFacts,
+    ListBatchesReply,
+    ListBatchesRequest,
     ListEnginesReply,
     ListEnginesRequest,
     ListModelsReply,
@@ -49,6 +57,9 @@ TOKEN = "test-admin-token"
 class FakeAdminService(AdminServiceBase):
     def __init__(self) -> None:
         self.nodes: dict[str, NodeView] = {}
+        self.batches: dict[str, BatchView] = {}
+        # Each ListBatches request as it came (what the console asked for).
+        self.batch_requests: list[ListBatchesRequest] = []
         self._watchers: set[asyncio.Queue[str]] = set()
 
     @property
@@ -91,6 +102,34 @@ class FakeAdminService(AdminServiceBase):
         view = self.nodes.get(message.node_id)
         if view is None:
             raise GRPCError(Status.NOT_FOUND, f"no node named {message.node_id!r}")
+        return view
+
+    async def list_batches(self, message: ListBatchesRequest) -> ListBatchesReply:
+        self.batch_requests.append(message)
+        shown = [
+            b
+            for b in sorted(self.batches.values(), key=lambda b: b.created_at, reverse=True)
+            if (not message.project or b.project == message.project)
+            and (not message.status or b.status == message.status)
+        ]
+        return ListBatchesReply(batches=shown[: message.limit or 100])
+
+    async def get_batch(self, message: GetBatchRequest) -> BatchView:
+        view = self.batches.get(message.id)
+        if view is None:
+            raise GRPCError(Status.NOT_FOUND, f"no batch {message.id!r}")
+        return view
+
+    async def cancel_batch(self, message: GetBatchRequest) -> BatchView:
+        view = await self.get_batch(message)
+        if view.status in ("completed", "failed", "expired", "cancelled"):
+            raise GRPCError(
+                Status.FAILED_PRECONDITION, f"batch {view.id} is {view.status}: cannot cancel"
+            )
+        c = view.request_counts
+        running = c is not None and c.completed + c.failed < c.total
+        view.status = "cancelling" if running else "cancelled"
+        setattr(view, f"{view.status}_at", "2026-09-01T13:10:00+00:00")
         return view
 
     async def watch(self, message: WatchRequest) -> AsyncIterator[WatchEvent]:
@@ -215,3 +254,34 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def batch(
+    batch_id: str,
+    *,
+    status: str = "in_progress",
+    total: int = 200,
+    completed: int = 0,
+    failed: int = 0,
+    project: str = "Acme/ml/search",
+    endpoint: str = "/v1/chat/completions",
+    created_at: str = "2026-09-01T13:00:00+00:00",
+) -> BatchView:
+    """A batch as gatewayd would show it: its files, counts and the times it reached."""
+    return BatchView(
+        id=batch_id,
+        project=project,
+        key_id="key_batch",
+        endpoint=endpoint,
+        status=status,
+        input_file_id=f"file-in-{batch_id}",
+        output_file_id=f"file-out-{batch_id}" if completed else "",
+        error_file_id=f"file-err-{batch_id}" if failed else "",
+        completion_window="24h",
+        created_at=created_at,
+        in_progress_at=created_at if status != "validating" else "",
+        completed_at="2026-09-01T13:30:00+00:00" if status == "completed" else "",
+        expires_at="2026-09-02T13:00:00+00:00",
+        request_counts=BatchCounts(total=total, completed=completed, failed=failed),
+        models=["sim-chat"],
+    )

@@ -1,7 +1,7 @@
 """A cluster with fixed data: ``FixedAdmin`` answers as ``AdminClient`` does, always the same.
 
 Four nodes (one not ready, one cordoned), three models and their replicas, a
-project with keys, a day of usage, two warnings: what the cluster console's
+project with keys, a day of usage, two warnings, three batches: what the cluster console's
 snapshots and docs/console.md show. Its ``watch`` never sends anything, so
 nothing changes while a screen is drawn.
 """
@@ -12,6 +12,8 @@ import asyncio
 from collections.abc import AsyncIterator
 
 from proto.llmgw.v1 import (
+    BatchCounts,
+    BatchView,
     CardNeed,
     EngineView,
     Gpu,
@@ -20,6 +22,7 @@ from proto.llmgw.v1 import (
     KeyView,
     Layout,
     LimitsView,
+    ListBatchesReply,
     ListEnginesReply,
     ListKeysReply,
     ListModelsReply,
@@ -398,6 +401,65 @@ STATUS = StatusReply(
 )
 
 
+def _batch(batch_id: str, endpoint: str, status: str, total: int, done: int, failed: int, **at):
+    return BatchView(
+        id=batch_id,
+        project="Acme/ml/search",
+        key_id="key_7Hq2",
+        endpoint=endpoint,
+        status=status,
+        input_file_id=f"file-{batch_id[6:12]}in",
+        output_file_id=f"file-{batch_id[6:12]}out" if done else "",
+        error_file_id=f"file-{batch_id[6:12]}err" if failed else "",
+        completion_window="24h",
+        request_counts=BatchCounts(total=total, completed=done - failed, failed=failed),
+        models=["llama-3.1-8b"] if endpoint != "/v1/embeddings" else ["bge-m3"],
+        metadata={"job": "nightly-eval"} if status == "in_progress" else {},
+        **{k: _at(v) for k, v in at.items()},
+    )
+
+
+BATCHES = ListBatchesReply(
+    batches=[
+        _batch(
+            "batch_9f2c41d07a",
+            "/v1/chat/completions",
+            "in_progress",
+            10_000,
+            6_430,
+            12,
+            created_at="13:40:02",
+            in_progress_at="13:40:03",
+            expires_at="23:59:59",
+        ),
+        _batch(
+            "batch_51aa0e9b3c",
+            "/v1/embeddings",
+            "completed",
+            200,
+            200,
+            0,
+            created_at="11:02:15",
+            in_progress_at="11:02:15",
+            finalizing_at="11:03:40",
+            completed_at="11:03:41",
+        ),
+        _batch(
+            "batch_07d3be22f1",
+            "/v1/chat/completions",
+            "cancelled",
+            500,
+            81,
+            0,
+            created_at="09:15:30",
+            in_progress_at="09:15:31",
+            cancelling_at="09:16:02",
+            cancelled_at="09:16:05",
+        ),
+    ]
+)
+
+
 class FixedAdmin:
     """Answers as ``AdminClient`` does, always with the replies above; changes nothing."""
 
@@ -453,6 +515,12 @@ class FixedAdmin:
 
     async def usage(self, by: list[str], *, from_: str = "", to: str = "", **kw) -> UsageReply:
         return USAGE
+
+    async def list_batches(self, *, project: str = "", status: str = "", limit: int = 0):
+        return BATCHES
+
+    async def get_batch(self, batch_id: str) -> BatchView:
+        return next(b for b in BATCHES.batches if b.id == batch_id)
 
     async def watch(self, topics: list[str]) -> AsyncIterator[WatchEvent]:
         await asyncio.Event().wait()  # nothing changes in a fixed cluster

@@ -372,6 +372,12 @@ async def open_usage(pilot: Pilot) -> None:
     await _mode(pilot, "u", "UsageScreen", "#usage")
 
 
+async def open_batches(pilot: Pilot) -> None:
+    await _mode(pilot, "b", "BatchesScreen", "#batches")
+    pane = pilot.app.screen.query_one("#batch-pane", Static)
+    await until(pilot, lambda: "nightly-eval" in plain(pane.content))
+
+
 async def open_node_overview(pilot: Pilot) -> None:
     await until(pilot, lambda: getattr(pilot.app.screen, "facts", None) is not None)
     await pilot.pause()
@@ -439,6 +445,7 @@ SCENES = [
     ),
     Scene("keys", "cluster", "Keys & tenancy (k)", open_keys),
     Scene("usage", "cluster", "Usage (u)", open_usage),
+    Scene("batches", "cluster", "Batches (b)", open_batches),
     Scene("node-overview", "node", "Node console: Overview (o)", open_node_overview),
     Scene("node-agent-yaml", "node", "Node console: agent.yaml (y)", open_agent_yaml),
     Scene("setup-parts", "setup", "Setup: the parts", open_setup_parts),

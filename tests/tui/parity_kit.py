@@ -76,6 +76,8 @@ class Live:
     client: AdminClient
     # The stop event of each node's agent, by node id.
     agents: dict[str, asyncio.Event]
+    # What makes batches through the Batch API (tests/tui/parity_batches.py).
+    batches: Any = None
 
     async def ctl(self, argv: tuple[str, ...], **values: Any) -> dict:
         """Run one declared command (its placeholders filled from ``values``) with --json."""
@@ -228,6 +230,7 @@ MODE_OF = {
     "KeysScreen": "keys",
     "LimitsDialog": "keys",
     "UsageScreen": "usage",
+    "BatchesScreen": "batches",
 }
 SCREEN_OF_MODE = {MODE_OF[name]: name for name in MODE_OF if name.endswith("Screen")}
 

@@ -17,6 +17,7 @@ from tests.tui.fake_admin import free_port
 from tests.tui.test_models_screen import READY_TRIES, sim_model
 from tests.tui.test_nodes_screen import SIZE, wait_until
 from tui.app import DARK, LIGHT, LlmgwApp
+from tui.screens.batches import BatchesScreen
 from tui.screens.keys import KeysScreen
 from tui.screens.models import ModelsScreen
 from tui.screens.nodes import NodesScreen
@@ -33,6 +34,7 @@ SCREEN_OF = {
     "replicas": ReplicasScreen,
     "keys": KeysScreen,
     "usage": UsageScreen,
+    "batches": BatchesScreen,
 }
 
 

@@ -36,11 +36,11 @@ import typer
 
 from llmgw.cli.main import app as llmgw_cli
 from tests.cluster_fixture import running_cluster, wait_for
-from tests.tui.parity_actions import ACTIONS
+from tests.tui import parity_batches
+from tests.tui.parity_actions import ACTIONS as KIT_ACTIONS
 from tests.tui.parity_kit import (
     READY_ATTEMPTS,
     RESTARTED,
-    SCREENS,
     SEARCH,
     SIZE,
     Live,
@@ -48,12 +48,17 @@ from tests.tui.parity_kit import (
     point_the_cli_at,
     screen_is,
 )
+from tests.tui.parity_kit import SCREENS as KIT_SCREENS
 from tests.tui.test_models_screen import sim_model
 from tests.tui.test_usage_screen import record
 from tests.tui.test_usage_screen import row as usage_row
 from tui import parity
 from tui.app import LlmgwApp
 from tui.parity import PARITY, Item, Mirror
+
+# How each screen is opened and compared, and each action performed and read back.
+SCREENS = {**KIT_SCREENS, **parity_batches.SCREENS}
+ACTIONS = {**KIT_ACTIONS, **parity_batches.ACTIONS}
 
 # -- the declarations themselves ----------------------------------------------------
 
@@ -131,7 +136,8 @@ async def live(tmp_path_factory):
     """gatewayd with a CPU node and an 8×H100 node (recorded); sim-chat and the models to
     restart ready; parity-scale and parity-rm with no replicas; Acme/ml/search with two
     keys; usage of the last hours. Then spare-node (to cordon and drain) and retired-node
-    (cordoned, to remove), joined once the models run elsewhere."""
+    (cordoned, to remove), joined once the models run elsewhere; two batches through
+    the Batch API (one completed, one waiting on a model placed nowhere)."""
     async with running_cluster(tmp_path_factory.mktemp("parity")) as cluster:
         point_the_cli_at(cluster)
         agents: dict[str, asyncio.Event] = {}
@@ -165,6 +171,8 @@ async def live(tmp_path_factory):
             await start("retired-node", "cpu_only_16c")
             await wait_for(lambda: ready(4), attempts=200)
             await admin.cordon_node("retired-node")
+            # Batches through the Batch API: one completed, one waiting (to cancel).
+            batches = await parity_batches.make_batches(cluster, admin)
         await record(
             cluster,
             usage_row(SEARCH, "sim-chat", timedelta(minutes=10)),
@@ -173,7 +181,7 @@ async def live(tmp_path_factory):
             usage_row(SEARCH, "sim-chat", timedelta(days=3)),
         )
         async with cluster.admin() as client:
-            yield Live(cluster, client, agents)
+            yield Live(cluster, client, agents, batches)
 
 
 def _live_items() -> list[Item]:
@@ -226,6 +234,7 @@ def test_every_opens_declaration_goes_through_its_own_key():
         "ReplicasScreen": ("LlmgwApp", "switch_mode('replicas')"),
         "KeysScreen": ("LlmgwApp", "switch_mode('keys')"),
         "UsageScreen": ("LlmgwApp", "switch_mode('usage')"),
+        "BatchesScreen": ("LlmgwApp", "switch_mode('batches')"),
         "ServeDialog": ("ModelsScreen", "serve"),
         "AddNodeDialog": ("NodesScreen", "add_node"),
         "ExplainPlacement": ("ModelsScreen", "explain"),

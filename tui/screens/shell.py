@@ -32,18 +32,30 @@ SCREENS: tuple[ScreenEntry, ...] = (
     ScreenEntry("replicas", "p", "Replicas", "llmgw ctl replicas"),
     ScreenEntry("keys", "k", "Keys", "llmgw ctl keys / org / team / project"),
     ScreenEntry("usage", "u", "Usage", "llmgw ctl usage"),
+    ScreenEntry("batches", "b", "Batches", "llmgw ctl batches"),
 )
 
 
-def tabs_markup(current: str) -> str:
-    """One tab per screen, its key first; the current one marked. Clicking one opens it."""
+def tabs_markup(current: str, *, compact: bool = False) -> str:
+    """One tab per screen, its key first; the current one marked. Clicking one opens it.
+
+    ``compact`` drops the space after each tab but the current one's: seven
+    tabs and the palette's hint fit 80 columns that way.
+    """
     parts = []
     for s in SCREENS:
-        label = f" [b]{s.key}[/b] {s.title} "
+        label = f" [b]{s.key}[/b] {s.title}"
         if s.mode == current:
-            label = f"[reverse]{label}[/reverse]"
+            label = f"[reverse]{label} [/reverse]"
+        elif not compact:
+            label += " "
         parts.append(f"[@click=app.switch_mode('{s.mode}')]{label}[/]")
     return "".join(parts)
+
+
+def tabs_width(*, compact: bool = False) -> int:
+    """The cells ``tabs_markup`` takes on the screen."""
+    return sum(len(s.title) + 3 + (0 if compact else 1) for s in SCREENS) + (1 if compact else 0)
 
 
 class KeyFooter(Footer):
@@ -71,6 +83,7 @@ class KeyFooter(Footer):
 
 # Right of the tabs: the command palette, which lists every screen and action.
 PALETTE_HINT = "[@click=app.command_palette][b]^p[/b] commands[/]"
+PALETTE_HINT_CELLS = len("^p commands")
 
 
 class ShellHeader(Vertical):
@@ -89,6 +102,12 @@ class ShellHeader(Vertical):
     def on_mount(self) -> None:
         self.watch(self.app, "title", self._retitle, init=False)
         self.watch(self.app, "sub_title", self._retitle)
+
+    def on_resize(self) -> None:
+        # What the tabs have: the line less its padding (1 each side) and the hint.
+        room = self.size.width - 2 - PALETTE_HINT_CELLS
+        compact = room < tabs_width()
+        self.query_one("#shell-tabs", Static).update(tabs_markup(self._mode, compact=compact))
 
     def _retitle(self, _: str = "") -> None:
         # The app's sub-title is the cluster's state, or what keeps it from being read.
