@@ -52,13 +52,7 @@ class BatchesApi:
         limit = int_param(q, "limit", 20, 1, 100)
         recs = await self._book.list(call.key.project, after=q.get("after", ""), limit=limit + 1)
         data = [batch_object(r) for r in recs[:limit]]
-        await call.json(
-            200,
-            {
-                "object": "list",
-                "data": data,
-                "first_id": data[0]["id"] if data else None,
-                "last_id": data[-1]["id"] if data else None,
-                "has_more": len(recs) > limit,
-            },
-        )
+        page = {"object": "list", "data": data, "has_more": len(recs) > limit}
+        if data:
+            page |= {"first_id": data[0]["id"], "last_id": data[-1]["id"]}
+        await call.json(200, page)

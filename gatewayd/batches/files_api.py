@@ -130,8 +130,9 @@ class FilesApi:
             {
                 "object": "list",
                 "data": data,
-                "first_id": data[0]["id"] if data else None,
-                "last_id": data[-1]["id"] if data else None,
+                # Strings, required by OpenAI's description: "" for an empty list.
+                "first_id": data[0]["id"] if data else "",
+                "last_id": data[-1]["id"] if data else "",
                 "has_more": len(recs) > limit,
             },
         )

@@ -38,18 +38,25 @@ def _unix(dt: datetime | None) -> int | None:
     return None if dt is None else int(dt.timestamp())
 
 
+def _present(obj: dict) -> dict:
+    # OpenAI's description makes these fields optional but never null: one with
+    # nothing to say is left out (the SDKs read it as None either way).
+    return {k: v for k, v in obj.items() if v is not None}
+
+
 def file_object(rec: FileRecord) -> dict:
-    return {
-        "id": rec.file_id,
-        "object": "file",
-        "bytes": rec.bytes,
-        "created_at": _unix(rec.created_at),
-        "expires_at": _unix(rec.expires_at),
-        "filename": rec.filename,
-        "purpose": rec.purpose,
-        "status": "processed",
-        "status_details": None,
-    }
+    return _present(
+        {
+            "id": rec.file_id,
+            "object": "file",
+            "bytes": rec.bytes,
+            "created_at": _unix(rec.created_at),
+            "expires_at": _unix(rec.expires_at),
+            "filename": rec.filename,
+            "purpose": rec.purpose,
+            "status": "processed",
+        }
+    )
 
 
 def batch_object(rec: BatchRecord) -> dict:
@@ -72,4 +79,4 @@ def batch_object(rec: BatchRecord) -> dict:
         out[name] = _unix(getattr(rec, name))
     if len(rec.models) == 1:
         out["model"] = rec.models[0]
-    return out
+    return _present(out)

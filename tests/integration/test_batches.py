@@ -11,11 +11,13 @@ import io
 import json
 from datetime import UTC, datetime, timedelta
 
+import httpx
 import openai
 import pytest
 
 from proto.llmgw.v1 import ModelProfile, ModelSpec
 from tests.cluster_fixture import running_cluster, wait_for
+from tests.gatewayd.gateway.openapi_check import schema_errors
 
 PROJECT = "Acme/ml/search"
 OTHER = "Acme/ml/other"
@@ -242,3 +244,67 @@ async def test_a_cancelled_batch_stops_sending_and_keeps_what_was_answered(tmp_p
         assert len(text.splitlines()) == answered
         assert len(await _usage_of(cluster, batch.id)) == answered
         await client.close()
+
+
+async def test_files_and_batches_answer_in_the_shapes_of_openais_description(served):
+    cluster, client, _, key = served
+    base = f"http://127.0.0.1:{cluster.server.ports['http']}/v1"
+    async with httpx.AsyncClient(
+        base_url=base, headers={"authorization": f"Bearer {key.secret}"}
+    ) as h:
+        empty = (await h.get("/files")).json()
+        assert schema_errors(empty, "ListFilesResponse") == [] and empty["data"] == []
+        assert schema_errors((await h.get("/batches")).json(), "ListBatchesResponse") == []
+        up = await h.post(
+            "/files", data={"purpose": "batch"}, files={"file": ("in.jsonl", chat_lines(3))}
+        )
+        assert up.status_code == 200 and schema_errors(up.json(), "OpenAIFile") == []
+        file_id = up.json()["id"]
+        made = await h.post(
+            "/batches",
+            json={"input_file_id": file_id, "endpoint": "/v1/chat/completions",
+                  "completion_window": "24h"},
+        )  # fmt: skip
+        assert made.status_code == 200 and schema_errors(made.json(), "Batch") == []
+        done = await _finished(client, made.json()["id"])
+        shown = (await h.get(f"/batches/{done.id}")).json()
+        assert schema_errors(shown, "Batch") == [] and shown["status"] == "completed"
+        for path, schema in (
+            ("/files", "ListFilesResponse"),
+            (f"/files/{file_id}", "OpenAIFile"),
+            (f"/files/{shown['output_file_id']}", "OpenAIFile"),
+            ("/batches?limit=1", "ListBatchesResponse"),
+        ):
+            got = await h.get(path)
+            assert got.status_code == 200 and schema_errors(got.json(), schema) == [], path
+        gone = await h.delete(f"/files/{file_id}")
+        assert schema_errors(gone.json(), "DeleteFileResponse") == []
+        missing = await h.get(f"/files/{file_id}/content")
+        assert missing.status_code == 404 and missing.json()["error"]["code"] == "file_not_found"
+    await client.close()
+
+
+async def test_a_responses_batch_answers_each_line_with_a_response_object(served):
+    _, client, _, _ = served
+    rows = [
+        {
+            "custom_id": f"r-{i}",
+            "method": "POST",
+            "url": "/v1/responses",
+            "body": {"model": "chat", "input": f"say {i}", "max_output_tokens": 3},
+        }
+        for i in range(5)
+    ]
+    data = b"".join(json.dumps(r).encode() + b"\n" for r in rows)
+    up = await client.files.create(file=("r.jsonl", io.BytesIO(data)), purpose="batch")
+    batch = await client.batches.create(
+        input_file_id=up.id, endpoint="/v1/responses", completion_window="24h"
+    )
+    done = await _finished(client, batch.id)
+    assert done.status == "completed" and done.request_counts.completed == 5, done
+    lines = [
+        json.loads(x) for x in (await client.files.content(done.output_file_id)).text.splitlines()
+    ]
+    assert sorted(x["custom_id"] for x in lines) == [f"r-{i}" for i in range(5)]
+    assert all(x["response"]["body"]["object"] == "response" for x in lines)
+    await client.close()
