@@ -130,7 +130,9 @@ class BatchRunner:
             await asyncio.gather(sweeper, *self._tasks, return_exceptions=True)
 
     async def step(self) -> None:
-        """Take every batch as far as it goes now; then send what there is room for."""
+        """Send what there is room for, take every batch as far as it goes now, send again."""
+        # First: a slot freed by an answer is not left idle while answers are committed.
+        self._dispatch()
         for b in list(self._book.active.values()):
             await self._advance(b)
         self._dispatch()
