@@ -189,3 +189,29 @@ async def test_requests_are_sent_only_into_the_room_the_replicas_have(store: Sto
     free["chat"] = 100
     await _run_out(runner, book)
     assert len(gateway.sent) == 10 and (await store.get_batch(rec.batch_id)).completed == 10
+
+
+async def test_a_batch_past_its_window_expires_with_its_unsent_requests_in_the_error_file(
+    store: Store, tmp_path
+):
+    gateway = StandIn()
+    book, runner, files, _, rec = await _setup(store, tmp_path, 4, gateway)
+    runner._room = lambda model: 1  # one request at a time
+    await runner.step()
+    book.active[rec.batch_id].rec.expires_at = datetime.now(UTC) - timedelta(seconds=1)
+    await _run_out(runner, book)
+
+    done = await store.get_batch(rec.batch_id)
+    assert done.status == "expired" and done.expired_at is not None
+    assert done.completed + done.failed == 4 and done.failed >= 1
+    errors = [json.loads(x) for x in files.path(done.error_file_id).read_bytes().splitlines()]
+    assert {e["error"]["code"] for e in errors} == {"batch_expired"}
+    assert len(gateway.sent) == done.completed == len(await _usage(store, rec.batch_id))
+
+
+async def test_expired_files_are_deleted_from_disk_and_store(store: Store, tmp_path):
+    _, runner, files, _, rec = await _setup(store, tmp_path, 1, StandIn())
+    f = await store.get_file(rec.input_file_id)
+    await store.put_file(f.model_copy(update={"expires_at": datetime.now(UTC)}))
+    assert await runner.sweep() == 1
+    assert await store.get_file(f.file_id) is None and not files.path(f.file_id).exists()
