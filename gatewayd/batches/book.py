@@ -65,6 +65,9 @@ class Active:
     loaded: bool = False
     in_flight: int = 0
     results: list[Result] = field(default_factory=list)
+    # A commit whose outcome is not known yet (the store failed as it answered):
+    # (its results, its progress), read back before anything else is committed.
+    unsettled: tuple[list[Result], object] | None = None
     # Backing off after replicas had no room (monotonic time, seconds).
     not_before: float = 0.0
     backoff_s: float = 0.0

@@ -145,11 +145,11 @@ class BatchRunner:
             await self._validate(b)
         elif rec.status == "in_progress" and not b.loaded:
             await self._resume(b)
-        if b.results:
+        if b.results or b.unsettled is not None:
             await self._commit(b)
         if rec.status == "in_progress" and _now() >= rec.expires_at:
             self._stopping.setdefault(rec.batch_id, "expired")
-        busy = b.in_flight > 0 or b.results
+        busy = b.in_flight > 0 or b.results or b.unsettled is not None
         if rec.status == "cancelling" and not busy:
             await self._finish(b, "cancelled")
         elif rec.status == "finalizing":
@@ -290,7 +290,11 @@ class BatchRunner:
     # ---- answers committed -----------------------------------------------------
 
     async def _commit(self, b: Active) -> None:
+        if b.unsettled is not None and not await self._settle(b):
+            return
         rec, results = b.rec, b.results
+        if not results:
+            return
         b.results = []
         out = b"".join(r.text for r in results if r.ok)
         err = b"".join(r.text for r in results if not r.ok)
@@ -312,15 +316,49 @@ class BatchRunner:
         )
         try:
             await asyncio.to_thread(write)
+        except BaseException:
+            self._cut_back(b)
+            b.results = results + b.results
+            raise
+        try:
             await self._store.record_batch_progress(
                 progress, [r.usage for r in results if r.usage is not None]
             )
         except BaseException:
-            # Not committed: the bytes written go, the answers wait for the next try.
-            self._files.cut(out_id, rec.output_bytes)
-            self._files.cut(err_id, rec.error_bytes)
-            b.results = results + b.results
+            # The transaction may have committed before its answer was lost (a
+            # connection dropped): which it was is read back before anything else.
+            b.unsettled = (results, progress)
             raise
+        self._committed(b, results, progress)
+
+    async def _settle(self, b: Active) -> bool:
+        """After a commit that failed: was it written after all? Then it stands; if not, its
+        bytes are cut and its answers wait for the next commit. False: the store is not
+        there to say yet."""
+        results, progress = b.unsettled
+        try:
+            stored = await self._store.get_batch(b.rec.batch_id)
+        except StoreError:
+            return False
+        b.unsettled = None
+        if (
+            stored is not None
+            and stored.output_bytes == progress.output_bytes
+            and (stored.error_bytes == progress.error_bytes)
+        ):
+            self._committed(b, results, progress)
+        else:
+            self._cut_back(b)
+            b.results = results + b.results
+        return True
+
+    def _cut_back(self, b: Active) -> None:
+        """Bytes past the committed ends go: their answers are written again."""
+        self._files.cut(output_file_id(b.rec.batch_id, "output"), b.rec.output_bytes)
+        self._files.cut(output_file_id(b.rec.batch_id, "error"), b.rec.error_bytes)
+
+    def _committed(self, b: Active, results: list[Result], progress: BatchProgress) -> None:
+        rec = b.rec
         rec.completed += progress.completed
         rec.failed += progress.failed
         rec.output_bytes, rec.error_bytes = progress.output_bytes, progress.error_bytes

@@ -20,6 +20,7 @@ from gatewayd.gateway.policy.tenancy import Tenancy
 from gatewayd.store import Store
 from gatewayd.store.batch_records import BatchProgress, FileRecord
 from llmgw.config import BatchesConfig, FilesConfig
+from llmgw.errors import StoreError
 
 PROJECT = "Acme/ml/search"
 LATER = datetime.now(UTC) + timedelta(days=1)
@@ -215,3 +216,45 @@ async def test_expired_files_are_deleted_from_disk_and_store(store: Store, tmp_p
     await store.put_file(f.model_copy(update={"expires_at": datetime.now(UTC)}))
     assert await runner.sweep() == 1
     assert await store.get_file(f.file_id) is None and not files.path(f.file_id).exists()
+
+
+class FailingCommits:
+    """The store, but its next progress writes fail: ``after`` (committed, then the answer
+    lost, as when a connection drops) or before (nothing written)."""
+
+    def __init__(self, store: Store, failures: list[str]) -> None:
+        self._store, self.failures = store, failures
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+
+    async def record_batch_progress(self, progress, usage):
+        how = self.failures.pop(0) if self.failures else ""
+        if how == "before":
+            raise StoreError("the store went away")
+        await self._store.record_batch_progress(progress, usage)
+        if how == "after":
+            raise StoreError("the store went away as it answered")
+
+
+@pytest.mark.parametrize("how", ["before", "after"])
+async def test_a_commit_that_failed_is_found_written_or_not_and_nothing_is_doubled(
+    store: Store, tmp_path, how
+):
+    gateway = StandIn()
+    book, runner, files, _, rec = await _setup(store, tmp_path, 6, gateway)
+    runner._store = FailingCommits(store, [how, how])
+    for _ in range(100):
+        if not book.active:
+            break
+        try:
+            await runner.step()
+        except StoreError:
+            pass  # the run loop logs it and steps again
+        for task in list(runner._tasks):
+            await task
+    done = await store.get_batch(rec.batch_id)
+    assert done.status == "completed" and done.completed == 6
+    lines = [json.loads(x) for x in files.path(done.output_file_id).read_bytes().splitlines()]
+    assert sorted(x["custom_id"] for x in lines) == [f"c-{i}" for i in range(6)]
+    assert len(await _usage(store, rec.batch_id)) == 6
