@@ -2,20 +2,13 @@
 
 Requests go through ``Gateway.internal`` (the lowest admission band, the
 key's limits and budgets, a usage row carrying the batch id), at most
-``batches.max_in_flight`` at once, spread round-robin over the batches. An
-answer that says there is no room (429, 503, 504: admission full, no replica
+``batches.max_in_flight`` at once, spread round-robin over the batches, and
+only into the room a model's replicas have (slots no client's request holds
+or waits for), so a batch never queues ahead of clients. An answer that says there is no room (429, 503, 504: admission full, no replica
 ready, limits spent) puts the request back and the batch waits a little; any
 other answer is the request's answer.
 
-Exactly once, across a kill -9: answers are committed in groups. The runner
-appends a group's lines to the output and error files, then writes in one
-store transaction the lines' done marks, the batch's counts, the files'
-new committed lengths and the requests' usage rows (the gateway hands a
-batch's rows to the runner instead of its usage writer). A run killed
-before that transaction leaves bytes past the committed lengths, which the
-next run cuts off before sending those requests again; one killed after it
-has nothing left to do for them. So each request's answer is in its file
-once and metered once, whatever moment the process died.
+Answers are committed by the ledger (``ledger.py``), exactly once across a kill -9.
 """
 
 from __future__ import annotations
@@ -24,7 +17,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import secrets
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -32,10 +24,11 @@ from datetime import UTC, datetime, timedelta
 from gatewayd.batches.book import Active, BatchBook, Line, Result
 from gatewayd.batches.filestore import FileStore
 from gatewayd.batches.inputcheck import check_input
+from gatewayd.batches.ledger import Ledger, answer_line, unsent_line
 from gatewayd.batches.objects import output_file_id
 from gatewayd.gateway.policy.keys import KeyCache, KeyInfo, KeyRefused
 from gatewayd.store import Store
-from gatewayd.store.batch_records import BatchProgress, FileRecord
+from gatewayd.store.batch_records import FileRecord
 from llmgw.config import BatchesConfig, FilesConfig
 from llmgw.errors import StoreError
 
@@ -58,30 +51,6 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-def _line(custom_id: str, response: dict | None, error: dict | None) -> bytes:
-    """One line of an output or error file, in OpenAI's shape."""
-    obj = {
-        "id": f"batch_req_{secrets.token_hex(12)}",
-        "custom_id": custom_id,
-        "response": response,
-        "error": error,
-    }
-    return json.dumps(obj, separators=(",", ":")).encode() + b"\n"
-
-
-def answer_line(custom_id: str, status: int, body: bytes) -> bytes:
-    try:
-        parsed = json.loads(body)
-    except ValueError:
-        parsed = body.decode("utf-8", "replace")
-    response = {
-        "status_code": status,
-        "request_id": f"req_{secrets.token_hex(12)}",
-        "body": parsed,
-    }
-    return _line(custom_id, response, None)
-
-
 class BatchRunner:
     def __init__(
         self,
@@ -96,6 +65,7 @@ class BatchRunner:
         room: Callable[[str], int | None] | None = None,
     ) -> None:
         self._book, self._files, self._store = book, files, store
+        self._ledger = Ledger(store, files)
         # Free slots of a model's replicas now (None: not held back), so that batch
         # requests take only what clients leave and never queue ahead of them.
         self._room = room
@@ -146,7 +116,7 @@ class BatchRunner:
         elif rec.status == "in_progress" and not b.loaded:
             await self._resume(b)
         if b.results or b.unsettled is not None:
-            await self._commit(b)
+            await self._ledger.commit(b)
         if rec.status == "in_progress" and _now() >= rec.expires_at:
             self._stopping.setdefault(rec.batch_id, "expired")
         busy = b.in_flight > 0 or b.results or b.unsettled is not None
@@ -230,11 +200,9 @@ class BatchRunner:
         )
 
     def _load(self, b: Active, lines: list[Line], done: set[int]) -> None:
-        rec = b.rec
         # Bytes past the committed ends were written by a run that died before
         # committing them: their requests are sent again, so they go.
-        self._files.cut(output_file_id(rec.batch_id, "output"), rec.output_bytes)
-        self._files.cut(output_file_id(rec.batch_id, "error"), rec.error_bytes)
+        self._ledger.cut_back(b)
         todo = [ln for ln in lines if ln.line not in done]
         b.todo.extend(todo)
         b.open_ids = {ln.line: ln.custom_id for ln in todo}
@@ -242,13 +210,12 @@ class BatchRunner:
 
     async def _write_unsent(self, b: Active, code: str, message: str) -> None:
         """Error lines for the requests never sent (expired, key revoked), committed."""
-        error = {"code": code, "message": message}
         b.results = [
-            Result(line, False, _line(custom_id, None, error))
+            Result(line, False, unsent_line(custom_id, code, message))
             for line, custom_id in sorted(b.open_ids.items())
         ]
         b.todo.clear()
-        await self._commit(b)
+        await self._ledger.commit(b)
 
     async def _finish(self, b: Active, status: str) -> None:
         """Record the output and error files and end the batch (again after a restart: same)."""
@@ -286,84 +253,6 @@ class BatchRunner:
             rec.failed,
             rec.total,
         )
-
-    # ---- answers committed -----------------------------------------------------
-
-    async def _commit(self, b: Active) -> None:
-        if b.unsettled is not None and not await self._settle(b):
-            return
-        rec, results = b.rec, b.results
-        if not results:
-            return
-        b.results = []
-        out = b"".join(r.text for r in results if r.ok)
-        err = b"".join(r.text for r in results if not r.ok)
-        out_id = output_file_id(rec.batch_id, "output")
-        err_id = output_file_id(rec.batch_id, "error")
-
-        def write() -> None:
-            self._files.append(out_id, out)
-            self._files.append(err_id, err)
-
-        completed = sum(1 for r in results if r.ok)
-        progress = BatchProgress(
-            batch_id=rec.batch_id,
-            lines=[r.line for r in results],
-            completed=completed,
-            failed=len(results) - completed,
-            output_bytes=rec.output_bytes + len(out),
-            error_bytes=rec.error_bytes + len(err),
-        )
-        try:
-            await asyncio.to_thread(write)
-        except BaseException:
-            self._cut_back(b)
-            b.results = results + b.results
-            raise
-        try:
-            await self._store.record_batch_progress(
-                progress, [r.usage for r in results if r.usage is not None]
-            )
-        except BaseException:
-            # The transaction may have committed before its answer was lost (a
-            # connection dropped): which it was is read back before anything else.
-            b.unsettled = (results, progress)
-            raise
-        self._committed(b, results, progress)
-
-    async def _settle(self, b: Active) -> bool:
-        """After a commit that failed: was it written after all? Then it stands; if not, its
-        bytes are cut and its answers wait for the next commit. False: the store is not
-        there to say yet."""
-        results, progress = b.unsettled
-        try:
-            stored = await self._store.get_batch(b.rec.batch_id)
-        except StoreError:
-            return False
-        b.unsettled = None
-        if (
-            stored is not None
-            and stored.output_bytes == progress.output_bytes
-            and (stored.error_bytes == progress.error_bytes)
-        ):
-            self._committed(b, results, progress)
-        else:
-            self._cut_back(b)
-            b.results = results + b.results
-        return True
-
-    def _cut_back(self, b: Active) -> None:
-        """Bytes past the committed ends go: their answers are written again."""
-        self._files.cut(output_file_id(b.rec.batch_id, "output"), b.rec.output_bytes)
-        self._files.cut(output_file_id(b.rec.batch_id, "error"), b.rec.error_bytes)
-
-    def _committed(self, b: Active, results: list[Result], progress: BatchProgress) -> None:
-        rec = b.rec
-        rec.completed += progress.completed
-        rec.failed += progress.failed
-        rec.output_bytes, rec.error_bytes = progress.output_bytes, progress.error_bytes
-        for r in results:
-            b.open_ids.pop(r.line, None)
 
     # ---- sending -------------------------------------------------------------
 

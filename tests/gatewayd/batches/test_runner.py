@@ -12,8 +12,9 @@ import pytest
 from gatewayd.batches import runner as runner_module
 from gatewayd.batches.book import BatchBook
 from gatewayd.batches.filestore import FileStore
+from gatewayd.batches.ledger import answer_line
 from gatewayd.batches.objects import new_id, output_file_id
-from gatewayd.batches.runner import BatchRunner, answer_line
+from gatewayd.batches.runner import BatchRunner
 from gatewayd.gateway.metering.usage import UsageRow
 from gatewayd.gateway.policy.keys import KeyCache
 from gatewayd.gateway.policy.tenancy import Tenancy
@@ -243,7 +244,7 @@ async def test_a_commit_that_failed_is_found_written_or_not_and_nothing_is_doubl
 ):
     gateway = StandIn()
     book, runner, files, _, rec = await _setup(store, tmp_path, 6, gateway)
-    runner._store = FailingCommits(store, [how, how])
+    runner._ledger._store = FailingCommits(store, [how, how])
     for _ in range(100):
         if not book.active:
             break
