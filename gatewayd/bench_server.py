@@ -7,7 +7,8 @@ It serves the production ASGI app (``make_app`` around ``Gateway``) under
 uvicorn as ``llmgw server`` does — uvloop, httptools, one worker, no access
 log — but with no cluster behind it: the router's only replica of the model
 is ``--upstream``. Nothing else runs in the process, so its CPU time is the
-gateway's own.
+gateway's own. ``/v1/responses`` is served as gatewayd serves it (converted to
+a chat completion on its way to the engine).
 
 Modes:
 
@@ -59,6 +60,8 @@ from gatewayd.gateway.policy.keys import KeyCache
 from gatewayd.gateway.policy.limits import Limits
 from gatewayd.gateway.policy.pricing import BudgetTable
 from gatewayd.gateway.policy.tenancy import ancestors
+from gatewayd.gateway.protocol.responses.handler import PREFIX as RESPONSES
+from gatewayd.gateway.protocol.responses.handler import Responses
 from gatewayd.gateway.proxy import Gateway
 from gatewayd.gateway.routing.router import Router, Target
 from gatewayd.http.app import make_app
@@ -127,6 +130,7 @@ async def build_gateway(
         _, secret = await keys.create(PROJECT, "bench bare", [], 0)
         gateway = Gateway(keys, router, **common)
         await gateway.start()
+        gateway.add_route(RESPONSES, Responses(gateway, store))
         return BenchGateway(gateway, keys, store, secret, [], None)
 
     # Limits at every level of the tree, so that each is looked up and spent.
@@ -154,6 +158,9 @@ async def build_gateway(
         usage=usage,
     )
     await gateway.start()
+    # /v1/responses as gatewayd mounts it (protocol.responses.mount), minus the expiry loop:
+    # the benchmark stores nothing.
+    gateway.add_route(RESPONSES, Responses(gateway, store))
     # What gatewayd runs beside the gateway: key refresh and last-use writes, usage batches.
     background = [
         asyncio.create_task(keys.run(), name="keys"),

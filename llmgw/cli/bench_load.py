@@ -25,7 +25,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import aiohttp
@@ -36,6 +36,8 @@ from llmgw.errors import LlmgwError
 MODEL = "bench"
 # A short answer: the point is the gateway's cost, not the engine's bytes.
 ANSWER_TOKENS = 16
+# The API paths a step may send through the gateway.
+PATHS = {"chat": "/v1/chat/completions", "responses": "/v1/responses"}
 REQUEST_TIMEOUT_S = 30.0
 START_TIMEOUT_S = 30.0
 # Idle: under 5 % of a core, checked over half a second, for at most two minutes.
@@ -68,6 +70,9 @@ class Step(BaseModel):
     rate: int
     stream: bool
     window_s: float
+    # The API path through the gateway: chat (/v1/chat/completions) or responses
+    # (/v1/responses, converted to a chat completion); straight is always chat.
+    path: str = "chat"
     sent: int
     failed: int
     achieved_rate: float
@@ -112,6 +117,12 @@ class Endpoint:
     url: str
     headers: dict[str, str]
     pid: int | None = None
+    path: str = "chat"
+
+    def on(self, path: str) -> Endpoint:
+        """The same gateway, sent ``path``'s requests (``chat`` or ``responses``)."""
+        base = self.url.removesuffix(PATHS[self.path])
+        return replace(self, url=base + PATHS[path], path=path)
 
 
 def cpu_s(pid: int | None) -> float | None:
@@ -243,12 +254,14 @@ async def start_gateway(
 # ---- the load -----------------------------------------------------------------------
 
 
-def request_body(stream: bool) -> bytes:
-    body: dict = {
-        "model": MODEL,
-        "messages": [{"role": "user", "content": "How much does the gateway add?"}],
-        "max_tokens": ANSWER_TOKENS,
-    }
+def request_body(stream: bool, path: str = "chat") -> bytes:
+    """One request of ``path``: the same question and answer length on either API."""
+    question = "How much does the gateway add?"
+    body: dict = {"model": MODEL}
+    if path == "responses":
+        body.update(input=question, max_output_tokens=ANSWER_TOKENS)
+    else:
+        body.update(messages=[{"role": "user", "content": question}], max_tokens=ANSWER_TOKENS)
     if stream:
         body["stream"] = True
     return json.dumps(body).encode()
@@ -267,7 +280,8 @@ class _Samples:
 
 # A delta with text in it: the first token, not the chunk that only opens the
 # answer with its role (its content is ""). Either JSON spacing.
-_TEXT = re.compile(rb'"content": ?"[^"]')
+# A Responses stream's first text is the first output_text delta.
+_TEXT = re.compile(rb'"(?:content|delta)": ?"[^"]')
 # What is kept of one piece of a stream to find a match cut across two.
 _OVERLAP = 16
 
@@ -331,7 +345,7 @@ async def _schedule(
     Period i sends one request on each path, half a period apart, the first
     of the pair alternating; answers are awaited only at the end.
     """
-    body = request_body(stream)
+    bodies = {id(straight): request_body(stream), id(through): request_body(stream, through.path)}
     period = 1.0 / rate
     n = max(1, round(rate * seconds))
     tasks: list[asyncio.Task] = []
@@ -346,7 +360,7 @@ async def _schedule(
             lags.append(max(0.0, time.perf_counter() - due))
         into = None if samples is None else samples[ep is through]
         http = sessions[ep.name if ep is through else "straight"]
-        tasks.append(asyncio.create_task(_one(http, ep, body, stream, into)))
+        tasks.append(asyncio.create_task(_one(http, ep, bodies[id(ep)], stream, into)))
     await asyncio.gather(*tasks)
     return start
 
@@ -451,6 +465,7 @@ async def measure_step(
         rate=rate,
         stream=stream,
         window_s=each_s,
+        path=through.path,
         sent=via.sent,
         failed=direct.failed + via.failed,
         achieved_rate=round(len(via.latency_s) / max(span, each_s), 1),

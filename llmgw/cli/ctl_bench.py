@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 
 # The modes of gatewayd.bench_server.
 MODES = ("bare", "full", "relay")
+# The API paths through the gateway (bench_load.PATHS).
+PATHS = ("chat", "responses")
 
 bench_app = typer.Typer(help="Benchmarks of the gateway on this machine.", no_args_is_help=True)
 
@@ -108,6 +110,15 @@ def parse_modes(text: str) -> list[str]:
     return modes
 
 
+def parse_paths(text: str) -> list[str]:
+    """'chat' or 'responses' (chat is measured beside it, in the same run)."""
+    paths = [p.strip() for p in text.split(",") if p.strip()]
+    bad = [p for p in paths if p not in PATHS]
+    if not paths or bad:
+        raise UsageError(f"unknown path {', '.join(bad) or text!r}: use chat or responses")
+    return ["chat", *(p for p in paths if p != "chat")]
+
+
 def parse_pin(text: str) -> dict[str, set[int]]:
     """'gateway=0,engine=1,load=1' -> the CPUs each role is held to."""
     pin: dict[str, set[int]] = {}
@@ -133,6 +144,7 @@ async def run_overhead(
     quiet: bool = False,
     cprofile_dir: Path | None = None,
     quiet_pct: float | None = None,
+    paths: list[str] | None = None,
 ) -> OverheadReport:
     """Start the engine and the gateways, measure every rate on every mode, stop them."""
     from llmgw.cli.bench_load import (
@@ -154,7 +166,10 @@ async def run_overhead(
     }
     if "load" in pin:
         os.sched_setaffinity(0, pin["load"])
-    progress = Progress(len(rates) * len(modes), quiet)
+    paths = paths or ["chat"]
+    # The relay is no gateway: it has no Responses API to convert.
+    pairs = [(m, p) for m in modes for p in paths if m != "relay" or p == "chat"]
+    progress = Progress(len(rates) * len(pairs), quiet)
     with tempfile.TemporaryDirectory(prefix="llmgw-bench-") as tmp:
         procs = Processes(Path(tmp), pin)
         try:
@@ -167,12 +182,13 @@ async def run_overhead(
             steps = []
             try:
                 for rate in rates:
-                    for mode in modes:
-                        progress.begin(f"{mode} at {rate} req/s for {each_s:g} s")
+                    for mode, path in pairs:
+                        on = "" if path == "chat" else f", {path}"
+                        progress.begin(f"{mode}{on} at {rate} req/s for {each_s:g} s")
                         step = await measure_step(
                             sessions,
                             straight,
-                            gateways[mode],
+                            gateways[mode].on(path),
                             rate=rate,
                             each_s=each_s,
                             warmup_s=warmup_s,
@@ -190,6 +206,7 @@ async def run_overhead(
     settings = {
         "rates": rates,
         "modes": modes,
+        "paths": paths,
         "each_s": each_s,
         "warmup_s": warmup_s,
         "stream": stream,
@@ -228,6 +245,12 @@ def overhead(
     cprofile_dir: Path = typer.Option(
         None, "--cprofile-dir", help="Run each gateway under cProfile, one .prof per mode here."
     ),
+    path: str = typer.Option(
+        "chat",
+        "--path",
+        help="chat (/v1/chat/completions) or responses (/v1/responses, measured beside chat "
+        "in the same run, both against the engine's chat completions).",
+    ),
 ) -> None:
     """What the gateway adds to a request: the same load straight to an engine and through it."""
     try:
@@ -243,6 +266,7 @@ def overhead(
                 pin=parse_pin(pin),
                 cprofile_dir=cprofile_dir.resolve() if cprofile_dir else None,
                 quiet_pct=wait_quiet,
+                paths=parse_paths(path),
             )
         )
     except LlmgwError as e:
@@ -284,8 +308,10 @@ def _fmt(v: float | None, digits: int = 2) -> str:
 def render(report: OverheadReport):
     """The report as a table for people (``--json`` prints it as it is)."""
     stream = any(s.stream for s in report.steps)
+    paths = any(s.path != "chat" for s in report.steps)
     t = Table(title="What the gateway adds to a request (ms)", title_justify="left")
-    cols = ["mode", "req/s", "got/s", "failed", "added p50", "added p99"]
+    cols = ["mode", *(["path"] if paths else []), "req/s", "got/s", "failed"]
+    cols += ["added p50", "added p99"]
     if stream:
         cols += ["TTFT added p50", "TTFT added p99"]
     cols += ["own p50/p99", "CPU s/1k"]
@@ -295,6 +321,7 @@ def render(report: OverheadReport):
     for s in report.steps:
         row = [
             s.mode,
+            *([s.path] if paths else []),
             str(s.rate),
             f"{s.achieved_rate:g}",
             Text(str(s.failed), style="red" if s.failed else ""),
@@ -315,15 +342,22 @@ def render(report: OverheadReport):
         "added: through the gateway minus straight to the engine, per percentile "
         "(the straight figures are in --json). "
         "own: the gateway's x-llmgw-overhead-ms header (its time outside the call to "
-        "the engine; the HTTP server's and client's work is not in it). CPU s/1k: the gateway process's CPU seconds per 1,000 requests. "
+        "the engine; the HTTP server's and client's work is not in it). "
+        + (
+            "path responses: /v1/responses through the gateway (converted to a chat completion) "
+            "against chat completions straight to the engine. "
+            if paths
+            else ""
+        )
+        + "CPU s/1k: the gateway process's CPU seconds per 1,000 requests. "
         f"{m['cpus']} CPUs{_others(report)}, load {m['load_avg_1m']} at the end.",
         style="dim",
     )
     lines = [
-        f"{s.mode} at {s.rate}/s, {path}: "
+        f"{s.mode} at {s.rate}/s ({s.path}), {side}: "
         + ", ".join(f"{n}× {why}" for why, n in figures.failures.items())
         for s in report.steps
-        for path, figures in (("straight", s.straight), ("through", s.through))
+        for side, figures in (("straight", s.straight), ("through", s.through))
         if figures.failures
     ]
     parts = [t, note]

@@ -125,6 +125,7 @@ class Envelope:
 
     def __init__(self, request: dict, *, store: bool, response_id: str = ""):
         self.id = response_id or new_id("resp")
+        self.model = request["model"]
         self.created_at = int(time.time())
         self._request = request
         self.store = store

@@ -123,6 +123,8 @@ class Responses:
             kept_input = input_record(requests.input_items(request.get("input")))
 
             async def on_done(response: dict) -> None:
+                if response.get("status") not in ("completed", "incomplete"):
+                    return
                 await self._keep(call, envelope, response, kept_input, history, retain_s)
 
         relay = Relay(call, envelope, on_done)

@@ -2,9 +2,8 @@
 
 ``Gateway.complete`` forwards the chat completion and hands what the engine
 answers to ``Relay.send``: a whole answer is turned into one Response object,
-a stream into the Responses events as its chunks come. An engine's error is
-sent in OpenAI's error shape: its own 4xx as a 400 with its words, a failure
-as a 502. ``on_done`` is awaited with the final Response object before its last
+a stream into the Responses events as its chunks come (the forwarder has
+already turned engine errors into the gateway's own). ``on_done`` is awaited with the final Response object before its last
 byte is sent, so a client that asks for a stored response at once finds it.
 """
 
@@ -13,28 +12,12 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable
 
-from gatewayd.gateway.protocol.errors import ApiError
+from gatewayd.gateway.protocol.errors import ApiError, engine_error
 from gatewayd.gateway.protocol.responses.answer import Envelope, from_chat
 from gatewayd.gateway.protocol.responses.stream import EventStream, sse
 from gatewayd.gateway.protocol.sse import frame_json
 
 OnDone = Callable[[dict], Awaitable[None]]
-
-
-def engine_error(status: int, data: bytes) -> ApiError:
-    """An engine's error answer as the gateway's own."""
-    text = data.decode(errors="replace")
-    try:
-        message = json.loads(text)["error"]["message"]
-    except (ValueError, KeyError, TypeError):
-        message = text[:500]
-    if not isinstance(message, str) or not message:
-        message = f"the engine answered {status}"
-    if status == 429:
-        return ApiError(429, message, code="rate_limited")
-    if status < 500:
-        return ApiError(400, message, code="invalid_request")
-    return ApiError(502, f"the engine failed: {message}", code="upstream_error")
 
 
 class Relay:
@@ -77,7 +60,9 @@ class Relay:
 
     async def _whole(self, data: bytes) -> None:
         if self._status != 200:
-            await self._call.error(engine_error(self._status, data))
+            # The forwarder raises engine errors itself; this is for any it lets through.
+            model = self._envelope.model
+            await self._call.error(engine_error(self._status, data, model=model))
             return
         try:
             answer = json.loads(data)

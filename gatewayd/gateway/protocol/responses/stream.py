@@ -92,7 +92,13 @@ class EventStream:
 
     def feed(self, chunk: dict) -> list[Event]:
         """The events one chunk (a parsed ``data:`` line) makes; often one, sometimes none."""
+        if self._finished:
+            return []
         events = self.start()
+        if isinstance(chunk.get("error"), dict) and not chunk.get("choices"):
+            # An engine failing mid-stream says so in a chunk of its own (llama.cpp does).
+            message = chunk["error"].get("message") or "the engine failed mid-answer"
+            return events + self.fail(f"the engine failed: {message}")
         if isinstance(chunk.get("usage"), dict):
             self._usage = chunk["usage"]
         for choice in chunk.get("choices") or ():
