@@ -157,3 +157,30 @@ def test_two_batches_finish_after_gatewayd_is_killed_with_each_request_answered_
     )
     db.close()
     assert counted == {batches["chat"]: N, batches["embed"]: N}
+
+    # A bad input file fails its batch in OpenAI's words. A batch over a model with no
+    # replica waits (never fails) until it is cancelled, and then ends so.
+    bad = client.files.create(
+        file=("bad.jsonl", io.BytesIO(_lines("chat", "chat")[:40] + b"\n")), purpose="batch"
+    )
+    failed = client.batches.create(
+        input_file_id=bad.id, endpoint="/v1/chat/completions", completion_window="24h"
+    )
+    idle = llmgw(home, "ctl", "model", "serve", "/m/idle.gguf", "--engine", "sim",
+                 "--name", "idle", "--cpu", "--replicas", "0")  # fmt: skip
+    assert idle.returncode == 0, idle.stderr
+    waiting = client.files.create(
+        file=("idle.jsonl", io.BytesIO(_lines("chat", "idle"))), purpose="batch"
+    )
+    held = client.batches.create(
+        input_file_id=waiting.id, endpoint="/v1/chat/completions", completion_window="24h"
+    )
+    wait_until(lambda: client.batches.retrieve(held.id).status == "in_progress")
+    ended = {"failed", "cancelled", "completed"}
+    failed = wait_until(lambda: (b := client.batches.retrieve(failed.id)).status in ended and b)
+    assert failed.status == "failed"
+    assert [(e.code, e.line) for e in failed.errors.data] == [("invalid_json_line", 1)]
+    assert client.batches.cancel(held.id).status in ("cancelling", "cancelled")
+    cancelled = wait_until(lambda: (b := client.batches.retrieve(held.id)).status in ended and b)
+    assert cancelled.status == "cancelled" and cancelled.cancelled_at
+    assert cancelled.request_counts.completed == 0 and cancelled.output_file_id is None
