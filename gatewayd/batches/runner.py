@@ -43,6 +43,8 @@ TICK_S = 1.0
 # ... and this often while a batch waits for a replica's slot to free: a client's
 # request ending wakes no one, and a slot left idle is throughput lost.
 ROOM_POLL_S = 0.05
+# At a stop, answers already in get this long to be committed.
+STOP_COMMIT_S = 5.0
 # Expired files are looked for this often.
 SWEEP_INTERVAL_S = 60.0
 
@@ -98,6 +100,18 @@ class BatchRunner:
             for t in list(self._tasks):
                 t.cancel()
             await asyncio.gather(sweeper, *self._tasks, return_exceptions=True)
+            await self._keep_answers()
+
+    async def _keep_answers(self) -> None:
+        """On a stop: commit the answers already in, rather than ask for them again."""
+        for b in list(self._book.active.values()):
+            if b.results:
+                try:
+                    await asyncio.wait_for(self._ledger.commit(b), STOP_COMMIT_S)
+                except (Exception, asyncio.CancelledError):  # noqa: BLE001 (sent again next start)
+                    log.warning(
+                        "batch %s: answers not kept at stop; asked again at start", b.rec.batch_id
+                    )
 
     async def step(self) -> None:
         """Send what there is room for, take every batch as far as it goes now, send again."""
