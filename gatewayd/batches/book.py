@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 from gatewayd.batches.objects import BATCH_ENDPOINTS, COMPLETION_WINDOWS, new_id
 from gatewayd.store import Store
 from gatewayd.store.batch_records import ACTIVE_STATUSES, BatchRecord
+from gatewayd.store.usage_records import UsageFields
 
 # OpenAI's bounds on metadata: 16 pairs, keys of 64 characters, values of 512.
 MAX_METADATA_PAIRS = 16
@@ -50,7 +51,7 @@ class Result:
     ok: bool
     # The JSONL line (with its newline) for the output file (ok) or the error file.
     text: bytes
-    usage: object | None = None
+    usage: UsageFields | None = None
 
 
 @dataclass

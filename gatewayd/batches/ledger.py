@@ -83,6 +83,11 @@ class Ledger:
             failed=len(results) - completed,
             output_bytes=rec.output_bytes + len(out),
             error_bytes=rec.error_bytes + len(err),
+            prompt_tokens=sum(r.usage.prompt_tokens for r in results if r.usage is not None),
+            cached_tokens=sum(r.usage.cached_tokens for r in results if r.usage is not None),
+            completion_tokens=sum(
+                r.usage.completion_tokens for r in results if r.usage is not None
+            ),
         )
         try:
             await asyncio.to_thread(write)
@@ -132,5 +137,8 @@ class Ledger:
         rec.completed += progress.completed
         rec.failed += progress.failed
         rec.output_bytes, rec.error_bytes = progress.output_bytes, progress.error_bytes
+        rec.prompt_tokens += progress.prompt_tokens
+        rec.cached_tokens += progress.cached_tokens
+        rec.completion_tokens += progress.completion_tokens
         for r in results:
             b.open_ids.pop(r.line, None)

@@ -74,6 +74,14 @@ def batch_object(rec: BatchRecord) -> dict:
         "expires_at": _unix(rec.expires_at),
         "request_counts": {"total": rec.total, "completed": rec.completed, "failed": rec.failed},
         "metadata": rec.metadata or None,
+        "usage": {
+            "input_tokens": rec.prompt_tokens,
+            "input_tokens_details": {"cached_tokens": rec.cached_tokens},
+            "output_tokens": rec.completion_tokens,
+            # Engines do not say which of their tokens were reasoning.
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": rec.prompt_tokens + rec.completion_tokens,
+        },
     }
     for name in _TIMES:
         out[name] = _unix(getattr(rec, name))

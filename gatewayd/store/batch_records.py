@@ -67,6 +67,10 @@ class BatchRecord(BaseModel):
     # The committed lengths of the output and error files (what a restart keeps).
     output_bytes: int = 0
     error_bytes: int = 0
+    # Tokens of the answers committed (cached counted within prompt, as OpenAI counts).
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    completion_tokens: int = 0
     metadata: dict[str, str] = Field(default_factory=dict)
     # OpenAI's BatchError objects: {code, message, param, line}.
     errors: list[dict] = Field(default_factory=list)
@@ -85,3 +89,7 @@ class BatchProgress(BaseModel):
     # The new committed lengths of the output and error files.
     output_bytes: int
     error_bytes: int
+    # The tokens of the usage rows written with it.
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    completion_tokens: int = 0

@@ -129,6 +129,10 @@ async def test_a_chat_batch_runs_to_completion_and_its_output_reads_back_with_th
     rows = await _usage_of(cluster, batch.id)
     assert len(rows) == 30 and {r.key_id for r in rows} == {key.key_id}
     assert all(r.status == 200 and r.completion_tokens > 0 for r in rows)
+    answered = [x["response"]["body"]["usage"] for x in lines]
+    assert done.usage.output_tokens == sum(u["completion_tokens"] for u in answered)
+    assert done.usage.input_tokens == sum(u["prompt_tokens"] for u in answered) > 0
+    assert done.usage.output_tokens == sum(r.completion_tokens for r in rows)
 
     with pytest.raises(openai.ConflictError) as e:
         await client.batches.cancel(batch.id)

@@ -44,6 +44,9 @@ _BATCH_COLUMNS = (
     "failed",
     "output_bytes",
     "error_bytes",
+    "prompt_tokens",
+    "cached_tokens",
+    "completion_tokens",
     *_STATE_COLUMNS,
 )
 _BATCH_SELECT = f"SELECT {', '.join(_BATCH_COLUMNS)} FROM batches"
@@ -198,11 +201,16 @@ class PostgresBatches:
                 )
                 await conn.execute(
                     "UPDATE batches SET completed = completed + $1, failed = failed + $2,"
-                    " output_bytes = $3, error_bytes = $4 WHERE batch_id = $5",
+                    " output_bytes = $3, error_bytes = $4, prompt_tokens = prompt_tokens + $5,"
+                    " cached_tokens = cached_tokens + $6,"
+                    " completion_tokens = completion_tokens + $7 WHERE batch_id = $8",
                     p.completed,
                     p.failed,
                     p.output_bytes,
                     p.error_bytes,
+                    p.prompt_tokens,
+                    p.cached_tokens,
+                    p.completion_tokens,
                     p.batch_id,
                 )
                 if usage:

@@ -46,6 +46,9 @@ _BATCH_COLUMNS = (
     "failed",
     "output_bytes",
     "error_bytes",
+    "prompt_tokens",
+    "cached_tokens",
+    "completion_tokens",
     *_STATE_COLUMNS,
 )
 
@@ -259,8 +262,19 @@ class SqliteBatches:
                     )
                     await db.execute(
                         "UPDATE batches SET completed = completed + ?, failed = failed + ?,"
-                        " output_bytes = ?, error_bytes = ? WHERE batch_id = ?",
-                        (p.completed, p.failed, p.output_bytes, p.error_bytes, p.batch_id),
+                        " output_bytes = ?, error_bytes = ?, prompt_tokens = prompt_tokens + ?,"
+                        " cached_tokens = cached_tokens + ?,"
+                        " completion_tokens = completion_tokens + ? WHERE batch_id = ?",
+                        (
+                            p.completed,
+                            p.failed,
+                            p.output_bytes,
+                            p.error_bytes,
+                            p.prompt_tokens,
+                            p.cached_tokens,
+                            p.completion_tokens,
+                            p.batch_id,
+                        ),
                     )
                     if usage:
                         await _write_usage(db, usage)

@@ -81,12 +81,14 @@ async def test_a_batch_keeps_its_state_and_its_counts_move_only_with_progress(st
     row = UsageRow(key_id="key_a", project="Acme/ml/search", model="chat", batch_id="batch_1")
     await store.record_batch_progress(
         BatchProgress(batch_id="batch_1", lines=[0, 2], completed=1, failed=1,
-                      output_bytes=120, error_bytes=80),
+                      output_bytes=120, error_bytes=80, prompt_tokens=30,
+                      cached_tokens=10, completion_tokens=5),
         [row, row],
     )  # fmt: skip
     got = await store.get_batch("batch_1")
     assert got.status == "in_progress" and got.total == 3 and got.models == ["chat"]
     assert (got.completed, got.failed, got.output_bytes, got.error_bytes) == (1, 1, 120, 80)
+    assert (got.prompt_tokens, got.cached_tokens, got.completion_tokens) == (30, 10, 5)
     assert got.metadata == {"job": "nightly"} and got.in_progress_at == T0 + timedelta(seconds=1)
     assert await store.batch_done_lines("batch_1") == {0, 2}
 

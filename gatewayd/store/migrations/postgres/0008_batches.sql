@@ -47,6 +47,10 @@ CREATE TABLE batches (
     -- were written by a run that died before its results were, and are cut off.
     output_bytes      bigint NOT NULL DEFAULT 0,
     error_bytes       bigint NOT NULL DEFAULT 0,
+    -- Tokens of the answers committed (the sums of the batch's usage rows).
+    prompt_tokens     bigint NOT NULL DEFAULT 0,
+    cached_tokens     bigint NOT NULL DEFAULT 0,
+    completion_tokens bigint NOT NULL DEFAULT 0,
     -- JSON: the client's metadata, the input file's errors, the models named.
     metadata          jsonb NOT NULL DEFAULT '{}',
     errors            jsonb NOT NULL DEFAULT '[]',
