@@ -120,6 +120,10 @@ def _tool_echo(tool: dict) -> dict:
     }
 
 
+def _or(value, default):
+    return default if value is None else value
+
+
 class Envelope:
     """What every Response object of one request carries."""
 
@@ -140,17 +144,17 @@ class Envelope:
             "instructions": request.get("instructions"),
             "max_output_tokens": request.get("max_output_tokens"),
             "metadata": request.get("metadata") or {},
-            "parallel_tool_calls": request.get("parallel_tool_calls", True),
+            "parallel_tool_calls": request.get("parallel_tool_calls") is not False,
             "previous_response_id": request.get("previous_response_id"),
             "reasoning": {"effort": reasoning.get("effort"), "summary": None}
             if isinstance(reasoning, dict)
             else None,
             "store": store,
-            "temperature": request.get("temperature", 1.0),
+            "temperature": _or(request.get("temperature"), 1.0),
             "text": {"format": fmt if isinstance(fmt, dict) else {"type": "text"}},
-            "tool_choice": request.get("tool_choice", "auto"),
+            "tool_choice": request.get("tool_choice") or "auto",
             "tools": [_tool_echo(t) for t in request.get("tools") or ()],
-            "top_p": request.get("top_p", 1.0),
+            "top_p": _or(request.get("top_p"), 1.0),
             "truncation": "disabled",
             "background": False,
         }

@@ -30,6 +30,8 @@ KNOWN = {
     "service_tier", "safety_identifier", "prompt_cache_key", "background", "stream_options",
     "max_tool_calls", "conversation", "prompt",
 }  # fmt: skip
+# OpenAI's own bound on metadata: 16 keys.
+MAX_METADATA = 16
 _TEXT_PARTS = ("input_text", "output_text", "text", "summary_text", "reasoning_text")
 
 
@@ -54,8 +56,20 @@ def check(request: dict) -> None:
     if store is not None and not isinstance(store, bool):
         fail("store", "'store' must be true or false", "invalid_type")
     metadata = request.get("metadata")
-    if metadata is not None and not isinstance(metadata, dict):
-        fail("metadata", "'metadata' must be an object of strings", "invalid_type")
+    if metadata is not None and (
+        not isinstance(metadata, dict)
+        or len(metadata) > MAX_METADATA
+        or not all(isinstance(v, str) for v in metadata.values())
+    ):
+        fail(
+            "metadata",
+            f"'metadata' must be an object of at most {MAX_METADATA} strings",
+            "invalid_type",
+        )
+    for name in ("parallel_tool_calls",):
+        value = request.get(name)
+        if value is not None and not isinstance(value, bool):
+            fail(name, f"'{name}' must be true or false", "invalid_type")
     if request.get("input") is None and not request.get("previous_response_id"):
         fail("input", "'input' is missing: send a string or a list of items", "missing_field")
 
@@ -157,7 +171,8 @@ def _items_into(messages: list[dict], items: list[dict], first_input: int) -> No
 
 
 def _message(item: dict, where: str) -> dict:
-    role = ROLES.get(item.get("role"))  # type: ignore[arg-type]
+    role = item.get("role")
+    role = ROLES.get(role) if isinstance(role, str) else None
     if role is None:
         fail(f"{where}.role", f"'{where}.role' must be user, assistant, system or developer")
     content = item.get("content")
