@@ -11,6 +11,7 @@ import openai
 import pytest
 
 from tests.e2e.helpers import init_on_free_ports, llmgw, start, wait_until
+from tests.e2e.starter_up import starter_gateway  # noqa: F401  (the fixture)
 from tests.e2e.test_up import _ready_replica
 
 
@@ -102,3 +103,68 @@ def test_the_official_sdks_get_answers_from_the_starter_model(up):
 
     groups = wait_until(counted, timeout_s=30)
     assert {g["group"]["project"] for g in groups} == {"local/default/default"}
+
+
+def test_the_sdks_retrieve_the_model_get_two_choices_and_count_tokens(starter_gateway):  # noqa: F811
+    # Each of these was a 404 or a 400 from llama.cpp before (issue 12).
+    starter = starter_gateway
+    client = openai.OpenAI(
+        base_url=starter.base_url, api_key=starter.key, max_retries=0, timeout=120
+    )
+    model = client.models.retrieve(starter.model)
+    assert model.id == starter.model and model.object == "model"
+    with pytest.raises(openai.NotFoundError):
+        client.models.retrieve("no-such-model")
+
+    messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "Say hi"}]
+    two = client.chat.completions.create(model=starter.model, messages=messages, max_tokens=4, n=2)
+    assert [c.index for c in two.choices] == [0, 1] and two.model == starter.model
+    assert all(c.message.content is not None for c in two.choices)
+    # The starter's llama.cpp has one slot: the two choices were two requests, their usage summed.
+    assert two.usage.completion_tokens > 0 and two.usage.prompt_tokens % 2 == 0
+    chunks = list(
+        client.chat.completions.create(
+            model=starter.model,
+            messages=messages,
+            max_tokens=3,
+            n=2,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    assert {c.index for chunk in chunks for c in chunk.choices} == {0, 1}
+    assert chunks[-1].usage.completion_tokens > 0
+
+    claude = anthropic.Anthropic(
+        base_url=starter.base_url.removesuffix("/v1"), api_key=starter.key, max_retries=0
+    )
+    counted = claude.messages.count_tokens(
+        model=starter.model, system="be brief", messages=[{"role": "user", "content": "Say hi"}]
+    )
+    # Counted by the engine's own template and tokenizer: the prompt its answer reports.
+    assert counted.input_tokens > 0
+    assert counted.input_tokens == two.usage.prompt_tokens // 2
+
+
+def test_input_the_engine_cannot_take_is_a_400_naming_the_field(starter_gateway):  # noqa: F811
+    starter = starter_gateway
+    client = openai.OpenAI(
+        base_url=starter.base_url, api_key=starter.key, max_retries=0, timeout=120
+    )
+    # gemma-3 has 262,144 tokens: the id past them was the engine's 500.
+    with pytest.raises(openai.BadRequestError) as err:
+        client.embeddings.create(model=starter.model, input=[[1, 2], [262_144]])
+    assert err.value.body["param"] == "input[1][0]" and "262144" in err.value.message
+    with pytest.raises(openai.BadRequestError) as err:
+        client.completions.create(model=starter.model, prompt=["a", [1, 2]], max_tokens=2)
+    assert err.value.body["param"] == "prompt[1]"
+    # A tool type llama.cpp does not take was its 500 too.
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(
+            model=starter.model,
+            messages=[{"role": "user", "content": "hi"}],
+            tools=[{"type": "custom", "custom": {"name": "f"}}],
+            max_tokens=2,
+        )
+    assert err.value.body["param"] == "tools[0].type"
+    assert isinstance(err.value.body["code"], str)
