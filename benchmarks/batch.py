@@ -421,6 +421,14 @@ async def measure(cluster: Cluster, args) -> dict:
     batch_rps = (done_close - done_open) / (t_close - t_open)
     interactive_rps = len(beside.latency_s) / args.window_s
     t10, t90 = progress.when(args.requests // 10), progress.when(args.requests * 9 // 10)
+    # After the window the batch has the replicas to itself, up to its last 5 % (its tail
+    # runs out of requests to fill the slots with).
+    t95 = progress.when(args.requests * 95 // 100)
+    alone_rps = (
+        (progress.at(t95) - done_close) / (t95 - t_close)
+        if t95 is not None and t95 - t_close >= 2.0
+        else None
+    )
     whole_rps = (
         round(args.requests * 0.8 / (t90 - t10), 1)
         if t10 is not None and t90 and t90 > t10
@@ -463,6 +471,10 @@ async def measure(cluster: Cluster, args) -> dict:
             if capacity > interactive_rps
             else None,
             "rps_10_to_90_pct": whole_rps,
+            "rps_alone": None if alone_rps is None else round(alone_rps, 1),
+            "alone_share_of_capacity_pct": None
+            if alone_rps is None
+            else round(alone_rps / capacity * 100, 1),
             "ended_inside_window": ended_inside,
         },
     }
@@ -497,7 +509,8 @@ def render(report: dict) -> None:
         f"of {b['total']:,}. Beside the interactive load: {b['rps_in_window']} req/s, "
         f"{b['share_of_capacity_pct']} % of the capacity ({b['share_of_room_left_pct']} % of the "
         f"room the interactive load left; replicas {b['replicas_used_pct']} % used). "
-        f"Over its run (10–90 %): {b['rps_10_to_90_pct']} req/s."
+        f"Over its run (10–90 %): {b['rps_10_to_90_pct']} req/s; alone after the window "
+        f"(to 95 %): {b['rps_alone']} req/s, {b['alone_share_of_capacity_pct']} % of the capacity."
     )
     if b["ended_inside_window"]:
         out.print("[yellow]The batch ended inside the window: its rate there is too low.[/yellow]")
