@@ -36,6 +36,8 @@ from gatewayd.gateway.proxy import FREE, Gateway
 from gatewayd.gateway.routing.endpoints import Endpoints
 from gatewayd.gateway.routing.router import Router
 from gatewayd.http.app import make_app
+from gatewayd.http.guard import ConnectionBudget, PortGuard
+from gatewayd.http.tls_gate import GuardedServer
 from gatewayd.nodes.registry import NodeRegistry
 from gatewayd.store import Store, open_store_from_config
 from llmgw.catalog.price import Price
@@ -135,9 +137,13 @@ class GatewayServer:
             heartbeat_interval_s=self.cfg.nodes.heartbeat_interval_s,
             revocations=self.revocations,
         )
-        agent = Server([self._agent_service], config=keepalive_config())
+        # One budget of connections for every public port: the bound that matters
+        # is the process's open files (gatewayd/http/guard.py).
+        self.connection_budget = ConnectionBudget.for_process(self.cfg.connections)
+        self.guards: dict[str, PortGuard] = {}
+        agent = GuardedServer([self._agent_service], config=keepalive_config())
         host, port = split_host_port(self.cfg.listen.agent)
-        await agent.start(host, port, ssl=ssl_ctx)
+        await agent.start_guarded(host, port, ssl_context=ssl_ctx, guard=self._guard("agent"))
         self.ports["agent"] = agent._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         self._grpc.append(agent)
 
@@ -252,13 +258,21 @@ class GatewayServer:
             "metrics", self.cfg.listen.metrics, self.metrics.app(before=self._metrics_now)
         )
 
+    def _guard(self, name: str) -> PortGuard:
+        guard = PortGuard(name, self.cfg.connections, self.connection_budget, self.metrics)
+        self.guards[name] = guard
+        return guard
+
     async def _serve_asgi(self, name: str, listen: str, app) -> int:
-        """Serve an ASGI app under uvicorn in this loop; the port it got."""
+        """Serve an ASGI app under uvicorn in this loop, its connections bounded; the port."""
         host, port = split_host_port(listen)
         config = uvicorn.Config(
             app,
             host=host,
             port=port,
+            http=self._guard(name).http_protocol(),
+            ws="none",
+            backlog=2048,
             log_level="warning",
             lifespan="off",
             access_log=False,
@@ -319,8 +333,10 @@ class GatewayServer:
 async def run(cfg: ServerConfig, paths: Paths, stop: asyncio.Event) -> None:
     """Run gatewayd until ``stop`` is set."""
     server = GatewayServer(cfg, paths)
-    await server.start()
     try:
+        await server.start()
         await stop.wait()
     finally:
+        # Also after a start that failed (a port in use): the store's thread
+        # left open would keep the process from ever exiting.
         await server.stop()

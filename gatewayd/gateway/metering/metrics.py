@@ -89,6 +89,19 @@ class GatewayMetrics:
             ["model", "replica"],
             registry=self.registry,
         )
+        self.connections_refused = Counter(
+            "llmgw_connections_refused",
+            "Connections reset at once (a client or the whole port over its bound) or "
+            "at a deadline (headers, a body read, a TLS handshake), by port and reason",
+            ["port", "reason"],
+            registry=self.registry,
+        )
+        self.connections_open = Gauge(
+            "llmgw_connections_open",
+            "Client connections open, by port",
+            ["port"],
+            registry=self.registry,
+        )
         self.key_refusals = Counter(
             "llmgw_external_key_refused",
             "Outside providers' keys that answered 401 and were passed over",

@@ -1,0 +1,301 @@
+"""Bounds on the connections of gatewayd's public ports: none can be held down by one client.
+
+One client holding 19,990 half-sent requests on loopback once took the gateway
+down: nothing closed a connection that never finished its headers, so gatewayd
+reached its open-files limit and refused /health and every request until the
+client let go. Here every connection a port accepts is:
+
+- **counted**, per client address (per port) and in total (the whole process:
+  the limit that matters is its open files). Past either bound a new connection
+  is accepted and reset at once: its descriptor is free again within the same
+  loop iteration, and the client learns at once. Not accepting instead would
+  leave it in the kernel's queue in front of everyone else's connections.
+  An IPv6 client is counted by its /64, since one host can hold all of it.
+- **timed**: a request's headers must be whole ``header_timeout`` after the
+  connection opened (or after the previous answer on a kept-alive one), each
+  read of its body must bring bytes within ``body_read_timeout``, and a
+  kept-alive connection with no next request is closed after
+  ``keepalive_timeout``. Late ones are reset; resets and refusals are counted
+  in ``llmgw_connections_refused_total{port, reason}``.
+
+The HTTP side is uvicorn's httptools protocol with a few hooks. The hot path
+keeps uvicorn's own timer work (one timer armed after each answer, one
+cancelled): the deadline is one timer per connection that, when it fires,
+looks at where the connection is (waiting for headers, reading a body,
+answering, idle) and either closes it or sleeps again for what is left. Nothing
+is re-armed per request or per read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import logging
+import resource
+import socket
+import struct
+import time
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from llmgw.config import ConnectionsConfig
+
+log = logging.getLogger(__name__)
+
+# Descriptors kept for the gateway's own work beyond its client connections:
+# the store, agents' streams, engine connections being opened, logs, the
+# admin port. Each client connection with a request in flight holds an engine
+# connection too, so clients get half of what is left.
+FD_RESERVE = 512
+# The least total any limit leaves clients (a tiny ulimit still serves).
+MIN_TOTAL = 64
+# A refused or late connection is reset (SO_LINGER 0): no FIN handshake and no
+# TIME_WAIT entry are kept for a client that is holding the port down.
+_LINGER_RESET = struct.pack("ii", 1, 0)
+# One log line at most this often per port while connections are refused.
+REFUSAL_LOG_INTERVAL_S = 60.0
+
+REASONS = ("per_address", "total", "header_timeout", "body_timeout", "tls_handshake_timeout")
+
+
+def open_files_limit() -> int:
+    """The process's open-files limit, its soft limit first raised to the hard one.
+
+    Go does the same at start: a soft limit of 1,024 is a relic that caps a
+    server at a few hundred clients for no reason.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+    return soft
+
+
+def total_within(max_total: int, open_files: int) -> int:
+    """``max_total`` lowered where the open-files limit could not hold it with the reserve."""
+    return min(max_total, max(MIN_TOTAL, (open_files - FD_RESERVE) // 2))
+
+
+def client_key(peer) -> str:
+    """What one client is counted as: its IPv4 address, its IPv6 /64, or "local"."""
+    if not isinstance(peer, tuple) or not peer:
+        return "local"  # a unix socket: this machine
+    host = peer[0]
+    if ":" not in host:
+        return host
+    if host.startswith("::ffff:") and "." in host:
+        return host[7:]  # an IPv4 client on a dual-stack socket
+    with contextlib.suppress(ValueError):
+        return str(ipaddress.ip_network(f"{host.split('%')[0]}/64", strict=False))
+    return host
+
+
+def reset(transport) -> None:
+    """Close a connection at once, with a reset rather than a FIN."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RESET)
+    transport.abort()
+
+
+class ConnectionBudget:
+    """Client connections open in the whole process, against one bound."""
+
+    def __init__(self, max_total: int):
+        self.max_total = max_total
+        self.open = 0
+
+    @classmethod
+    def for_process(cls, cfg: ConnectionsConfig) -> ConnectionBudget:
+        limit = open_files_limit()
+        total = total_within(cfg.max_total, limit)
+        if total < cfg.max_total:
+            log.warning(
+                "connections.max_total %d lowered to %d: the open-files limit is %d "
+                "(raise it with ulimit -n or LimitNOFILE= to allow more)",
+                cfg.max_total,
+                total,
+                limit,
+            )
+        return cls(total)
+
+
+class PortGuard:
+    """One port's bounds: connections per client, the shared total, deadlines, counts."""
+
+    def __init__(self, port: str, cfg: ConnectionsConfig, budget: ConnectionBudget, metrics=None):
+        self.port = port
+        self.budget = budget
+        self.max_per_address = cfg.max_per_address
+        self.header_timeout_s = cfg.header_timeout
+        self.body_read_timeout_s = cfg.body_read_timeout
+        self.keepalive_timeout_s = cfg.keepalive_timeout
+        self.tls_handshake_timeout_s = cfg.tls_handshake_timeout
+        # Open connections by client; an entry goes when its count reaches 0, so the
+        # table never holds more entries than there are connections.
+        self.per_address: dict[str, int] = {}
+        self.open = 0
+        self.refused: dict[str, int] = dict.fromkeys(REASONS, 0)
+        self._counters = {}
+        if metrics is not None:
+            self._counters = {r: metrics.connections_refused.labels(port, r) for r in REASONS}
+            metrics.connections_open.labels(port).set_function(lambda: self.open)
+        self._logged_at = 0.0
+        self._unlogged = 0
+
+    def admit(self, transport) -> str | None:
+        """The client's key when this connection may stay; otherwise it is reset, and None."""
+        key = client_key(transport.get_extra_info("peername"))
+        budget = self.budget
+        if budget.open >= budget.max_total:
+            reason = "total"
+        else:
+            held = self.per_address.get(key, 0)
+            if held < self.max_per_address:
+                self.per_address[key] = held + 1
+                self.open += 1
+                budget.open += 1
+                return key
+            reason = "per_address"
+        reset(transport)
+        self.count(reason, key)
+        return None
+
+    def release(self, key: str) -> None:
+        held = self.per_address.pop(key, 1) - 1
+        if held > 0:
+            self.per_address[key] = held
+        self.open -= 1
+        self.budget.open -= 1
+
+    def count(self, reason: str, key: str) -> None:
+        """A connection refused or closed late, counted; logged once a minute at most."""
+        self.refused[reason] += 1
+        counter = self._counters.get(reason)
+        if counter is not None:
+            counter.inc()
+        self._unlogged += 1
+        now = time.monotonic()
+        if now - self._logged_at >= REFUSAL_LOG_INTERVAL_S:
+            log.warning(
+                "%s port: %d connection(s) refused or closed late since the last report "
+                "(the latest from %s: %s; held now %d, by that client %d; "
+                "bounds in server.yaml connections:)",
+                self.port,
+                self._unlogged,
+                key,
+                reason.replace("_", " "),
+                self.open,
+                self.per_address.get(key, 0),
+            )
+            self._logged_at, self._unlogged = now, 0
+
+    def http_protocol(self) -> type[HttpToolsProtocol]:
+        """uvicorn's ``http=`` protocol class for this port."""
+        return type(f"GuardedHttp_{self.port}", (GuardedHttpProtocol,), {"guard": self})
+
+
+# uvicorn's own callbacks, called straight (no super() lookup on the per-request path).
+_on_body = HttpToolsProtocol.on_body
+_on_response_complete = HttpToolsProtocol.on_response_complete
+
+
+class GuardedHttpProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol, bounded and timed by a ``PortGuard`` (set per port)."""
+
+    guard: PortGuard
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        # Set here, with uvicorn's own, so instances keep one shared layout of
+        # attributes (CPython's fast attribute access on the hot path needs it).
+        self._key: str | None = None
+        # Loop time the wait on the client began: the connection opened, or the last answer.
+        self._since = 0.0
+        # Loop time the last bytes of a request body came.
+        self._read_at = 0.0
+
+    def connection_made(self, transport) -> None:  # type: ignore[override]
+        guard = self.guard
+        self._key = guard.admit(transport)
+        if self._key is None:
+            return  # reset: uvicorn never sees it
+        super().connection_made(transport)
+        # uvicorn arms this after each answer; the first look is the earlier of
+        # the two deadlines an answered connection can miss.
+        self.timeout_keep_alive = min(guard.keepalive_timeout_s, guard.header_timeout_s)
+        self._since = self.loop.time()
+        self.timeout_keep_alive_task = self.loop.call_later(guard.header_timeout_s, self._check)
+
+    def connection_lost(self, exc) -> None:
+        if self._key is None:
+            return
+        self.guard.release(self._key)
+        self._key = None
+        if self.timeout_keep_alive_task is not None:
+            self.timeout_keep_alive_task.cancel()
+            self.timeout_keep_alive_task = None
+        super().connection_lost(exc)
+
+    def _unset_keepalive_if_required(self) -> None:
+        # uvicorn cancels its idle timer on every read; here that timer is the
+        # connection's deadline and runs on into the next request's headers.
+        pass
+
+    def on_body(self, body: bytes) -> None:
+        self._read_at = self.loop.time()
+        _on_body(self, body)
+
+    def on_response_complete(self) -> None:
+        task = self.timeout_keep_alive_task
+        if task is not None:
+            task.cancel()
+            self.timeout_keep_alive_task = None
+        self._since = self.loop.time()
+        _on_response_complete(self)  # arms the idle timer, or starts a pipelined request
+        if self.timeout_keep_alive_task is None and not self.transport.is_closing():
+            # A pipelined request started: its body, if any, is still timed.
+            self.timeout_keep_alive_task = self.loop.call_later(
+                self.guard.body_read_timeout_s, self._check
+            )
+
+    def timeout_keep_alive_handler(self) -> None:
+        self._check()
+
+    def _check(self) -> None:
+        """The deadline: close the connection if it is late for what it owes, else wait on."""
+        self.timeout_keep_alive_task = None
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        guard, cycle, now = self.guard, self.cycle, self.loop.time()
+        if cycle is None or cycle.response_complete:
+            if cycle is not None and self.scope is cycle.scope:
+                # Answered, and not one byte of another request since: idle.
+                due, reason = self._since + guard.keepalive_timeout_s, ""
+                if now >= due:
+                    transport.close()  # an ordinary end: a FIN, not counted
+                    return
+                # Bytes may come before then; their headers are due by the other deadline.
+                headers_due = self._since + guard.header_timeout_s
+                if headers_due > now:
+                    due = min(due, headers_due)
+            else:
+                due, reason = self._since + guard.header_timeout_s, "header_timeout"
+        elif cycle.more_body:
+            if self.flow.read_paused:
+                # The app has not taken what came: the wait is not the client's.
+                due, reason = now + guard.body_read_timeout_s, ""
+            else:
+                due = max(self._read_at, self._since) + guard.body_read_timeout_s
+                reason = "body_timeout"
+        else:
+            return  # the request is whole and being answered: nothing waits on the client
+        if now < due:
+            self.timeout_keep_alive_task = self.loop.call_later(due - now, self._check)
+            return
+        guard.count(reason, self._key or "")
+        reset(transport)
