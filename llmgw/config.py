@@ -269,17 +269,23 @@ def size_bytes(value: Any) -> int:
 
 
 class ConnectionsConfig(_Strict):
-    """How the public HTTP port bounds its connections (a client can hold none of it down)."""
+    """How gatewayd's public ports (HTTP, metrics, agent) bound their connections.
+
+    No client can hold a port down (gatewayd/http/guard.py).
+    """
 
     # A request's headers must be whole this long after the connection opened
-    # (or after the previous answer on a kept-alive one); the connection is closed after.
+    # (or after the previous answer on a kept-alive one); the connection is reset after.
     header_timeout: Annotated[float, Field(gt=0)] = 10.0
     # Each read of a request body must bring bytes within this long.
     body_read_timeout: Annotated[float, Field(gt=0)] = 30.0
     # A kept-alive connection with no request is closed after this long.
     keepalive_timeout: Annotated[float, Field(gt=0)] = 5.0
-    # Open connections one client address may hold, and all clients together;
-    # past either a new connection is closed at once (counted in metrics).
+    # Open connections one client may hold on each port (an IPv6 client counts by
+    # its /64), and all clients of every port together; past either a new connection
+    # is reset at once (llmgw_connections_refused_total). The total is lowered at
+    # start where the open-files limit could not hold it beside the gateway's own
+    # descriptors (each client's request in flight holds an engine connection too).
     max_per_address: Annotated[int, Field(ge=1)] = 256
     max_total: Annotated[int, Field(ge=1)] = 10_000
     # TLS handshakes on the agent port must finish within this long.
