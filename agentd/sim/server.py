@@ -153,7 +153,7 @@ def _chat_prompt(messages: Any) -> str:
 
 
 def _completion_prompt(prompt: Any) -> str:
-    if isinstance(prompt, list) and len(prompt) == 1:
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
         prompt = prompt[0]
     if isinstance(prompt, str):
         return prompt
