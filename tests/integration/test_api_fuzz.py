@@ -96,7 +96,9 @@ def test_the_document_describes_every_endpoint_with_its_errors_and_headers():
     ops = {(p, m): op for p, item in doc["paths"].items() for m, op in item.items()}
     assert set(ops) == {
         ("/v1/models", "get"),
+        ("/v1/models/{model}", "get"),
         ("/v1/openapi.json", "get"),
+        ("/v1/messages/count_tokens", "post"),
         *((p, "post") for p in POSTS),
     }
     assert len({op["operationId"] for op in ops.values()}) == len(ops)

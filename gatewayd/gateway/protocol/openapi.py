@@ -26,7 +26,10 @@ ERROR_STATUSES = {
     "413": "The body is over 32 MiB.",
     "429": "A rate limit or budget of the key, its project, team or organization is spent;"
     " `retry-after` says when to come back.",
-    "503": "No replica of the model is ready, none answered, or its queue is full;"
+    "502": "The engine failed (it answered 5xx, broke off, or could not be reached) on"
+    " every replica tried; `code` is upstream_error. A 5xx never means the request was"
+    " at fault: an engine refusing it is a 400 in the engine's words.",
+    "503": "No replica of the model is ready, or its queue is full;"
     " `retry-after` says when to come back.",
     "504": "The request waited in the model's queue longer than its band may;"
     " `retry-after` says when to come back.",
@@ -46,9 +49,12 @@ def document() -> dict:
             "version": __version__,
             "summary": "OpenAI- and Anthropic-compatible endpoints in front of your own engines.",
             "description": "The gateway checks what it must (key, model, limits and the"
-            " fields below) and passes the rest to the engine. Errors of its own come in"
-            " the listed shapes; an engine's own errors are passed on with its status, in"
-            " the same shape. Every answer carries `x-llmgw-overhead-ms`.",
+            " fields below) and passes the rest to the engine. Answers come in OpenAI's"
+            " shape whatever the engine wrote (required fields present, `model` the name"
+            " asked for). Errors come in the listed shapes: an engine refusing a request is"
+            " a 400 in the engine's words, an engine failing a 502. `n` > 1 is served for"
+            " every engine (fanned out where the engine answers one choice at a time)."
+            " Every answer carries `x-llmgw-overhead-ms`.",
         },
         "security": [{"bearer": []}],
         "paths": {
@@ -85,7 +91,38 @@ def document() -> dict:
                     "createEmbeddings", "Embeddings of texts", "EmbeddingRequest", "EmbeddingList"
                 )
             },
+            "/v1/models/{model}": {
+                "get": {
+                    "operationId": "retrieveModel",
+                    "summary": "One model of the catalog, if this key may use it",
+                    "parameters": [
+                        {
+                            "name": "model",
+                            "in": "path",
+                            "required": True,
+                            "schema": {"type": "string"},
+                        }
+                    ],
+                    "responses": {
+                        "200": _json("The model", _ref("Model")),
+                        **_errors(("401", "404")),
+                    },
+                }
+            },
             "/v1/messages": {"post": _messages_post()},
+            "/v1/messages/count_tokens": {
+                "post": {
+                    "operationId": "countMessageTokens",
+                    "summary": "The tokens of a Messages request's prompt, by the engine's"
+                    " tokenizer (nothing generated, nothing metered)",
+                    "security": [{"apiKey": []}, {"bearer": []}],
+                    "requestBody": {"required": True, **_json_content(_ref("MessagesRequest"))},
+                    "responses": {
+                        "200": _json("The count", _ref("MessageTokensCount")),
+                        **_errors(("400", "401", "403", "404", "502", "503"), "AnthropicError"),
+                    },
+                }
+            },
             "/v1/openapi.json": {
                 "get": {
                     "operationId": "getOpenApi",

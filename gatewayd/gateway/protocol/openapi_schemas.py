@@ -97,27 +97,29 @@ def _schemas() -> dict:
             },
             ("type", "error"),
         ),
-        "ModelList": _obj(
+        "Model": _obj(
             {
-                "object": {"const": "list"},
-                "data": {
-                    "type": "array",
-                    "items": _obj(
-                        {
-                            "id": string,
-                            "object": {"const": "model"},
-                            "created": integer,
-                            "owned_by": string,
-                            "loaded": {
-                                "type": "boolean",
-                                "description": "Whether a replica is ready now.",
-                            },
-                        },
-                        ("id", "object"),
-                    ),
-                },
+                "id": string,
+                "object": {"const": "model"},
+                "created": integer,
+                "owned_by": string,
+                "loaded": {"type": "boolean", "description": "Whether a replica is ready now."},
             },
+            ("id", "object", "created", "owned_by"),
+        ),
+        "ModelList": _obj(
+            {"object": {"const": "list"}, "data": {"type": "array", "items": _ref("Model")}},
             ("object", "data"),
+        ),
+        "MessageTokensCount": _obj(
+            {
+                "input_tokens": {
+                    "type": "integer",
+                    "description": "The prompt's tokens by the engine's own template and"
+                    " tokenizer: what the answer's usage would report.",
+                }
+            },
+            ("input_tokens",),
         ),
         "ContentPart": {
             "oneOf": [
