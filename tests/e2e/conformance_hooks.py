@@ -22,7 +22,7 @@ MAX_INPUTS = 8
 
 
 # Operations whose body names a model; each gets the model under test.
-MODEL_PATHS = ("/chat/completions", "/completions", "/embeddings")
+MODEL_PATHS = ("/chat/completions", "/completions", "/embeddings", "/responses")
 
 
 @schemathesis.hook
@@ -38,12 +38,14 @@ def before_call(ctx, case, **kwargs):
     path = case.operation.path
     if "model" in body or path in MODEL_PATHS:
         body["model"] = model
-    for name in ("max_tokens", "max_completion_tokens"):
+    for name in ("max_tokens", "max_completion_tokens", "max_output_tokens"):
         value = body.get(name)
         if type(value) is int:
             body[name] = max(1, min(value, MAX_ANSWER_TOKENS))
     if path in ("/chat/completions", "/completions") and "max_tokens" not in body:
         body["max_tokens"] = MAX_ANSWER_TOKENS
+    if path == "/responses" and type(body.get("max_output_tokens")) is not int:
+        body["max_output_tokens"] = MAX_ANSWER_TOKENS
     if type(body.get("n")) is int and body["n"] > MAX_CHOICES:
         body["n"] = MAX_CHOICES
     # The description lets prompt be null (it defaults to <|endoftext|>, a
