@@ -9,13 +9,17 @@ order, behind ``httpx2.MockTransport``.
 from __future__ import annotations
 
 import json
+import time
 
 import httpx2
 import openai
+import pytest
 
 from gatewayd.gateway.protocol.responses.answer import Envelope, from_chat
+from gatewayd.gateway.protocol.responses.relay import Relay
 from gatewayd.gateway.protocol.responses.request import to_chat
-from gatewayd.gateway.protocol.responses.stream import EventStream, sse
+from gatewayd.gateway.protocol.responses.stream import EventStream, encode, sse
+from gatewayd.gateway.routing.forward import Clock
 from tests.gatewayd.gateway.openapi_check import event_errors, response_errors
 
 MODEL = "gemma-3-270m"
@@ -192,3 +196,52 @@ def test_the_sdk_rebuilds_from_the_stream_the_response_a_whole_answer_gives():
     ]
     assert rebuilt.usage == answered.usage
     assert seen[1]["stream_options"] == {"include_usage": True}
+
+
+def test_the_fast_encoding_writes_the_same_bytes_as_one_event_at_a_time():
+    events = events_of(MIXED) + events_of([chunk({"content": 'é "quoted"\n'}), usage_chunk()])
+
+    assert encode(events) == b"".join(sse(e) for e in events)
+
+
+class _Call:
+    """What Relay uses of the gateway's Call: its send, and the overhead clock."""
+
+    def __init__(self) -> None:
+        self.clock = Clock(time.perf_counter())
+        self.sent: list[dict] = []
+
+    async def send(self, message: dict) -> None:
+        self.sent.append(message)
+
+
+def _engine_bytes(chunks: list[dict], sep: bytes) -> bytes:
+    frames = [b"data: " + json.dumps(c).encode() for c in chunks] + [b"data: [DONE]"]
+    return b"".join(f + sep for f in frames)
+
+
+@pytest.mark.parametrize("sep", [b"\n\n", b"\r\n\r\n"])
+@pytest.mark.parametrize("size", [1, 7, 4096])
+async def test_the_relay_reads_an_engines_stream_however_its_bytes_are_cut(sep, size):
+    call = _Call()
+    relay = Relay(call, Envelope({"model": MODEL, "input": "x", "stream": True}, store=False))
+    data = _engine_bytes(MIXED, sep)
+    await relay.send({"type": "http.response.start", "status": 200,
+                      "headers": [(b"content-type", b"text/event-stream")]})  # fmt: skip
+    for i in range(0, len(data), size):
+        await relay.send({"type": "http.response.body", "body": data[i : i + size],
+                          "more_body": True})  # fmt: skip
+    await relay.send({"type": "http.response.body", "body": b""})
+
+    body = b"".join(m.get("body", b"") for m in call.sent[1:])
+    assert call.sent[0]["status"] == 200 and not call.sent[-1].get("more_body")
+    assert body == b"".join(sse(e) for e in events_of_ids(body))
+    assert relay.response["status"] == "completed"
+    assert [i["type"] for i in relay.response["output"]] == [
+        "reasoning", "message", "function_call", "function_call"]  # fmt: skip
+    assert relay.response["usage"]["total_tokens"] == 80
+
+
+def events_of_ids(body: bytes) -> list[dict]:
+    """The events a client reads from the relay's bytes."""
+    return [json.loads(line[6:]) for line in body.split(b"\n") if line.startswith(b"data: ")]

@@ -14,10 +14,23 @@ from collections.abc import Awaitable, Callable
 
 from gatewayd.gateway.protocol.errors import ApiError, engine_error
 from gatewayd.gateway.protocol.responses.answer import Envelope, from_chat
-from gatewayd.gateway.protocol.responses.stream import EventStream, sse
+from gatewayd.gateway.protocol.responses.stream import EventStream, encode
 from gatewayd.gateway.protocol.sse import frame_json
 
 OnDone = Callable[[dict], Awaitable[None]]
+_decode = json.JSONDecoder().decode
+
+
+def _chunk(frame: bytes) -> dict | None:
+    """A frame's chunk; engines write one ``data:`` line a frame, read here without
+    ``frame_json``'s general walk (multi-line data, comments), which it falls back to."""
+    if frame.startswith(b"data: {") and b"\n" not in frame:
+        try:
+            chunk = _decode(frame[6:].decode())
+        except (ValueError, UnicodeDecodeError):
+            return None
+        return chunk if isinstance(chunk, dict) else None
+    return frame_json(frame)
 
 
 class Relay:
@@ -65,7 +78,7 @@ class Relay:
             await self._call.error(engine_error(self._status, data, model=model))
             return
         try:
-            answer = json.loads(data)
+            answer = _decode(data.decode())
         except (ValueError, UnicodeDecodeError):
             answer = None
         if not isinstance(answer, dict):
@@ -103,7 +116,7 @@ class Relay:
             cut = buf.find(b"\n\n")
             if cut < 0:
                 break
-            chunk = frame_json(buf[:cut])
+            chunk = _chunk(buf[:cut])
             buf = buf[cut + 2 :]
             if chunk is not None:
                 events += stream.feed(chunk)
@@ -112,7 +125,7 @@ class Relay:
             if events:
                 await self._out(events, more=True)
             return
-        if buf.strip() and (chunk := frame_json(buf)) is not None:
+        if buf.strip() and (chunk := _chunk(buf.strip())) is not None:
             events += stream.feed(chunk)
         self._buf = b""
         last = stream.finish()
@@ -131,5 +144,5 @@ class Relay:
     async def _out(self, events: list, *, more: bool) -> None:
         if not events and more:
             return
-        data = b"".join(sse(e) for e in events)
+        data = encode(events)
         await self._call.send({"type": "http.response.body", "body": data, "more_body": more})

@@ -22,6 +22,7 @@ chunk (the gateway asks for ``stream_options.include_usage``).
 from __future__ import annotations
 
 import json
+from json.encoder import encode_basestring_ascii as _quoted
 
 from gatewayd.gateway.protocol.responses.answer import (
     Envelope,
@@ -40,6 +41,47 @@ Event = dict
 
 def sse(event: Event) -> bytes:
     return b"event: " + event["type"].encode() + b"\ndata: " + json.dumps(event).encode() + b"\n\n"
+
+
+# A text delta is most of a stream's events: written from a template, only its
+# text through the JSON encoder (the same bytes json.dumps writes, a third of the time).
+_TEXT_DELTA = (
+    'event: response.output_text.delta\ndata: {"type": "response.output_text.delta",'
+    ' "sequence_number": %d, "item_id": "%s", "output_index": %d, "content_index": %d,'
+    ' "delta": %s, "logprobs": []}\n\n'
+)
+
+
+def encode(events: list[Event]) -> bytes:
+    """The events as server-sent events, as ``sse`` writes each; faster for text deltas,
+    and a Response object that two events share (created, in_progress) encoded once."""
+    out = []
+    shared: tuple[object, str] | None = None
+    for e in events:
+        kind = e["type"]
+        if kind == "response.output_text.delta" and e["logprobs"] == []:
+            out.append(
+                _TEXT_DELTA
+                % (
+                    e["sequence_number"],
+                    e["item_id"],
+                    e["output_index"],
+                    e["content_index"],
+                    _quoted(e["delta"]),
+                )
+            )
+            continue
+        response = e.get("response")
+        if response is not None and len(e) == 3:
+            if shared is None or shared[0] is not response:
+                shared = (response, json.dumps(response))
+            out.append(
+                f'event: {kind}\ndata: {{"type": "{kind}", "sequence_number":'
+                f' {e["sequence_number"]}, "response": {shared[1]}}}\n\n'
+            )
+            continue
+        out.append(sse(e).decode())
+    return "".join(out).encode()
 
 
 class _Item:
