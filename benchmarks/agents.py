@@ -207,6 +207,8 @@ class Gatewayd:
         cfg.listen.http = f"{HOST}:{self.http_port}"
         cfg.listen.metrics = f"{HOST}:{self.metrics_port}"
         cfg.nodes.heartbeat_interval_s = interval_s
+        # Every simulated agent dials from 127.0.0.1: one address, so its bound is the total's.
+        cfg.connections.max_per_address = cfg.connections.max_total
         if flush_interval_s is not None:
             cfg.nodes.heartbeat_flush_interval_s = flush_interval_s
         write_atomic(paths.server_yaml, dump_yaml(cfg))

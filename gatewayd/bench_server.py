@@ -65,10 +65,11 @@ from gatewayd.gateway.protocol.responses.handler import Responses
 from gatewayd.gateway.proxy import Gateway
 from gatewayd.gateway.routing.router import Router, Target
 from gatewayd.http.app import make_app
+from gatewayd.http.guard import ConnectionBudget, PortGuard
 from gatewayd.store import SqliteStore, Store
 from llmgw.aio import run_loop
 from llmgw.catalog.price import Price
-from llmgw.config import AdmissionConfig
+from llmgw.config import AdmissionConfig, ConnectionsConfig
 
 log = logging.getLogger(__name__)
 
@@ -169,6 +170,12 @@ async def build_gateway(
     return BenchGateway(gateway, keys, store, secret, background, usage)
 
 
+def _bench_protocol():
+    cfg = ConnectionsConfig()
+    cfg.max_per_address = cfg.max_total
+    return PortGuard("http", cfg, ConnectionBudget.for_process(cfg)).http_protocol()
+
+
 class _Uvicorn(uvicorn.Server):
     """uvicorn without its own signal handling: ``main`` owns the signals."""
 
@@ -260,7 +267,9 @@ async def serve(args: argparse.Namespace, engine_key: str, stop: asyncio.Event) 
                 host=host or "127.0.0.1",
                 port=int(port),
                 loop="uvloop",
-                http="httptools",
+                # gatewayd's own protocol (uvicorn's httptools with the connection
+                # bounds); the per-address bound is lifted: the load is one address.
+                http=_bench_protocol(),
                 workers=1,
                 lifespan="off",
                 access_log=False,

@@ -101,6 +101,13 @@ def reset(transport) -> None:
     transport.abort()
 
 
+def reset_socket(sock: socket.socket) -> None:
+    """``reset`` for a socket no transport was made for."""
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RESET)
+    sock.close()
+
+
 class ConnectionBudget:
     """Client connections open in the whole process, against one bound."""
 
@@ -149,19 +156,24 @@ class PortGuard:
     def admit(self, transport) -> str | None:
         """The client's key when this connection may stay; otherwise it is reset, and None."""
         key = client_key(transport.get_extra_info("peername"))
-        budget = self.budget
-        if budget.open >= budget.max_total:
-            reason = "total"
-        else:
-            held = self.per_address.get(key, 0)
-            if held < self.max_per_address:
-                self.per_address[key] = held + 1
-                self.open += 1
-                budget.open += 1
-                return key
-            reason = "per_address"
+        reason = self.take(key)
+        if reason is None:
+            return key
         reset(transport)
         self.count(reason, key)
+        return None
+
+    def take(self, key: str) -> str | None:
+        """Count one more connection of ``key``; None if it may stay, else the bound it is past."""
+        budget = self.budget
+        if budget.open >= budget.max_total:
+            return "total"
+        held = self.per_address.get(key, 0)
+        if held >= self.max_per_address:
+            return "per_address"
+        self.per_address[key] = held + 1
+        self.open += 1
+        budget.open += 1
         return None
 
     def release(self, key: str) -> None:

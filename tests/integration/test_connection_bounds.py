@@ -28,6 +28,8 @@ import pytest
 from llmgw.config import dump_yaml, load_server_config
 from llmgw.fsutil import write_atomic
 from llmgw.paths import Paths
+from llmgw.tls import pki
+from llmgw.tls.tlsconf import client_context
 from tests.e2e.helpers import LLMGW, env_for, init_on_free_ports, llmgw, wait_until
 
 DEADLINE_S = 2.0
@@ -278,3 +280,30 @@ def test_an_agent_port_connection_that_never_finishes_tls_is_closed_and_counted(
         for s in held:
             s.close()
     assert gatewayd.metric("llmgw_connections_refused_total", port="agent", reason="per_address")
+
+
+def test_a_node_with_its_certificate_still_reaches_grpc_through_the_agent_port(gatewayd, tmp_path):
+    # Regression: uvloop reads a connection as soon as it is made, so a handshake
+    # begun after the fact lost the client's first bytes and every agent but the
+    # first was cut (the agents benchmark caught it).
+    paths = Paths.under(gatewayd.home)
+    pair = pki.issue_node_cert(pki.load_cert_key(paths.ca_cert, paths.ca_key), "bounds-node")
+    crt, key = tmp_path / "node.crt", tmp_path / "node.key"
+    crt.write_bytes(pair.cert_pem)
+    key.write_bytes(pair.key_pem)
+    ctx = client_context(paths.ca_cert, crt, key)
+    ctx.set_alpn_protocols(["h2"])
+    for _ in range(5):
+        with (
+            socket.create_connection(("127.0.0.1", gatewayd.agent), timeout=CLOSE_BOUND_S) as raw,
+            ctx.wrap_socket(raw, server_hostname="localhost") as tls,
+        ):
+            assert tls.selected_alpn_protocol() == "h2"
+            # HTTP/2's preface and an empty SETTINGS frame: grpclib answers with its own.
+            tls.sendall(
+                b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+            )
+            frame = b""
+            while len(frame) < 9:
+                frame += tls.recv(9 - len(frame))
+            assert frame[3] == 0x4  # SETTINGS
