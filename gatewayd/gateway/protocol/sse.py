@@ -17,6 +17,8 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
+from gatewayd.gateway.protocol.conform_stream import Make, StreamConformer
+
 
 class _Counts(Protocol):
     prompt_tokens: int
@@ -110,10 +112,10 @@ class UsageTap:
         sent_at: float,
         fix: Callable[[dict, str], dict] | None = None,
         model: str = "",
+        make: Make | None = None,
     ) -> None:
         self._outcome = outcome
-        self._fix = fix
-        self._model = model
+        self._fix = StreamConformer(fix, model, make) if fix is not None else None
         self._drop_usage = drop_usage
         self._sent_at = sent_at
         self._buf = b""
@@ -172,6 +174,11 @@ class UsageTap:
 
     def _fixed(self, frame: bytes) -> bytes | None:
         """The frame in OpenAI's shape, or None when it is not relayed."""
+        if self._first_token:
+            # A plain token chunk like those before it: no usage, nothing to count.
+            fast = self._fix.fast(frame)
+            if fast is not None:
+                return fast
         chunk = frame_json(frame)
         if chunk is None:
             return frame
@@ -180,9 +187,9 @@ class UsageTap:
             return b"data: " + json.dumps(error_chunk(chunk)).encode()
         if not self._seen(chunk):
             return None
-        if self._drop_usage:
-            chunk.pop("usage", None)
-        return b"data: " + json.dumps(self._fix(chunk, self._model)).encode()
+        if self._drop_usage and chunk.get("usage") is not None:
+            chunk.pop("usage")
+        return self._fix.slow(frame, chunk)
 
     def _keep(self, frame: bytes) -> bool:
         if self._first_token and (b'"usage"' not in frame or _null_usage_only(frame)):

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import aiohttp
 
 from gatewayd.gateway.protocol import conform, messages, validate
+from gatewayd.gateway.protocol.conform_stream import Make
 from gatewayd.gateway.protocol.errors import ApiError, engine_error
 from gatewayd.gateway.protocol.sse import UsageTap, usage_into
 from gatewayd.gateway.routing import fanout
@@ -49,6 +50,9 @@ CONNECT_TIMEOUT_S = 5.0
 RETRY_AFTER_NO_REPLICA_S = 10
 # Paths whose streams carry usage when asked (stream_options.include_usage).
 USAGE_STREAMS = ("/v1/chat/completions", "/v1/completions")
+# What is learnt of engines' chunks (conform_stream.Make), per replica, path and
+# client model name; forgotten all at once past this many (replicas come and go).
+MAKES_MAX = 4096
 # Paths whose prompt or input may be token ids of the model's vocabulary.
 TOKEN_PATHS = ("/v1/completions", "/v1/embeddings")
 # upstream.UpstreamError is an OSError.
@@ -148,6 +152,7 @@ class Forwarder:
         }
         self._http: aiohttp.ClientSession | None = None
         self._local = HttpClient(f"Bearer {engine_key}", connect_timeout_s=CONNECT_TIMEOUT_S)
+        self._makes: dict[tuple[str, str, str], Make] = {}
 
     async def start(self) -> None:
         self._http = aiohttp.ClientSession(
@@ -396,6 +401,15 @@ class Forwarder:
             who="the outside provider" if target.external else "the engine",
         )
 
+    def _make(self, target: Target, path: str, model: str) -> Make:
+        key = (target.replica_id, path, model)
+        make = self._makes.get(key)
+        if make is None:
+            if len(self._makes) >= MAKES_MAX:
+                self._makes.clear()
+            make = self._makes[key] = Make()
+        return make
+
     def _judge(self, target: Target, resp: Response) -> bool:
         """Tell the target's breaker how it answered; False if it failed (pass it over)."""
         status = resp.status
@@ -466,6 +480,7 @@ class Forwarder:
                 sent_at=started,
                 fix=conform.CHUNK.get(bodies.path),
                 model=model,
+                make=self._make(target, bodies.path, model),
             )
             async for piece in stream:
                 out = tap.feed(piece)

@@ -9,6 +9,7 @@ import jsonschema_rs
 import pytest
 
 from gatewayd.gateway.protocol import conform
+from gatewayd.gateway.protocol.conform_stream import StreamConformer
 from gatewayd.gateway.protocol.errors import engine_error
 from gatewayd.gateway.protocol.sse import UsageTap
 from gatewayd.gateway.routing.forward import Outcome
@@ -265,3 +266,53 @@ def test_an_engines_error_becomes_the_gateways_in_openais_shape(
     assert schema_errors(sent, "ErrorResponse") == []
     words = json.loads(body)["error"]["message"] if body.startswith(b'{"error"') else None
     assert words is None or words in err.message
+
+
+def token_frame(text: str, *, model: str = SERVED, usage_null: bool = False) -> bytes:
+    chunk = {
+        "choices": [{"finish_reason": None, "index": 0, "delta": {"content": text}}],
+        "created": 1,
+        "id": "chatcmpl-n",
+        "model": model,
+        "object": "chat.completion.chunk",
+    }
+    if usage_null:
+        chunk["usage"] = None
+    return b"data: " + json.dumps(chunk, separators=(",", ":")).encode()
+
+
+@pytest.mark.parametrize("usage_null", [False, True])
+def test_once_a_token_chunk_needed_only_its_name_the_next_are_fixed_in_their_bytes(usage_null):
+    # Parsing every chunk of every stream cost half again the gateway's CPU per stream.
+    conformer = StreamConformer(conform.chunk, "m")
+    first = token_frame("a", usage_null=usage_null)
+    assert conformer.fast(first) is None  # nothing learnt yet
+    conformer.slow(first, json.loads(first.removeprefix(b"data: ")))
+    fast = conformer.fast(token_frame('b "quoted"', usage_null=usage_null))
+    assert fast is not None
+    chunk = json.loads(fast.removeprefix(b"data: "))
+    assert chunk == conform.chunk(
+        json.loads(token_frame('b "quoted"').removeprefix(b"data: ")), "m"
+    )
+    assert schema_errors(chunk, "CreateChatCompletionStreamResponse") == []
+
+
+def test_chunks_unlike_the_learnt_ones_are_parsed():
+    conformer = StreamConformer(conform.chunk, "m")
+    first = token_frame("a")
+    conformer.slow(first, json.loads(first.removeprefix(b"data: ")))
+    finish = first.replace(b'"finish_reason":null', b'"finish_reason":"length"')
+    assert conformer.fast(finish) is None
+    assert conformer.fast(token_frame("a", model="other")) is None
+    assert conformer.fast(first.replace(b'"content"', b'"tool_calls":[],"content"')) is None
+    assert conformer.fast(first[:-1] + b',"usage":{"prompt_tokens":1}}') is None
+
+
+def test_an_engine_whose_chunks_need_more_than_the_name_is_parsed_throughout():
+    conformer = StreamConformer(conform.chunk, "m")
+    # No finish_reason at all: conforming adds it, so no chunk may skip the parse.
+    frame = token_frame("a").replace(b'"finish_reason":null,', b"")
+    for _ in range(6):
+        out = conformer.slow(frame, json.loads(frame.removeprefix(b"data: ")))
+        assert json.loads(out.removeprefix(b"data: "))["choices"][0]["finish_reason"] is None
+        assert conformer.fast(frame) is None
