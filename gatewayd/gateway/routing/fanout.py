@@ -6,7 +6,8 @@ as do outside providers; llama.cpp's server takes ``n`` only up to its slots
 1 <= value <= 1"). For those, the gateway sends the request n times with
 ``n: 1`` — each retried and relayed like any other — and merges the answers:
 choices indexed 0..n-1, usage summed (each request was processed and is
-metered as such). A stream merges as it comes: each sub-stream's chunks are
+metered as such); with several prompts (completions), prompt p's choice c is
+index p * n + c, as OpenAI numbers them. A stream merges as it comes: each sub-stream's chunks are
 relayed with their choice's index, the response started once, the usage
 chunk (when asked for) and ``[DONE]`` sent once at the end.
 """
@@ -97,8 +98,14 @@ class Merge:
         chunk.update(self._head)
         for choice in choices:
             if isinstance(choice, dict):
-                choice["index"] = index
+                choice["index"] = self._index(choice, index)
         return b"data: " + json.dumps(chunk).encode() + b"\n\n"
+
+    def _index(self, choice: dict, sub: int) -> int:
+        # A completions request of several prompts answers a choice per prompt;
+        # OpenAI numbers prompt p's choice c as p * n + c.
+        prompt = choice.get("index")
+        return (prompt if type(prompt) is int else 0) * self.n + sub
 
     async def finish(self, usage: dict, clock_header) -> None:
         """The merged answer (a whole one), or the end of the merged stream."""
@@ -117,8 +124,9 @@ class Merge:
         for index, answer, _ in answers:
             for choice in (answer or {}).get("choices") or ():
                 if isinstance(choice, dict):
-                    choice["index"] = index
+                    choice["index"] = self._index(choice, index)
                     choices.append(choice)
+        choices.sort(key=lambda c: c["index"])
         merged = {**base, "choices": choices, "usage": usage}
         data = json.dumps(merged).encode()
         await self._send(

@@ -11,6 +11,7 @@ from aiohttp import web
 
 from agentd.sim.server import SimConfig, serve
 from gatewayd.gateway.protocol.errors import ApiError
+from gatewayd.gateway.routing import fanout
 from gatewayd.gateway.routing.count_tokens import TokenCounter
 from gatewayd.gateway.routing.forward import Clock, Forwarder
 from gatewayd.gateway.routing.router import Router, Target
@@ -193,3 +194,26 @@ async def test_an_engine_failing_is_tried_on_the_next_replica_and_a_502_when_all
     assert err.value.status == 502 and err.value.code == "upstream_error"
     assert "out of memory" in err.value.message and "tried 2 replicas" in err.value.message
     assert failing.seen == ["chat", "chat", "chat"]
+
+
+async def test_several_prompts_fanned_out_are_numbered_as_openai_numbers_them():
+    # Prompt p's choice c is index p * n + c: two prompts, n=2, two sub-requests.
+    sent = Sent()
+    merge = fanout.Merge(2, sent, stream=False, include_usage=False)
+    for sub in (0, 1):
+        answer = {
+            "id": "cmpl-1",
+            "object": "text_completion",
+            "choices": [{"index": p, "text": f"prompt {p} choice {sub}"} for p in (0, 1)],
+        }
+        send = merge.send_for(sub)
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": json.dumps(answer).encode()})
+    await merge.finish({"prompt_tokens": 4}, lambda: (b"x-llmgw-overhead-ms", b"0"))
+    choices = sent.json()["choices"]
+    assert [(c["index"], c["text"]) for c in choices] == [
+        (0, "prompt 0 choice 0"),
+        (1, "prompt 0 choice 1"),
+        (2, "prompt 1 choice 0"),
+        (3, "prompt 1 choice 1"),
+    ]
