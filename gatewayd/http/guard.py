@@ -120,7 +120,8 @@ class ConnectionBudget:
         limit = open_files_limit()
         total = total_within(cfg.max_total, limit)
         if total < cfg.max_total:
-            log.warning(
+            # Info, not a warning: at the default 10,000 it is what most machines need.
+            log.info(
                 "connections.max_total %d lowered to %d: the open-files limit is %d "
                 "(raise it with ulimit -n or LimitNOFILE= to allow more)",
                 cfg.max_total,
@@ -146,9 +147,10 @@ class PortGuard:
         self.per_address: dict[str, int] = {}
         self.open = 0
         self.refused: dict[str, int] = dict.fromkeys(REASONS, 0)
-        self._counters = {}
+        # Series made when first counted, as the gateway's other metrics: none sit at zero.
+        self._metrics = metrics
+        self._counters: dict = {}
         if metrics is not None:
-            self._counters = {r: metrics.connections_refused.labels(port, r) for r in REASONS}
             metrics.connections_open.labels(port).set_function(lambda: self.open)
         self._logged_at = 0.0
         self._unlogged = 0
@@ -187,6 +189,10 @@ class PortGuard:
         """A connection refused or closed late, counted; logged once a minute at most."""
         self.refused[reason] += 1
         counter = self._counters.get(reason)
+        if counter is None and self._metrics is not None:
+            counter = self._counters[reason] = self._metrics.connections_refused.labels(
+                self.port, reason
+            )
         if counter is not None:
             counter.inc()
         self._unlogged += 1

@@ -24,6 +24,7 @@ import selectors
 import socket
 import sys
 import time
+from pathlib import Path
 
 # The start of a request, never finished: no blank line ends its headers.
 HALF_REQUEST = b"POST /v1/chat/completions HTTP/1.1\r\nHost: gateway\r\nContent-Type: app"
@@ -33,10 +34,19 @@ _OUT_OF = {errno.EMFILE, errno.ENFILE, errno.EADDRNOTAVAIL, errno.EADDRINUSE, er
 
 
 def _raise_limit() -> int:
+    """The soft open-files limit raised to the hard one, as far as one source address has ports."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    # Where the limit is larger (root in CI may have a million), the ports one
+    # source address may use to one server port bound the holder first.
+    try:
+        ports = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text()
+        low, high = map(int, ports.split())
+    except (OSError, ValueError):
+        low, high = 32768, 60999
+    return min(soft, high - low - 1000)
 
 
 class Holder:
@@ -155,7 +165,7 @@ def main() -> None:
     stop_at = time.monotonic() + args.max_s
     while not holder.told and time.monotonic() < stop_at:
         holder.fill()
-        if not announced and holder.attempts >= holder.budget:
+        if not announced and (holder.attempts >= holder.budget or holder.out_of_fds):
             print(json.dumps({"holding": holder.in_use(), **holder.summary()}), flush=True)
             announced = True
         holder.step(0.05)

@@ -168,7 +168,8 @@ def test_a_client_holding_its_whole_fd_budget_of_half_sent_requests_holds_nothin
     try:
         holding = json.loads(holder.stdout.readline())
         # It used its whole open-files budget (~20,000 here) against the port.
-        assert holding["attempts"] >= holding["budget"] > 1000, holding
+        assert holding["budget"] > 1000, holding
+        assert holding["attempts"] >= holding["budget"] or holding["out_of_fds"], holding
         # Meanwhile, from another address: a real request is answered, /health is 200.
         assert _ask(gatewayd)
         assert httpx.get(f"http://127.0.0.1:{gatewayd.http}/health").status_code == 200
