@@ -19,6 +19,8 @@ MAX_CHOICES = 2
 # Inputs an embeddings request (or prompts a completions request) may carry:
 # the description allows 2,048, which a CPU engine takes many seconds over.
 MAX_INPUTS = 8
+# Token ids a prompt of ids may hold (its prefill is what a CPU takes long over).
+MAX_PROMPT_TOKENS = 256
 
 
 # Operations whose body names a model; each gets the model under test.
@@ -42,7 +44,13 @@ def before_call(ctx, case, **kwargs):
         value = body.get(name)
         if type(value) is int:
             body[name] = max(1, min(value, MAX_ANSWER_TOKENS))
-    if path in ("/chat/completions", "/completions") and "max_tokens" not in body:
+    # A null max_tokens is as good as none: llama.cpp then writes until its
+    # context is full, a minute and more on CPUs, while every other request waits.
+    if (
+        path in ("/chat/completions", "/completions")
+        and body.get("max_tokens") is None
+        and body.get("max_completion_tokens") is None
+    ):
         body["max_tokens"] = MAX_ANSWER_TOKENS
     if path == "/responses" and type(body.get("max_output_tokens")) is not int:
         body["max_output_tokens"] = MAX_ANSWER_TOKENS
@@ -57,6 +65,11 @@ def before_call(ctx, case, **kwargs):
         value = body.get(name)
         if isinstance(value, list) and value and not isinstance(value[0], int):
             del value[MAX_INPUTS:]
+            for item in value:
+                if isinstance(item, list):
+                    del item[MAX_PROMPT_TOKENS:]
+        elif isinstance(value, list):
+            del value[MAX_PROMPT_TOKENS:]
     # The description's embedding is a list of floats only, though OpenAI's API
     # (and llama.cpp's, and the gateway, which passes it on) answer
     # encoding_format "base64" with a string — what the openai SDK asks for.
