@@ -53,11 +53,14 @@ SCREENS = [
         ["New level", "New key", "Revoke", "Rotate", "Limits", "Rename", "Remove level"],
     ),
     ("u", "Usage by", ["Period", "Group by"]),
+    # No batch yet: its cancel key has nothing to act on and is not shown.
+    ("b", "Batches:", []),
     ("o", "Live from", []),
 ]
 # The screens' keys are on the header's tabs (TABS); the palette's on the tab line too.
 SHELL_KEYS = ["Quit"]
-TABS = "o Overview  n Nodes  m Models  p Replicas  k Keys  u Usage"
+# Each whole; in 80 columns they stand one space apart instead of two (tabs_markup).
+TABS = ("o Overview", "n Nodes", "m Models", "p Replicas", "k Keys", "u Usage", "b Batches")
 PALETTE = "^p commands"
 
 # Keys the footer does not show, by (terminal width or None for any, screen): none
@@ -178,7 +181,7 @@ def test_every_screen_comes_up_in_a_real_terminal_with_its_title_and_keys(cluste
             text = pane.wait_for(marker)
             # The header: the cluster's name and state, and every tab whole.
             assert text.splitlines()[0].lstrip().startswith("llmgw"), text
-            assert TABS in text, text
+            assert all(tab in text.splitlines()[1] for tab in TABS), text
             assert PALETTE in text, text
             # The footer follows the status line by a frame or two (its keys are
             # refreshed once the rows are in): look until it shows what it should.
