@@ -1024,6 +1024,11 @@ class ModelFacts(betterproto2.Message):
 
     kv_bytes_per_element: "int" = betterproto2.field(15, betterproto2.TYPE_INT32)
 
+    vocab_size: "int" = betterproto2.field(16, betterproto2.TYPE_INT32)
+    """
+    Tokens in the vocabulary (0: not known): token ids past it are refused.
+    """
+
 
 default_message_pool.register_message("llmgw.v1", "ModelFacts", ModelFacts)
 
