@@ -111,7 +111,8 @@ class KeysScreen(Screen[None]):
         Binding("t", "rotate", "Rotate"),
         Binding("l", "limits", "Limits"),
         Binding("e", "rename", "Rename"),
-        Binding("k", "retention", "Keep responses"),
+        # Off the footer (80 columns hold no more); in the palette and the level pane.
+        Binding("s", "retention", "Retention", show=False),
         Binding("d,delete", "remove", "Remove level"),
     ]
 
