@@ -187,9 +187,13 @@ class Router:
         return [first, *ordered] if first is not None else ordered
 
     def _queue_key(self, t: Target) -> tuple:
+        # What this gateway has in flight on the replica first: it is live, where the
+        # engine's scraped queue is up to a scrape old, and ordering by it alone sent
+        # every request of a second to the replica that had looked idle (a batch then
+        # ran at one replica's rate). The scraped queue breaks ties.
         st = self._stats(t.replica_id)
         waiting = st.waiting if st is not None else 0.0
-        return (waiting, self.in_flight.get(t.replica_id, 0))
+        return (self.in_flight.get(t.replica_id, 0), waiting)
 
     def _kv_key(self, t: Target) -> tuple:
         st = self._stats(t.replica_id)

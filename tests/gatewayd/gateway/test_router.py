@@ -127,6 +127,17 @@ def test_batch_takes_the_shortest_queue_and_long_context_the_most_free_kv_cache(
     assert ids(r.candidates("m", profile="long-context")) == ["m-a", "m-c", "m-b"]
 
 
+def test_batch_counts_what_the_gateway_sent_before_the_scraped_queue_which_is_older():
+    # The scrape says m-b is idle, but this gateway has since sent it three
+    # requests: the next goes to a replica with fewer of ours in flight.
+    stats = {"m-a": EngineStats(waiting=1), "m-b": EngineStats(waiting=0)}
+    r = router((A, B), stats=stats)
+    for _ in range(3):
+        r.begin(B)
+    r.begin(A)
+    assert ids(r.candidates("m", profile="batch")) == ["m-a", "m-b"]
+
+
 def test_equal_replicas_share_the_traffic():
     import random
 
