@@ -44,10 +44,4 @@ def _room(server, model: str) -> int | None:
     capacity = server._capacity(model)
     if capacity <= 0:
         return None
-    # BandPools keeps one Admission per model; one not made yet has had no request.
-    held = server.gateway.bands._pools.get(model)
-    if held is None:
-        return capacity
-    admission = held[1]
-    waiting = sum(admission.depth(band) for band in server.gateway.bands.band_names)
-    return capacity - admission.in_flight_total - waiting
+    return capacity - server.gateway.bands.held(model)

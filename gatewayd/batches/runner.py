@@ -276,7 +276,7 @@ class BatchRunner:
             rec = self._keys.get(key_id)
         except KeyRefused:
             return None, f"the API key {key_id} this batch was created with is gone"
-        info = self._keys._by_hash.get(rec.secret_sha256)  # KeyCache has no lookup by id
+        info = self._keys.info_of(rec.secret_sha256)
         refusal = info.refusal(_now()) if info is not None else "this API key is unknown"
         if info is None or refusal:
             return None, (

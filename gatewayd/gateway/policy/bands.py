@@ -90,6 +90,14 @@ class BandPools:
                 self._pools[model] = (capacity, admission)
         return admission.enter(band)
 
+    def held(self, model: str) -> int:
+        """Requests of ``model`` in flight or waiting, every band together."""
+        pool = self._pools.get(model)
+        if pool is None:
+            return 0
+        admission = pool[1]
+        return admission.in_flight_total + sum(admission.depth(b) for b in self.band_names)
+
     def depth(self, band: str) -> int:
         """Requests of ``band`` waiting, every model together."""
         return sum(a.depth(band) for _, a in self._pools.values())

@@ -124,6 +124,10 @@ class KeyCache:
             except Exception:
                 log.exception("refreshing the API keys failed; the last ones stay in force")
 
+    def info_of(self, secret_sha256: str) -> KeyInfo | None:
+        """A key by the hash of its secret (what a batch keeps of the key that made it)."""
+        return self._by_hash.get(secret_sha256)
+
     def lookup(self, secret: str) -> KeyInfo | None:
         info = self._by_hash.get(secret_hash(secret))
         if info is not None:
