@@ -238,8 +238,13 @@ class Agent:
                 await stream.send_message(
                     AgentMessage(register=self.register_message(self.inventory))
                 )
+                # Known from here, so a stop while the reply is on its way still ends the
+                # stream politely (the control plane may already show the node ready).
+                self._stream = stream
                 first = await asyncio.wait_for(stream.recv_message(), REGISTERED_TIMEOUT_S)
                 if first is None or first.registered is None:
+                    if self._stream is stream:
+                        self._stream = None
                     return
                 self.heartbeat_interval_s = max(first.registered.heartbeat_interval_ms, 100) / 1000
                 self.connected_to = addr
@@ -248,7 +253,6 @@ class Agent:
                     self._bandwidth_task = asyncio.create_task(
                         self._measure_bandwidth(), name="mem-bandwidth"
                     )
-                self._stream = stream
                 log.info(
                     "registered with %s as %s (heartbeat every %.1f s)",
                     addr,

@@ -12,6 +12,7 @@ stops only once the replacement is ready.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import secrets
 from datetime import timedelta
@@ -193,10 +194,12 @@ class Reconciler:
 
     async def _run(self) -> None:
         while True:
-            try:
-                await asyncio.wait_for(self._kick.wait(), TICK_S)
-            except TimeoutError:
-                pass
+            # asyncio.timeout, not wait_for: Python 3.11's wait_for returns the result when
+            # the kick comes as the task is cancelled, and the cancel is lost (gatewayd's
+            # stop then waited on this loop for ever).
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(TICK_S):
+                    await self._kick.wait()
             self._kick.clear()
             try:
                 await self.reconcile_once()
