@@ -100,6 +100,20 @@ def test_the_document_describes_every_endpoint_with_its_errors_and_headers():
         ("/v1/openapi.json", "get"),
         ("/v1/messages/count_tokens", "post"),
         *((p, "post") for p in POSTS),
+        # The stateful parts: the Responses API, files and batches.
+        ("/v1/responses", "post"),
+        ("/v1/responses/{response_id}", "get"),
+        ("/v1/responses/{response_id}", "delete"),
+        ("/v1/responses/{response_id}/input_items", "get"),
+        ("/v1/files", "post"),
+        ("/v1/files", "get"),
+        ("/v1/files/{file_id}", "get"),
+        ("/v1/files/{file_id}", "delete"),
+        ("/v1/files/{file_id}/content", "get"),
+        ("/v1/batches", "post"),
+        ("/v1/batches", "get"),
+        ("/v1/batches/{batch_id}", "get"),
+        ("/v1/batches/{batch_id}/cancel", "post"),
     }
     assert len({op["operationId"] for op in ops.values()}) == len(ops)
     assert ops["/v1/openapi.json", "get"]["security"] == []

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from functools import cache
 
+from gatewayd.gateway.protocol import openapi_stateful
 from gatewayd.gateway.protocol.openapi_schemas import _ref, _schemas
 from gatewayd.gateway.routing.router import PROFILES
 from llmgw import __version__
@@ -123,6 +124,7 @@ def document() -> dict:
                     },
                 }
             },
+            **openapi_stateful.paths(_json, _errors, _PARAMETERS),
             "/v1/openapi.json": {
                 "get": {
                     "operationId": "getOpenApi",
@@ -175,7 +177,7 @@ def document() -> dict:
                     "schema": {"type": "string", "pattern": "^[0-9]+$"},
                 },
             },
-            "schemas": _schemas(),
+            "schemas": {**_schemas(), **openapi_stateful.schemas()},
         },
     }
 
