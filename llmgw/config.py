@@ -331,6 +331,10 @@ class BatchesConfig(_Strict):
     max_in_flight: Annotated[int, Field(ge=1)] = 64
     # Requests one batch may hold.
     max_requests: Annotated[int, Field(ge=1)] = 50_000
+    # Free slots a batch leaves to clients' requests yet to come, in standard
+    # deviations of their number in flight (gatewayd/batches/headroom.py):
+    # 0 gives a batch every slot clients do not hold this instant.
+    headroom_sigmas: Annotated[float, Field(ge=0, le=10)] = 3.0
 
 
 class ServerConfig(_Strict):

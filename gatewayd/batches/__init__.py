@@ -13,6 +13,7 @@ from gatewayd.batches.batches_api import BatchesApi
 from gatewayd.batches.book import BatchBook
 from gatewayd.batches.files_api import FilesApi
 from gatewayd.batches.filestore import FileStore
+from gatewayd.batches.headroom import Headroom
 from gatewayd.batches.runner import BatchRunner
 
 # Under the data dir: one file per id (uploads, and batches' output and error files).
@@ -25,6 +26,9 @@ def mount(server) -> None:
     files = FileStore(server.paths.server_data_dir / FILES_DIR)
     server.gateway.add_route("/v1/files", FilesApi(server.store, files, server.cfg.files).handle)
     server.gateway.add_route("/v1/batches", BatchesApi(book).handle)
+    server.batch_headroom = Headroom(
+        server.cfg.batches.headroom_sigmas, server.gateway.clients_in_flight
+    )
     runner = server.batch_runner = BatchRunner(
         book,
         files,
@@ -44,4 +48,4 @@ def _room(server, model: str) -> int | None:
     capacity = server._capacity(model)
     if capacity <= 0:
         return None
-    return capacity - server.gateway.bands.held(model)
+    return capacity - server.gateway.bands.held(model) - server.batch_headroom.margin(model)

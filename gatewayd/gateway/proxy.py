@@ -137,6 +137,7 @@ class Gateway:
         self.bands = bands if bands is not None else BandPools(AdmissionConfig(), lambda _m: 0)
         # Rows written in batches, off the hot path.
         self._usage = usage
+        self._clients: dict[str, int] = {}
         self._routes: list[tuple[str, Callable[[Call], Awaitable[None]]]] = []
         self.add_route(
             count_tokens.PATH, count_tokens.TokenCounter(router, self._forwarder.post, known)
@@ -147,6 +148,10 @@ class Gateway:
 
     async def close(self) -> None:
         await self._forwarder.close()
+
+    def clients_in_flight(self, model: str) -> int:
+        """Clients' requests of ``model`` in flight or waiting in a band (batches' not counted)."""
+        return self._clients.get(model, 0)
 
     # ---- routes -----------------------------------------------------------
 
@@ -318,6 +323,10 @@ class Gateway:
         session = _session(call.scope, request)
         outcome = None
         band = call.band or self.bands.band_of(key.band)
+        # Clients' requests in flight per model, apart from batches': what a batch leaves room for.
+        client = not req.batch_id
+        if client:
+            self._clients[model] = self._clients.get(model, 0) + 1
         try:
             async with self.bands.enter(model, band):
                 outcome = req.outcome = await self._forwarder.forward(
@@ -339,6 +348,8 @@ class Gateway:
                 retry_after_s=e.retry_after_s,
             ) from None
         finally:
+            if client:
+                self._clients[model] -= 1
             # A request that failed before an answer gives its estimate back.
             ticket.settle(outcome.total_tokens if outcome else 0)
         cost = cost_micros(
