@@ -1,4 +1,5 @@
-"""Objects checked against OpenAI's published API description (../shared/reference/openai-openapi.yaml)."""
+"""Objects checked against OpenAI's published API description (the part llmgw serves:
+tests/fixtures/openai/openapi.json, written by scripts/openai_spec.py)."""
 
 from __future__ import annotations
 
@@ -7,18 +8,13 @@ import json
 from pathlib import Path
 
 import jsonschema_rs
-import yaml
 
-DESCRIPTION = Path(__file__).resolve().parents[3].parent / "shared/reference/openai-openapi.yaml"
+DESCRIPTION = Path(__file__).resolve().parents[2] / "fixtures/openai/openapi.json"
 
 
 @functools.cache
 def _components() -> dict:
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    with DESCRIPTION.open(encoding="utf-8") as f:
-        document = yaml.load(f, Loader=loader)
-    # YAML reads some examples as dates; JSON Schema knows only JSON's types.
-    return json.loads(json.dumps(document["components"], default=str))
+    return json.loads(DESCRIPTION.read_text(encoding="utf-8"))["components"]
 
 
 @functools.cache
