@@ -18,8 +18,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.starter_up import starter_gateway  # noqa: F401  (the fixture)
-
 # OpenAI's description, the part llmgw serves (scripts/openai_spec.py writes it).
 DESCRIPTION = Path(__file__).resolve().parents[1] / "fixtures/openai/openapi.json"
 # The operations llmgw serves in OpenAI's shape. (Stored responses, GET and
@@ -36,7 +34,7 @@ MAX_TIME_S = 120
 
 # The run, and the starter's start when this test is the first to ask for it.
 @pytest.mark.timeout(MAX_TIME_S + 360)
-def test_the_gateway_answers_as_openais_description_says(starter_gateway, tmp_path):  # noqa: F811
+def test_the_gateway_answers_as_openais_description_says(starter_gateway, tmp_path):
     starter = starter_gateway
     st = Path(sys.executable).with_name("st")
     env = {

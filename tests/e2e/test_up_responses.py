@@ -13,8 +13,6 @@ import json
 import openai
 import pytest
 
-from tests.e2e.starter_up import starter_gateway  # noqa: F401  (the fixture)
-
 WEATHER = {
     "type": "function",
     "name": "get_weather",
@@ -37,7 +35,7 @@ def _project_key(starter, path: str, retention: str) -> str:
     return starter.ctl_json("keys", "create", "--project", path)["secret"]
 
 
-def test_a_string_input_gets_a_response_the_sdk_reads(starter_gateway):  # noqa: F811
+def test_a_string_input_gets_a_response_the_sdk_reads(starter_gateway):
     starter = starter_gateway
     with _client(starter) as client:
         response = client.responses.create(
@@ -54,7 +52,7 @@ def test_a_string_input_gets_a_response_the_sdk_reads(starter_gateway):  # noqa:
     assert response.usage.input_tokens > 0 and response.usage.output_tokens > 0
 
 
-def test_item_input_with_a_function_call_and_its_output_is_answered(starter_gateway):  # noqa: F811
+def test_item_input_with_a_function_call_and_its_output_is_answered(starter_gateway):
     starter = starter_gateway
     with _client(starter) as client:
         response = client.responses.create(
@@ -77,7 +75,7 @@ def test_item_input_with_a_function_call_and_its_output_is_answered(starter_gate
     assert response.tools[0].name == "get_weather"
 
 
-def test_a_json_schema_text_format_answers_json_of_that_schema(starter_gateway):  # noqa: F811
+def test_a_json_schema_text_format_answers_json_of_that_schema(starter_gateway):
     starter = starter_gateway
     # Values from a list keep the answer short whatever the small model makes of it:
     # llama.cpp's grammar bounds the whitespace between tokens, an enum bounds the rest.
@@ -104,7 +102,7 @@ def test_a_json_schema_text_format_answers_json_of_that_schema(starter_gateway):
     assert response.text.format.type == "json_schema"
 
 
-def test_a_stream_comes_as_events_the_sdk_parses_in_openais_order(starter_gateway):  # noqa: F811
+def test_a_stream_comes_as_events_the_sdk_parses_in_openais_order(starter_gateway):
     starter = starter_gateway
     with _client(starter) as client:
         events = list(
@@ -144,7 +142,7 @@ def test_a_stream_comes_as_events_the_sdk_parses_in_openais_order(starter_gatewa
     assert texts and texts[-1] == helped[-1].response.output_text
 
 
-def test_without_retention_stored_responses_are_refused_naming_the_setting(starter_gateway):  # noqa: F811
+def test_without_retention_stored_responses_are_refused_naming_the_setting(starter_gateway):
     starter = starter_gateway
     with _client(starter) as client:
         for ask in (
@@ -160,7 +158,7 @@ def test_without_retention_stored_responses_are_refused_naming_the_setting(start
             assert "llmgw ctl project retention local/default/default" in refused.value.message
 
 
-def test_with_retention_a_conversation_continues_and_is_read_back_and_deleted(starter_gateway):  # noqa: F811
+def test_with_retention_a_conversation_continues_and_is_read_back_and_deleted(starter_gateway):
     starter = starter_gateway
     key = _project_key(starter, "Resp/e2e/kept", "1h")
     other = _project_key(starter, "Resp/e2e/other", "1h")

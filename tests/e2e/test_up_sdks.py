@@ -11,7 +11,6 @@ import openai
 import pytest
 
 from tests.e2e.helpers import init_on_free_ports, llmgw, start, wait_until
-from tests.e2e.starter_up import starter_gateway  # noqa: F401  (the fixture)
 from tests.e2e.test_up import _ready_replica
 
 
@@ -105,7 +104,7 @@ def test_the_official_sdks_get_answers_from_the_starter_model(up):
     assert {g["group"]["project"] for g in groups} == {"local/default/default"}
 
 
-def test_the_sdks_retrieve_the_model_get_two_choices_and_count_tokens(starter_gateway):  # noqa: F811
+def test_the_sdks_retrieve_the_model_get_two_choices_and_count_tokens(starter_gateway):
     # Each of these was a 404 or a 400 from llama.cpp before (issue 12).
     starter = starter_gateway
     client = openai.OpenAI(
@@ -146,7 +145,7 @@ def test_the_sdks_retrieve_the_model_get_two_choices_and_count_tokens(starter_ga
     assert counted.input_tokens == two.usage.prompt_tokens // 2
 
 
-def test_input_the_engine_cannot_take_is_a_400_naming_the_field(starter_gateway):  # noqa: F811
+def test_input_the_engine_cannot_take_is_a_400_naming_the_field(starter_gateway):
     starter = starter_gateway
     client = openai.OpenAI(
         base_url=starter.base_url, api_key=starter.key, max_retries=0, timeout=120
