@@ -121,6 +121,7 @@ def start_cluster(workdir: Path, args) -> Cluster:
         ),
     ]
     cfg.batches.max_in_flight = args.batch_in_flight
+    cfg.batches.headroom_sigmas = args.headroom_sigmas
     write_atomic(paths.server_yaml, dump_yaml(cfg))
     log = (workdir / "up.log").open("wb")
     up = subprocess.Popen(
@@ -533,6 +534,9 @@ def main() -> int:
         help="the bulk band's saturation ceiling: batch requests wait above this share of slots",
     )
     parser.add_argument("--batch-in-flight", type=int, default=64, help="batches.max_in_flight")
+    parser.add_argument(
+        "--headroom-sigmas", type=float, default=3.0, help="batches.headroom_sigmas (0: none)"
+    )
     parser.add_argument("--batch-timeout-s", type=float, default=1800.0)
     parser.add_argument("--json", type=Path, help="write the report here too")
     parser.add_argument("--quiet", action="store_true")

@@ -18,11 +18,12 @@ import time
 from collections.abc import Callable
 
 # Seconds over which the clients' mean in flight is followed: long enough to
-# carry a rate across a burst's gap, short enough to give slots back to a
-# batch within seconds of the clients stopping.
-TAU_S = 5.0
-# Below this mean the clients are gone: no margin kept.
-GONE = 0.05
+# carry a rate across the gaps between its requests, short enough to give the
+# slots back to a batch within seconds of the clients stopping (from 10 in
+# flight to GONE in about 6 s).
+TAU_S = 2.0
+# Below this mean a client's request rarely meets another: no margin kept.
+GONE = 0.5
 
 
 class Headroom:
