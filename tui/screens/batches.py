@@ -39,7 +39,7 @@ from llmgw.present.batchfmt import (
 )
 from proto.llmgw.v1 import BatchView, ListBatchesReply
 from tui.screens.batched import LiveRows, selected_key, show_text
-from tui.screens.common import AdminFailed, describe, show_worker_error
+from tui.screens.common import AdminFailed, Refused, describe, show_worker_error
 from tui.screens.key_dialogs import Confirm
 from tui.screens.shell import KeyFooter, ShellHeader
 
@@ -66,12 +66,8 @@ class BatchCancelled(Message):
         self.view = view
 
 
-class CancelRefused(Message):
+class CancelRefused(Refused):
     """gatewayd refused the cancel (the batch is gone or has finished), or was not reached."""
-
-    def __init__(self, error: LlmgwError) -> None:
-        super().__init__()
-        self.error = error
 
 
 class BatchesScreen(Screen[None]):

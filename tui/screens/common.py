@@ -37,6 +37,15 @@ class AdminFailed(Message):
         self.retry_in_s = retry_in_s
 
 
+class Refused(Message):
+    """gatewayd refused a change the screen asked for, or could not be asked; each screen
+    names its own kind (``class CancelRefused(Refused)``) so its handler is its own."""
+
+    def __init__(self, error: LlmgwError) -> None:
+        super().__init__()
+        self.error = error
+
+
 def describe(error: LlmgwError, retry_in_s: float | None = None) -> str:
     """An admin error as one status line: what happened, what to do, and what happens next."""
     text = error.message

@@ -44,7 +44,7 @@ from llmgw.present.keyfmt import (
     tenant_line,
 )
 from proto.llmgw.v1 import KeyView, TenantView
-from tui.screens.common import AdminFailed, describe, show_worker_error
+from tui.screens.common import AdminFailed, Refused, describe, show_worker_error
 from tui.screens.key_dialogs import (
     Confirm,
     KeyDialog,
@@ -93,12 +93,8 @@ class KeyMade(Message):
         self.view = view
 
 
-class ActionRefused(Message):
+class ActionRefused(Refused):
     """gatewayd refused a change, or could not be asked."""
-
-    def __init__(self, error: LlmgwError) -> None:
-        super().__init__()
-        self.error = error
 
 
 class KeysScreen(Screen[None]):

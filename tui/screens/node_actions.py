@@ -23,6 +23,7 @@ from llmgw.admin_client import AdminClient
 from llmgw.errors import LlmgwError
 from proto.llmgw.v1 import NodeView, RemoveNodeReply
 from tui.screens.add_node import AddNodeDialog
+from tui.screens.common import Refused
 from tui.screens.key_dialogs import Confirm
 from tui.screens.label_dialog import LabelChange, LabelDialog
 from tui.screens.node_pane import replicas_on
@@ -37,12 +38,8 @@ class NodeActed(Message):
         self.text = text
 
 
-class NodeActionFailed(Message):
+class NodeActionFailed(Refused):
     """An action was refused or failed: the error says what to do."""
-
-    def __init__(self, error: LlmgwError) -> None:
-        super().__init__()
-        self.error = error
 
 
 class NodeRemoved(Message):

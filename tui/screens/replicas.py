@@ -49,7 +49,7 @@ from proto.llmgw.v1 import ListReplicasReply, ReplicaView, RestartReplicaReply, 
 from tui.screens.bars import bar
 from tui.screens.batched import DrawLater, Flag, LiveRows, selected_key, show_text
 from tui.screens.cluster_feed import ClusterRead
-from tui.screens.common import AdminFailed, describe, show_worker_error
+from tui.screens.common import AdminFailed, Refused, describe, show_worker_error
 from tui.screens.key_dialogs import Confirm
 from tui.screens.shell import KeyFooter, ShellHeader
 
@@ -104,12 +104,8 @@ class ReplicaRestarted(Message):
         self.reply = reply
 
 
-class RestartFailed(Message):
+class RestartFailed(Refused):
     """The restart was refused or failed: the error says what to do."""
-
-    def __init__(self, error: LlmgwError) -> None:
-        super().__init__()
-        self.error = error
 
 
 def restart_question(view: ReplicaView) -> str:

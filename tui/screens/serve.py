@@ -33,7 +33,7 @@ from llmgw.present.modelfmt import (
     serve_spec,
 )
 from proto.llmgw.v1 import ModelSpec, ModelView, PlanModelRequest, PlanReply
-from tui.screens.common import describe, show_worker_error
+from tui.screens.common import Refused, describe, show_worker_error
 from tui.screens.shell import KeyFooter
 
 SOURCE_HINT = "/models/x.gguf · file:///… · https://…/x.gguf · hf:org/repo[@rev]:file"
@@ -55,12 +55,8 @@ class Served(Message):
         self.view = view
 
 
-class ServeRefused(Message):
+class ServeRefused(Refused):
     """Planning or serving was refused, or gatewayd could not be asked."""
-
-    def __init__(self, error: LlmgwError) -> None:
-        super().__init__()
-        self.error = error
 
 
 def whole_number(text: str, field: str, *, default: int) -> int:
