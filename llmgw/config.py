@@ -21,6 +21,7 @@ from pydantic import (
 )
 
 from llmgw.errors import ConfigError
+from llmgw.mirror.config import MirrorsConfig
 from llmgw.paths import Paths
 
 DEFAULT_AGENT_PORT = 7070
@@ -353,6 +354,8 @@ class ServerConfig(_Strict):
     connections: ConnectionsConfig = ConnectionsConfig()
     files: FilesConfig = FilesConfig()
     batches: BatchesConfig = BatchesConfig()
+    # The cluster's model mirrors (llmgw mirror serve), tried in order.
+    mirror: MirrorsConfig = MirrorsConfig()
     # The Hugging Face hub (or a mirror laid out like it) hf: sources are
     # pinned and planned from: config.json and safetensors headers, never weights.
     hub_url: str = HF_HUB_URL

@@ -49,6 +49,20 @@ class Paths:
         return self.secrets_dir / "admin-token"
 
     @property
+    def mirror_read_token_file(self) -> Path:
+        """The token the cluster's mirrors take for reads (agents, node add, peers)."""
+        return self.secrets_dir / "mirror-read-token"
+
+    @property
+    def mirror_yaml(self) -> Path:
+        return self.config_dir / "mirror.yaml"
+
+    @property
+    def mirror_data_dir(self) -> Path:
+        """A mirror's blobs and snapshots: /var/lib/llmgw-mirror."""
+        return self.server_data_dir.parent / "llmgw-mirror"
+
+    @property
     def ca_cert(self) -> Path:
         return self.pki_dir / "ca.crt"
 

@@ -204,6 +204,9 @@ class Model(_Strict):
     context_length: Annotated[int, Field(ge=0)] = 0
     slots: Annotated[int, Field(ge=1, le=1024)] = 1
     allow_pickle: bool = False
+    # With mirrors configured, an hf: model is pinned, planned and fetched
+    # through them only; this lets it reach the internet's hub when none holds it.
+    allow_internet: bool = False
     labels: dict[str, str] = Field(default_factory=dict)
     # What a request to it costs; free when left out.
     price: Price = Field(default_factory=Price)

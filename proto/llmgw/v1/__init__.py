@@ -44,6 +44,8 @@ __all__ = (
     "ListEnginesRequest",
     "ListKeysReply",
     "ListKeysRequest",
+    "ListMirrorsReply",
+    "ListMirrorsRequest",
     "ListModelsReply",
     "ListModelsRequest",
     "ListNodesReply",
@@ -52,6 +54,22 @@ __all__ = (
     "ListReplicasRequest",
     "ListTenantsReply",
     "ListTenantsRequest",
+    "MirrorAddRequest",
+    "MirrorDuReply",
+    "MirrorDuRequest",
+    "MirrorFileView",
+    "MirrorPeerRequest",
+    "MirrorPeerView",
+    "MirrorPeersReply",
+    "MirrorPeersRequest",
+    "MirrorProgress",
+    "MirrorPullView",
+    "MirrorRemoveReply",
+    "MirrorRemoveRequest",
+    "MirrorRepoRequest",
+    "MirrorRepoView",
+    "MirrorRevisionView",
+    "MirrorView",
     "ModelFacts",
     "ModelPrice",
     "ModelProfile",
@@ -724,6 +742,14 @@ class InstallEngine(betterproto2.Message):
 
     python: "str" = betterproto2.field(10, betterproto2.TYPE_STRING)
 
+    mirror_urls: "list[str]" = betterproto2.field(11, betterproto2.TYPE_STRING, repeated=True)
+    """
+    Mirrors holding the archive by its sha256 (GET <mirror>/blobs/sha256/<sha256>),
+    tried in order before url, and the read token they take.
+    """
+
+    mirror_token: "str" = betterproto2.field(12, betterproto2.TYPE_STRING)
+
 
 default_message_pool.register_message("llmgw.v1", "InstallEngine", InstallEngine)
 
@@ -921,6 +947,33 @@ default_message_pool.register_message("llmgw.v1", "ListKeysRequest", ListKeysReq
 
 
 @dataclass(eq=False, repr=False)
+class ListMirrorsReply(betterproto2.Message):
+    mirrors: "list[MirrorView]" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, repeated=True)
+
+    served_by: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    What the first mirror that answered holds, and what it is pulling.
+    """
+
+    revisions: "list[MirrorRevisionView]" = betterproto2.field(
+        3, betterproto2.TYPE_MESSAGE, repeated=True
+    )
+
+    pulls: "list[MirrorPullView]" = betterproto2.field(4, betterproto2.TYPE_MESSAGE, repeated=True)
+
+
+default_message_pool.register_message("llmgw.v1", "ListMirrorsReply", ListMirrorsReply)
+
+
+@dataclass(eq=False, repr=False)
+class ListMirrorsRequest(betterproto2.Message):
+    pass
+
+
+default_message_pool.register_message("llmgw.v1", "ListMirrorsRequest", ListMirrorsRequest)
+
+
+@dataclass(eq=False, repr=False)
 class ListModelsReply(betterproto2.Message):
     models: "list[ModelView]" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, repeated=True)
 
@@ -990,6 +1043,367 @@ class ListTenantsRequest(betterproto2.Message):
 
 
 default_message_pool.register_message("llmgw.v1", "ListTenantsRequest", ListTenantsRequest)
+
+
+@dataclass(eq=False, repr=False)
+class MirrorAddRequest(betterproto2.Message):
+    source: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    hf:org/name[@revision], or a path on the control plane's machine (with as_repo,
+    or with kind "wheel"/"engine"), or an https:// URL of an engine archive.
+    """
+
+    include: "list[str]" = betterproto2.field(2, betterproto2.TYPE_STRING, repeated=True)
+    """
+    Only the files matching one of these globs (and always config files); none: all.
+    """
+
+    as_repo: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    The org/name a local file or folder is kept under.
+    """
+
+    allow_pickle: "bool" = betterproto2.field(4, betterproto2.TYPE_BOOL)
+
+    kind: "str" = betterproto2.field(5, betterproto2.TYPE_STRING)
+    """
+    "" or "model", "wheel" (a .whl file or a folder of them), "engine" (an archive).
+    """
+
+    sha256: "str" = betterproto2.field(6, betterproto2.TYPE_STRING)
+    """
+    An engine archive's pinned sha256 (required for kind "engine").
+    """
+
+    detach: "bool" = betterproto2.field(7, betterproto2.TYPE_BOOL)
+    """
+    Start it and answer at once, without following it to the end.
+    """
+
+
+default_message_pool.register_message("llmgw.v1", "MirrorAddRequest", MirrorAddRequest)
+
+
+@dataclass(eq=False, repr=False)
+class MirrorDuReply(betterproto2.Message):
+    served_by: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    used_bytes: "int" = betterproto2.field(2, betterproto2.TYPE_INT64)
+
+    max_bytes: "int" = betterproto2.field(3, betterproto2.TYPE_INT64)
+
+    free_disk_bytes: "int" = betterproto2.field(4, betterproto2.TYPE_INT64)
+
+    unreferenced_bytes: "int" = betterproto2.field(5, betterproto2.TYPE_INT64)
+    """
+    Blobs no revision refers to any more (collected at the next removal or start).
+    """
+
+    revisions: "list[MirrorRevisionView]" = betterproto2.field(
+        6, betterproto2.TYPE_MESSAGE, repeated=True
+    )
+    """
+    Largest first.
+    """
+
+
+default_message_pool.register_message("llmgw.v1", "MirrorDuReply", MirrorDuReply)
+
+
+@dataclass(eq=False, repr=False)
+class MirrorDuRequest(betterproto2.Message):
+    pass
+
+
+default_message_pool.register_message("llmgw.v1", "MirrorDuRequest", MirrorDuRequest)
+
+
+@dataclass(eq=False, repr=False)
+class MirrorFileView(betterproto2.Message):
+    path: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    size_bytes: "int" = betterproto2.field(2, betterproto2.TYPE_INT64)
+
+    sha256: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+
+    lfs: "bool" = betterproto2.field(4, betterproto2.TYPE_BOOL)
+
+    pickle: "bool" = betterproto2.field(5, betterproto2.TYPE_BOOL)
+
+
+default_message_pool.register_message("llmgw.v1", "MirrorFileView", MirrorFileView)
+
+
+@dataclass(eq=False, repr=False)
+class MirrorPeerRequest(betterproto2.Message):
+    url: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+
+default_message_pool.register_message("llmgw.v1", "MirrorPeerRequest", MirrorPeerRequest)
+
+
+@dataclass(eq=False, repr=False)
+class MirrorPeersReply(betterproto2.Message):
+    served_by: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    peers: "list[MirrorPeerView]" = betterproto2.field(2, betterproto2.TYPE_MESSAGE, repeated=True)
+
+
+default_message_pool.register_message("llmgw.v1", "MirrorPeersReply", MirrorPeersReply)
+
+
+@dataclass(eq=False, repr=False)
+class MirrorPeersRequest(betterproto2.Message):
+    pass
+
+
+default_message_pool.register_message("llmgw.v1", "MirrorPeersRequest", MirrorPeersRequest)
+
+
+@dataclass(eq=False, repr=False)
+class MirrorPeerView(betterproto2.Message):
+    """
+    A peer of the mirror that answered: kept in step with it both ways.
+    """
+
+    url: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    state: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    "in_step", "behind", "syncing", "down" or "unknown".
+    """
+
+    lag_s: "float" = betterproto2.field(3, betterproto2.TYPE_DOUBLE)
+    """
+    Seconds since everything the peer held was last known here; -1: never.
+    """
+
+    behind: "int" = betterproto2.field(4, betterproto2.TYPE_INT32)
+    """
+    Revisions and removals on the peer not yet taken here.
+    """
+
+    last_sync_at: "str" = betterproto2.field(5, betterproto2.TYPE_STRING)
+
+    reason: "str" = betterproto2.field(6, betterproto2.TYPE_STRING)
+
+
+default_message_pool.register_message("llmgw.v1", "MirrorPeerView", MirrorPeerView)
+
+
+@dataclass(eq=False, repr=False)
+class MirrorProgress(betterproto2.Message):
+    pull: "MirrorPullView | None" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, optional=True)
+
+    revision: "MirrorRevisionView | None" = betterproto2.field(
+        2, betterproto2.TYPE_MESSAGE, optional=True
+    )
+    """
+    Set on the last message of a pull that finished: what is now held.
+    """
+
+
+default_message_pool.register_message("llmgw.v1", "MirrorProgress", MirrorProgress)
+
+
+@dataclass(eq=False, repr=False)
+class MirrorPullView(betterproto2.Message):
+    """
+    A pull or an upload under way, or just finished.
+    """
+
+    pull_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    source: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+
+    repo: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+
+    commit: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+
+    state: "str" = betterproto2.field(5, betterproto2.TYPE_STRING)
+    """
+    "queued", "resolving", "fetching", "done" or "failed".
+    """
+
+    file: "str" = betterproto2.field(6, betterproto2.TYPE_STRING)
+
+    bytes_done: "int" = betterproto2.field(7, betterproto2.TYPE_INT64)
+
+    bytes_total: "int" = betterproto2.field(8, betterproto2.TYPE_INT64)
+
+    rate_bytes_s: "float" = betterproto2.field(9, betterproto2.TYPE_DOUBLE)
+
+    eta_s: "float" = betterproto2.field(10, betterproto2.TYPE_DOUBLE)
+    """
+    Seconds left at the current rate; 0 when unknown.
+    """
+
+    files_done: "int" = betterproto2.field(11, betterproto2.TYPE_INT32)
+
+    files_total: "int" = betterproto2.field(12, betterproto2.TYPE_INT32)
+
+    error: "str" = betterproto2.field(13, betterproto2.TYPE_STRING)
+    """
+    Why it failed, in plain words.
+    """
+
+    started_at: "str" = betterproto2.field(14, betterproto2.TYPE_STRING)
+
+
+default_message_pool.register_message("llmgw.v1", "MirrorPullView", MirrorPullView)
+
+
+@dataclass(eq=False, repr=False)
+class MirrorRemoveReply(betterproto2.Message):
+    removed: "list[MirrorRevisionView]" = betterproto2.field(
+        1, betterproto2.TYPE_MESSAGE, repeated=True
+    )
+
+    freed_bytes: "int" = betterproto2.field(2, betterproto2.TYPE_INT64)
+
+
+default_message_pool.register_message("llmgw.v1", "MirrorRemoveReply", MirrorRemoveReply)
+
+
+@dataclass(eq=False, repr=False)
+class MirrorRemoveRequest(betterproto2.Message):
+    repo: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    org/name, or a wheel's or engine archive's file name.
+    """
+
+    revision: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    "" for every revision of it; a commit or a ref for one.
+    """
+
+
+default_message_pool.register_message("llmgw.v1", "MirrorRemoveRequest", MirrorRemoveRequest)
+
+
+@dataclass(eq=False, repr=False)
+class MirrorRepoRequest(betterproto2.Message):
+    repo: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    org/name (a model), or a wheel's or engine archive's file name.
+    """
+
+    revision: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    "" for every revision; a commit, branch or tag for one.
+    """
+
+
+default_message_pool.register_message("llmgw.v1", "MirrorRepoRequest", MirrorRepoRequest)
+
+
+@dataclass(eq=False, repr=False)
+class MirrorRepoView(betterproto2.Message):
+    repo: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    served_by: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+
+    revisions: "list[MirrorRevisionView]" = betterproto2.field(
+        3, betterproto2.TYPE_MESSAGE, repeated=True
+    )
+
+    files: "list[MirrorFileView]" = betterproto2.field(4, betterproto2.TYPE_MESSAGE, repeated=True)
+    """
+    The files of the newest revision asked.
+    """
+
+
+default_message_pool.register_message("llmgw.v1", "MirrorRepoView", MirrorRepoView)
+
+
+@dataclass(eq=False, repr=False)
+class MirrorRevisionView(betterproto2.Message):
+    """
+    One held thing: a model repository at one commit, or a file (a wheel, an engine archive).
+    """
+
+    kind: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    "model", "wheel" or "engine".
+    """
+
+    repo: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    org/name for a model; the file name for a wheel or an engine archive.
+    """
+
+    commit: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    The pinned commit (40 hex); a file's sha256.
+    """
+
+    refs: "list[str]" = betterproto2.field(4, betterproto2.TYPE_STRING, repeated=True)
+    """
+    The branches and tags that named this commit when it was added.
+    """
+
+    size_bytes: "int" = betterproto2.field(5, betterproto2.TYPE_INT64)
+
+    files: "int" = betterproto2.field(6, betterproto2.TYPE_INT32)
+
+    added_at: "str" = betterproto2.field(7, betterproto2.TYPE_STRING)
+
+    source: "str" = betterproto2.field(8, betterproto2.TYPE_STRING)
+    """
+    Where it came from: "hf:org/name@main via https://huggingface.co", "upload", "peer URL".
+    """
+
+    has_pickle: "bool" = betterproto2.field(9, betterproto2.TYPE_BOOL)
+    """
+    Some of its files are in a pickle format (added with allow_pickle).
+    """
+
+
+default_message_pool.register_message("llmgw.v1", "MirrorRevisionView", MirrorRevisionView)
+
+
+@dataclass(eq=False, repr=False)
+class MirrorView(betterproto2.Message):
+    """
+    ---- the model mirror ------------------------------------------------------------
+
+    One mirror the control plane knows (server.yaml mirror.urls), as last probed.
+    """
+
+    url: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    state: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    "up", "down" or "unknown" (not probed yet).
+    """
+
+    reason: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    Why it is down, in plain words ("" when up).
+    """
+
+    version: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+
+    mirror_id: "str" = betterproto2.field(5, betterproto2.TYPE_STRING)
+
+    checked_at: "str" = betterproto2.field(6, betterproto2.TYPE_STRING)
+    """
+    When it was last asked (RFC 3339).
+    """
+
+    used_bytes: "int" = betterproto2.field(7, betterproto2.TYPE_INT64)
+
+    max_bytes: "int" = betterproto2.field(8, betterproto2.TYPE_INT64)
+    """
+    Its quota; 0: none.
+    """
+
+    free_disk_bytes: "int" = betterproto2.field(9, betterproto2.TYPE_INT64)
+
+    revisions: "int" = betterproto2.field(10, betterproto2.TYPE_INT32)
+
+
+default_message_pool.register_message("llmgw.v1", "MirrorView", MirrorView)
 
 
 @dataclass(eq=False, repr=False)
@@ -1800,6 +2214,11 @@ class StatusReply(betterproto2.Message):
 
     errors_total: "int" = betterproto2.field(13, betterproto2.TYPE_INT64)
 
+    mirrors: "list[MirrorView]" = betterproto2.field(14, betterproto2.TYPE_MESSAGE, repeated=True)
+    """
+    The cluster's model mirrors, in the order they are tried.
+    """
+
 
 default_message_pool.register_message("llmgw.v1", "StatusReply", StatusReply)
 
@@ -2081,6 +2500,20 @@ class WeightsSource(betterproto2.Message):
     mirror_url: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
     """
     Where hf: and https: files are fetched from instead, when set (a mirror).
+    """
+
+    mirror_urls: "list[str]" = betterproto2.field(5, betterproto2.TYPE_STRING, repeated=True)
+    """
+    The cluster's mirrors, tried in order for hf: sources (a file cut short on
+    one is resumed on the next at the byte it reached), and the read token
+    they take as "Authorization: Bearer".
+    """
+
+    mirror_token: "str" = betterproto2.field(6, betterproto2.TYPE_STRING)
+
+    allow_internet: "bool" = betterproto2.field(7, betterproto2.TYPE_BOOL)
+    """
+    The model may reach the internet's hub when no mirror holds its files.
     """
 
 
@@ -2786,6 +3219,163 @@ class AdminServiceStub(betterproto2_grpclib.ServiceStub):
         ):
             yield response
 
+    async def list_mirrors(
+        self,
+        message: "ListMirrorsRequest | None" = None,
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "ListMirrorsReply":
+        """
+        The model mirror (llmgw ctl mirror …); each call goes to the first mirror that answers.
+        """
+
+        if message is None:
+            message = ListMirrorsRequest()
+
+        return await self._unary_unary(
+            "/llmgw.v1.AdminService/ListMirrors",
+            message,
+            ListMirrorsReply,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def show_mirror_repo(
+        self,
+        message: "MirrorRepoRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "MirrorRepoView":
+
+        return await self._unary_unary(
+            "/llmgw.v1.AdminService/ShowMirrorRepo",
+            message,
+            MirrorRepoView,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def add_to_mirror(
+        self,
+        message: "MirrorAddRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "AsyncIterator[MirrorProgress]":
+
+        async for response in self._unary_stream(
+            "/llmgw.v1.AdminService/AddToMirror",
+            message,
+            MirrorProgress,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        ):
+            yield response
+
+    async def remove_from_mirror(
+        self,
+        message: "MirrorRemoveRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "MirrorRemoveReply":
+
+        return await self._unary_unary(
+            "/llmgw.v1.AdminService/RemoveFromMirror",
+            message,
+            MirrorRemoveReply,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def mirror_disk_usage(
+        self,
+        message: "MirrorDuRequest | None" = None,
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "MirrorDuReply":
+
+        if message is None:
+            message = MirrorDuRequest()
+
+        return await self._unary_unary(
+            "/llmgw.v1.AdminService/MirrorDiskUsage",
+            message,
+            MirrorDuReply,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def list_mirror_peers(
+        self,
+        message: "MirrorPeersRequest | None" = None,
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "MirrorPeersReply":
+
+        if message is None:
+            message = MirrorPeersRequest()
+
+        return await self._unary_unary(
+            "/llmgw.v1.AdminService/ListMirrorPeers",
+            message,
+            MirrorPeersReply,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def add_mirror_peer(
+        self,
+        message: "MirrorPeerRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "MirrorPeersReply":
+
+        return await self._unary_unary(
+            "/llmgw.v1.AdminService/AddMirrorPeer",
+            message,
+            MirrorPeersReply,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def remove_mirror_peer(
+        self,
+        message: "MirrorPeerRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "MirrorPeersReply":
+
+        return await self._unary_unary(
+            "/llmgw.v1.AdminService/RemoveMirrorPeer",
+            message,
+            MirrorPeersReply,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
 
 class AgentServiceStub(betterproto2_grpclib.ServiceStub):
     async def connect(
@@ -2963,6 +3553,42 @@ class AdminServiceBase(betterproto2_grpclib.ServiceBase):
 
         raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
         yield WatchEvent()
+
+    async def list_mirrors(self, message: "ListMirrorsRequest") -> "ListMirrorsReply":
+        """
+        The model mirror (llmgw ctl mirror …); each call goes to the first mirror that answers.
+        """
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def show_mirror_repo(self, message: "MirrorRepoRequest") -> "MirrorRepoView":
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def add_to_mirror(self, message: "MirrorAddRequest") -> "AsyncIterator[MirrorProgress]":
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+        yield MirrorProgress()
+
+    async def remove_from_mirror(self, message: "MirrorRemoveRequest") -> "MirrorRemoveReply":
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def mirror_disk_usage(self, message: "MirrorDuRequest") -> "MirrorDuReply":
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def list_mirror_peers(self, message: "MirrorPeersRequest") -> "MirrorPeersReply":
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def add_mirror_peer(self, message: "MirrorPeerRequest") -> "MirrorPeersReply":
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def remove_mirror_peer(self, message: "MirrorPeerRequest") -> "MirrorPeersReply":
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
 
     async def __rpc_status(
         self, stream: "grpclib.server.Stream[StatusRequest, StatusReply]"
@@ -3270,6 +3896,73 @@ class AdminServiceBase(betterproto2_grpclib.ServiceBase):
             request,
         )
 
+    async def __rpc_list_mirrors(
+        self, stream: "grpclib.server.Stream[ListMirrorsRequest, ListMirrorsReply]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.list_mirrors(request)
+        await stream.send_message(response)
+
+    async def __rpc_show_mirror_repo(
+        self, stream: "grpclib.server.Stream[MirrorRepoRequest, MirrorRepoView]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.show_mirror_repo(request)
+        await stream.send_message(response)
+
+    async def __rpc_add_to_mirror(
+        self, stream: "grpclib.server.Stream[MirrorAddRequest, MirrorProgress]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        await self._call_rpc_handler_server_stream(
+            self.add_to_mirror,
+            stream,
+            request,
+        )
+
+    async def __rpc_remove_from_mirror(
+        self, stream: "grpclib.server.Stream[MirrorRemoveRequest, MirrorRemoveReply]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.remove_from_mirror(request)
+        await stream.send_message(response)
+
+    async def __rpc_mirror_disk_usage(
+        self, stream: "grpclib.server.Stream[MirrorDuRequest, MirrorDuReply]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.mirror_disk_usage(request)
+        await stream.send_message(response)
+
+    async def __rpc_list_mirror_peers(
+        self, stream: "grpclib.server.Stream[MirrorPeersRequest, MirrorPeersReply]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.list_mirror_peers(request)
+        await stream.send_message(response)
+
+    async def __rpc_add_mirror_peer(
+        self, stream: "grpclib.server.Stream[MirrorPeerRequest, MirrorPeersReply]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.add_mirror_peer(request)
+        await stream.send_message(response)
+
+    async def __rpc_remove_mirror_peer(
+        self, stream: "grpclib.server.Stream[MirrorPeerRequest, MirrorPeersReply]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.remove_mirror_peer(request)
+        await stream.send_message(response)
+
     def __mapping__(self) -> "dict[str, grpclib.const.Handler]":
         return {
             "/llmgw.v1.AdminService/Status": grpclib.const.Handler(
@@ -3499,6 +4192,54 @@ class AdminServiceBase(betterproto2_grpclib.ServiceBase):
                 grpclib.const.Cardinality.UNARY_STREAM,
                 WatchRequest,
                 WatchEvent,
+            ),
+            "/llmgw.v1.AdminService/ListMirrors": grpclib.const.Handler(
+                self.__rpc_list_mirrors,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                ListMirrorsRequest,
+                ListMirrorsReply,
+            ),
+            "/llmgw.v1.AdminService/ShowMirrorRepo": grpclib.const.Handler(
+                self.__rpc_show_mirror_repo,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                MirrorRepoRequest,
+                MirrorRepoView,
+            ),
+            "/llmgw.v1.AdminService/AddToMirror": grpclib.const.Handler(
+                self.__rpc_add_to_mirror,
+                grpclib.const.Cardinality.UNARY_STREAM,
+                MirrorAddRequest,
+                MirrorProgress,
+            ),
+            "/llmgw.v1.AdminService/RemoveFromMirror": grpclib.const.Handler(
+                self.__rpc_remove_from_mirror,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                MirrorRemoveRequest,
+                MirrorRemoveReply,
+            ),
+            "/llmgw.v1.AdminService/MirrorDiskUsage": grpclib.const.Handler(
+                self.__rpc_mirror_disk_usage,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                MirrorDuRequest,
+                MirrorDuReply,
+            ),
+            "/llmgw.v1.AdminService/ListMirrorPeers": grpclib.const.Handler(
+                self.__rpc_list_mirror_peers,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                MirrorPeersRequest,
+                MirrorPeersReply,
+            ),
+            "/llmgw.v1.AdminService/AddMirrorPeer": grpclib.const.Handler(
+                self.__rpc_add_mirror_peer,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                MirrorPeerRequest,
+                MirrorPeersReply,
+            ),
+            "/llmgw.v1.AdminService/RemoveMirrorPeer": grpclib.const.Handler(
+                self.__rpc_remove_mirror_peer,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                MirrorPeerRequest,
+                MirrorPeersReply,
             ),
         }
 
