@@ -24,6 +24,9 @@ KINDS = ("model", "wheel", "engine")
 class NameRefused(LlmgwError):
     """A name that is not allowed to become a path."""
 
+    # wire.ErrorDetail.code
+    code = "invalid"
+
 
 def plain(part: str) -> bool:
     """One path element: letters, digits, ``._+-``, not starting with a dot; never ``..``."""
