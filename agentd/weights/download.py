@@ -16,7 +16,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -24,6 +24,7 @@ from typing import BinaryIO
 import httpx
 
 from agentd.weights.errors import ChecksumMismatch, DownloadFailed, redact
+from agentd.weights.sources import DOWN, LACKS, OTHER, REFUSED, Failure, Origin, none_gave
 from llmgw.fsutil import write_atomic
 
 log = logging.getLogger(__name__)
@@ -69,7 +70,7 @@ def partial_path(dest: Path) -> Path:
 
 
 class Downloader:
-    """Fetches URLs into files with resume, retries and checks."""
+    """Fetches URLs into files with resume, retries, failover between origins, and checks."""
 
     def __init__(
         self,
@@ -78,32 +79,45 @@ class Downloader:
         retries: int = RETRIES,
         retry_backoff_s: float = RETRY_BACKOFF_S,
         progress_every_s: float = PROGRESS_EVERY_S,
+        timeout_s: float = CONNECT_READ_TIMEOUT_S,
     ) -> None:
         self._client = client
         self.retries = retries
         self.retry_backoff_s = retry_backoff_s
         self.progress_every_s = progress_every_s
+        self.timeout_s = timeout_s
 
     async def fetch(
         self,
-        url: str,
+        origins: str | Sequence[Origin],
         dest: Path,
         *,
         source: str,
         expect: Expect = Expect(),
         on_progress: ProgressCallback | None = None,
         fetch_again_on_mismatch: bool = False,
+        on_origin: Callable[[Origin], None] | None = None,
+        on_failed: Callable[[Origin], None] | None = None,
     ) -> tuple[int, str]:
-        """Fetch ``url`` to ``dest``; (size, sha256) once it is in place and as expected.
+        """Fetch ``origins`` (a URL, or the places holding the file, in order) to ``dest``.
 
-        ``source`` names what the bytes are of, so a partial file of another
-        source is never resumed. A download that is not what ``expect`` says is
-        removed; with ``fetch_again_on_mismatch`` it is fetched once more from
-        the first byte before it is refused (a byte flipped on the way).
+        Returns (size, sha256) once it is in place and as expected. ``source``
+        names what the bytes are of, so a partial file of another source is
+        never resumed. A cut, a 5xx or a stall continues from the next origin
+        at the byte reached; an origin answering 404 or 401/403 is passed over
+        for this file. ``on_origin`` hears each origin as the bytes start to
+        come from it, ``on_failed`` each one that failed mid-way. A download
+        that is not what ``expect`` says is removed; with
+        ``fetch_again_on_mismatch`` it is fetched once more from the first
+        byte before it is refused (a byte flipped on the way).
         """
+        order = [Origin.plain(origins)] if isinstance(origins, str) else list(origins)
+        shown = redact(order[0].url) if len(order) == 1 else source
         rounds = 2 if fetch_again_on_mismatch else 1
         for round_ in range(rounds):
-            total, digest = await self._fetch_resuming(url, dest, source, on_progress)
+            total, digest = await self._fetch_resuming(
+                order, dest, source, on_progress, on_origin, on_failed
+            )
             partial = partial_path(dest)
             problem = await self._problem(partial, total, digest, expect)
             if not problem:
@@ -113,11 +127,11 @@ class Downloader:
             partial.unlink(missing_ok=True)
             _meta_path(partial).unlink(missing_ok=True)
             if round_ + 1 < rounds:
-                log.warning("%s: %s; fetching it again", redact(url), problem)
+                log.warning("%s: %s; fetching it again", shown, problem)
                 continue
             again = " (twice)" if rounds > 1 else ""
             raise ChecksumMismatch(
-                f"{redact(url)} {problem}{again}; the download was removed",
+                f"{shown} {problem}{again}; the download was removed",
                 hint="check the source, or correct the model's sha256"
                 if expect.who == "the model pins"
                 else "the hub or a mirror on the way serves damaged bytes; try another mirror",
@@ -136,7 +150,13 @@ class Downloader:
         return ""
 
     async def _fetch_resuming(
-        self, url: str, dest: Path, source: str, on_progress: ProgressCallback | None
+        self,
+        order: list[Origin],
+        dest: Path,
+        source: str,
+        on_progress: ProgressCallback | None,
+        on_origin: Callable[[Origin], None] | None,
+        on_failed: Callable[[Origin], None] | None,
     ) -> tuple[int, str]:
         dest.parent.mkdir(parents=True, exist_ok=True)
         partial = partial_path(dest)
@@ -149,42 +169,74 @@ class Downloader:
             meta = {"source": source}
         state = _Hashing()
         client = self._client or httpx.AsyncClient(
-            follow_redirects=True, timeout=httpx.Timeout(CONNECT_READ_TIMEOUT_S)
+            follow_redirects=True, timeout=httpx.Timeout(self.timeout_s)
         )
+        # Each origin gets the retries a single URL always had; a cut on one
+        # moves on to the next at once, and only a whole round of failures waits.
+        budget = (self.retries + 1) * len(order)
+        failures: dict[int, Failure] = {}
+        passed_over: set[int] = set()
+        i, tries = 0, 0
         try:
-            for attempt in range(self.retries + 1):
+            while True:
+                o = order[i]
+                if on_origin:
+                    on_origin(o)
                 try:
                     total = await self._fetch_once(
-                        client, url, partial, meta, meta_path, state, on_progress
+                        client, o, partial, meta, meta_path, state, on_progress
                     )
                     return total, state.hasher.hexdigest()
+                except _PassOver as e:
+                    passed_over.add(i)
+                    failures[i] = Failure(o.label, e.kind, e.message)
+                    if len(order) == 1:
+                        raise DownloadFailed(e.message, hint=e.hint) from None
                 except (httpx.TransportError, _Cut) as e:
-                    if attempt == self.retries:
+                    tries += 1
+                    failures[i] = Failure(o.label, DOWN, _reason(e))
+                    if len(order) == 1 and tries >= budget:
                         raise DownloadFailed(
-                            f"downloading {redact(url)} failed: {_reason(e)}",
+                            f"downloading {redact(o.url)} failed: {_reason(e)}",
                             hint="check the node's network or the mirror; "
                             "starting the shard again resumes where it stopped",
                         ) from e
-                    log.info("download of %s cut (%s); resuming", redact(url), _reason(e))
-                    await asyncio.sleep(self.retry_backoff_s * (attempt + 1))
+                    if on_failed:
+                        on_failed(o)
+                left = [k for k in range(len(order)) if k not in passed_over]
+                if not left or tries >= budget:
+                    raise none_gave(source, [failures[k] for k in sorted(failures)])
+                nxt = next((k for k in left if k > i), left[0])
+                have = partial.stat().st_size if partial.exists() else 0
+                log.info(
+                    "download of %s from %s stopped (%s); going on from %s at byte %d",
+                    source,
+                    o.label,
+                    failures[i].reason,
+                    order[nxt].label,
+                    have,
+                )
+                if nxt <= i:  # round the list: every origin left failed once more
+                    await asyncio.sleep(self.retry_backoff_s * max(tries // len(left), 1))
+                i = nxt
         finally:
             if self._client is None:
                 await client.aclose()
-        raise AssertionError("unreachable")  # the loop returns or raises
 
     async def _fetch_once(
         self,
         client: httpx.AsyncClient,
-        url: str,
+        origin: Origin,
         partial: Path,
         meta: dict,
         meta_path: Path,
         state: _Hashing,
         on_progress: ProgressCallback | None,
     ) -> int:
-        """Fetch the rest of ``url`` into ``partial``; its whole size once complete."""
+        """Fetch the rest of the file from ``origin`` into ``partial``; its size once complete."""
+        url = origin.url
         have = partial.stat().st_size if partial.exists() else 0
-        headers = {"Accept-Encoding": "identity"}
+        headers = {**origin.headers, "Accept-Encoding": "identity"}
         if have:
             headers["Range"] = f"bytes={have}-"
             # If-Range: the rest only if the file is still the one begun, else all of it.
@@ -201,9 +253,13 @@ class Downloader:
             if resp.status_code >= 500:
                 raise _Cut(f"{redact(url)} answered {resp.status_code} {resp.reason_phrase}")
             if resp.status_code not in (200, 206):
-                raise DownloadFailed(
-                    f"{redact(url)} answered {resp.status_code} {resp.reason_phrase}",
-                    hint=_status_hint(resp.status_code),
+                raise _PassOver.of(resp, origin)
+            if resp.status_code == 206 and _range_start(resp) != have:
+                # Bytes from elsewhere in the file would be spliced in at the wrong place.
+                raise _PassOver(
+                    OTHER,
+                    f"{redact(url)} answered a range other than the bytes from {have}",
+                    "use a server that honours Range requests",
                 )
             if resp.status_code == 200:
                 have = 0  # the server sent it all from the start
@@ -239,6 +295,35 @@ class Downloader:
         if on_progress:
             on_progress(done, total or done)
         return done
+
+
+class _PassOver(Exception):
+    """An origin that will not give this file (404, 401/403, ...): the next one is asked."""
+
+    def __init__(self, kind: str, message: str, hint: str) -> None:
+        super().__init__(message)
+        self.kind, self.message, self.hint = kind, message, hint
+
+    @classmethod
+    def of(cls, resp: httpx.Response, origin: Origin) -> _PassOver:
+        status = resp.status_code
+        said = f"{redact(origin.url)} answered {status} {resp.reason_phrase}"
+        code = resp.headers.get("x-error-code", "")
+        if code:
+            said += f" ({code})"
+        if status in (404, 410):
+            return cls(LACKS, said, _status_hint(status))
+        if status in (401, 403):
+            if origin.headers:
+                return cls(REFUSED, said, "the mirror does not take the node's mirror token")
+            return cls(REFUSED, said, _status_hint(status))
+        return cls(OTHER, said, _status_hint(status))
+
+
+def _range_start(resp: httpx.Response) -> int:
+    """The first byte a 206 carries (Content-Range: bytes 100-999/1000), -1 if unsaid."""
+    first = resp.headers.get("content-range", "").removeprefix("bytes ").partition("-")[0]
+    return int(first) if first.strip().isdigit() else -1
 
 
 def _meta_path(partial: Path) -> Path:

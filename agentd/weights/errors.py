@@ -5,6 +5,7 @@ WeightsError          LlmgwError: weights that could not be fetched or found, or
 ├── UnsafeName        a name from outside that is not one plain path element
 ├── ChecksumMismatch  bytes whose sha256 (or git id, or size) is not the one pinned or listed
 ├── DownloadFailed    a server that refused, or a network that cut, after retries
+├── MirrorsLack       no mirror of the cluster holds an hf: source (and the hub is not allowed)
 └── WeightsMissing    a local source that is not there
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit, urlunsplit
 
-from llmgw.errors import LlmgwError
+from llmgw.errors import ExitCode, LlmgwError
 
 
 class WeightsError(LlmgwError):
@@ -33,6 +34,12 @@ class ChecksumMismatch(WeightsError):
 
 class DownloadFailed(WeightsError):
     """A download that the server refused or the network cut, after retries."""
+
+
+class MirrorsLack(WeightsError):
+    """An hf: source that none of the cluster's mirrors holds, on a model kept off the internet."""
+
+    exit_code = ExitCode.NOT_FOUND
 
 
 class WeightsMissing(WeightsError):

@@ -22,10 +22,9 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import quote
 
 import httpx
 
@@ -48,9 +47,10 @@ from agentd.weights.errors import (
     redact,
 )
 from agentd.weights.repo import RepoFetcher
+from agentd.weights.sources import HfPlaces, Origin, resolve_url
 from llmgw.catalog.model import PICKLE_HINT, Model, ModelSource, is_pickled
 from llmgw.fsutil import sha256_file, share_with_group, write_atomic
-from llmgw.hub import HF_BASE_URL, HubClient
+from llmgw.hub import HF_BASE_URL
 from llmgw.modelplan.formats import NotWeights, check_local_weights
 
 log = logging.getLogger(__name__)
@@ -72,10 +72,7 @@ def hf_url(source: ModelSource, base_url: str = HF_BASE_URL) -> str:
     """The download URL of an hf: file source, on huggingface.co or a mirror laid out like it."""
     for part in [*source.location.split("/"), *source.file.split("/")]:
         check_name(part, "the Hugging Face name part")
-    repo = "/".join(quote(p, safe="") for p in source.location.split("/"))
-    file = "/".join(quote(p, safe="") for p in source.file.split("/"))
-    revision = quote(source.revision or "main", safe="")
-    return f"{base_url.rstrip('/')}/{repo}/resolve/{revision}/{file}"
+    return resolve_url(base_url, source.location, source.revision, source.file)
 
 
 def refuse_pickles(source: ModelSource, allow_pickle: bool) -> None:
@@ -93,8 +90,9 @@ def refuse_pickles(source: ModelSource, allow_pickle: bool) -> None:
 class WeightsFetcher:
     """Fetches and finds model weights in one node's cache directory.
 
-    ``hf_base_url`` is where hf: sources come from (agent.yaml's hub_url);
-    a StartShard's mirror_url replaces it for that shard.
+    ``hf_base_url`` is the hub (agent.yaml's hub_url); a StartShard's
+    mirror_urls come first for its shard, and the hub then only where the
+    model allows the internet (sources.py).
     """
 
     def __init__(
@@ -107,6 +105,7 @@ class WeightsFetcher:
         retry_backoff_s: float = RETRY_BACKOFF_S,
         progress_every_s: float = PROGRESS_EVERY_S,
         share_gid: Callable[[], int | None] | None = None,
+        timeout_s: float = CONNECT_READ_TIMEOUT_S,
     ) -> None:
         self.cache_dir = Path(cache_dir)
         # The engine user's group, asked at each fetch (the user may be made
@@ -123,6 +122,7 @@ class WeightsFetcher:
             retries=retries,
             retry_backoff_s=retry_backoff_s,
             progress_every_s=progress_every_s,
+            timeout_s=timeout_s,
         )
         self.repos = RepoFetcher(self.cache_dir, self._downloader)
         # Two shards of one model on a node share one download.
@@ -148,12 +148,20 @@ class WeightsFetcher:
         sha256: str = "",
         allow_pickle: bool = False,
         mirror_url: str = "",
+        mirror_urls: Sequence[str] = (),
+        mirror_token: str = "",
+        allow_internet: bool = False,
         on_progress: ProgressCallback | None = None,
+        on_origin: Callable[[str], None] | None = None,
     ) -> Weights:
         """The weights of ``model`` from ``source``, ready on this node.
 
-        ``mirror_url`` replaces the hub for hf: sources (a mirror laid out like
-        it). Raises a WeightsError subclass (or a HubError) in plain words.
+        hf: sources come from ``mirror_urls`` in order (with ``mirror_token``
+        as their Bearer token), a file cut on one resumed on the next, and
+        from the hub only with ``allow_internet``; without mirrors from the
+        hub, or the one ``mirror_url`` in its place. ``on_origin`` hears where
+        the bytes come from, in words ("mirror 10.0.0.5:7080"). Raises a
+        WeightsError subclass (or a HubError) in plain words.
         """
         if isinstance(source, str):
             try:
@@ -171,13 +179,21 @@ class WeightsFetcher:
                 # to be reachable even when this model's weights lie elsewhere.
                 await asyncio.to_thread(self._share, self.cache_dir, False)
             return local
+        places = HfPlaces.choose(
+            hub_url=self.hf_base_url,
+            mirror_urls=mirror_urls,
+            mirror_token=mirror_token,
+            allow_internet=allow_internet,
+            mirror_url=mirror_url,
+        )
         if source.is_repo:
-            return await self._repo(source, sha256, allow_pickle, mirror_url, on_progress)
+            return await self._repo(source, sha256, allow_pickle, places, on_progress, on_origin)
         file = check_name(source.file_name, "the file name")
         if source.kind == "hf":
-            url = hf_url(source, mirror_url or self.hf_base_url)
+            hf_url(source)  # its name parts checked
+            origins: list[Origin] = places.origins(source.location, source.revision, source.file)
         else:
-            url = source.location
+            origins = [Origin.plain(source.location)]
         dest = self.cache_dir / model / file
         lock = self._locks.setdefault(dest, asyncio.Lock())
         # Recorded on disk beside the file: a URL's query (tokens live there) is left out.
@@ -185,7 +201,7 @@ class WeightsFetcher:
         async with lock:
             got = self._cached(dest, key, sha256)
             if got is None:
-                got = await self._download(url, dest, key, sha256, on_progress)
+                got = await self._download(origins, dest, key, sha256, on_progress, on_origin)
             await asyncio.to_thread(self._share, dest, False)
             return got
 
@@ -206,24 +222,25 @@ class WeightsFetcher:
         source: ModelSource,
         sha256: str,
         allow_pickle: bool,
-        mirror_url: str,
+        places: HfPlaces,
         on_progress: ProgressCallback | None,
+        on_origin: Callable[[str], None] | None,
     ) -> Weights:
         if sha256:
             raise WeightsError(
                 f"{source} is a whole repository; a sha256 pins one file",
                 hint="remove sha256 from the model: each file is checked against the hub's own",
             )
-        hub = HubClient(
-            mirror_url or self.hf_base_url,
+        path, size, downloaded = await self.repos.ensure(
+            source,
+            places,
+            allow_pickle=allow_pickle,
+            on_progress=on_progress,
+            on_origin=on_origin,
             client=self._client,
             retries=self.retries,
             retry_backoff_s=self.retry_backoff_s,
         )
-        async with hub:
-            path, size, downloaded = await self.repos.ensure(
-                source, hub, allow_pickle=allow_pickle, on_progress=on_progress
-            )
         await asyncio.to_thread(self._share, path, True)
         return Weights(path, size, "", downloaded=downloaded)
 
@@ -301,10 +318,21 @@ class WeightsFetcher:
         return Weights(dest, rec["size"], rec.get("sha256", ""), downloaded=False)
 
     async def _download(
-        self, url: str, dest: Path, source: str, sha256: str, on_progress: ProgressCallback | None
+        self,
+        origins: list[Origin],
+        dest: Path,
+        source: str,
+        sha256: str,
+        on_progress: ProgressCallback | None,
+        on_origin: Callable[[str], None] | None,
     ) -> Weights:
         total, digest = await self._downloader.fetch(
-            url, dest, source=source, expect=Expect(sha256=sha256), on_progress=on_progress
+            origins,
+            dest,
+            source=source,
+            expect=Expect(sha256=sha256),
+            on_progress=on_progress,
+            on_origin=(lambda o: on_origin(o.label)) if on_origin else None,
         )
         write_atomic(
             self._record(dest),

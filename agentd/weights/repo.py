@@ -5,7 +5,9 @@
     <cache>/hf/<org>/<repo>/<commit>/.llmgw-complete.json every file there and checked
 
 Every replica of every model naming that repository at that commit shares the
-directory. Each file is checked against what the hub's tree lists for the
+directory. The commit is listed by the first place (sources.py: a mirror of
+the cluster, or the hub) that holds it, and each file fetched from the places
+in order: one cut on a mirror is finished from the next at the byte reached. Each file is checked against what the hub's tree lists for the
 commit: an LFS file's sha256 (``lfs.oid``, the resolve's X-Linked-Etag), a
 small file's git blob id and size. A file that fails its check is fetched once
 more from its first byte, then refused. A commit is immutable, so once a
@@ -22,14 +24,18 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
+
 from agentd.weights.download import Downloader, Expect, ProgressCallback, read_json
 from agentd.weights.errors import PickleRefused, WeightsError, check_name, check_rel_path
+from agentd.weights.sources import HfPlaces
 from llmgw.catalog.model import PICKLE_HINT, ModelSource, is_pickled
 from llmgw.fsutil import write_atomic
-from llmgw.hub import COMMIT_RE, HubClient, HubEntry
+from llmgw.hub import COMMIT_RE, HubEntry
 
 log = logging.getLogger(__name__)
 
@@ -113,31 +119,48 @@ class RepoFetcher:
     async def ensure(
         self,
         source: ModelSource,
-        hub: HubClient,
+        places: HfPlaces,
         *,
         allow_pickle: bool,
         on_progress: ProgressCallback | None = None,
+        on_origin: Callable[[str], None] | None = None,
+        client: httpx.AsyncClient | None = None,
+        retries: int = 2,
+        retry_backoff_s: float = 0.5,
     ) -> tuple[Path, int, bool]:
-        """(the commit's directory, its bytes, whether anything was downloaded)."""
+        """(the commit's directory, its bytes, whether anything was downloaded).
+
+        The commit is listed by the first place that holds it; each file then
+        comes from the places in order, resumed on the next where one fails.
+        """
         repo = source.location
         for part in repo.split("/"):
             check_name(part, "the Hugging Face name part")
         revision = source.revision or "main"
         commit = revision if COMMIT_RE.fullmatch(revision) else ""
+
+        async def ask(what: str, question):
+            return await places.ask(
+                what, question, client=client, retries=retries, backoff_s=retry_backoff_s
+            )
+
         if commit:
             done = self._complete(self.commit_dir(repo, commit), allow_pickle)
             if done is not None:
                 return done
         else:
             # A source that was never pinned (added before pinning, or by hand).
-            commit = await hub.resolve(repo, revision)
+            commit = await ask(f"hf:{repo}@{revision}", lambda hub: hub.resolve(repo, revision))
         dest = self.commit_dir(repo, commit)
         lock = self._locks.setdefault(dest, asyncio.Lock())
         async with lock:
             done = self._complete(dest, allow_pickle)
             if done is not None:
                 return done
-            return await self._fetch(repo, commit, dest, hub, allow_pickle, on_progress)
+            files = await ask(f"hf:{repo}@{commit}", lambda hub: hub.list_files(repo, commit))
+            return await self._fetch(
+                repo, commit, dest, files, places, allow_pickle, on_progress, on_origin
+            )
 
     def _complete(self, dest: Path, allow_pickle: bool) -> tuple[Path, int, bool] | None:
         """The directory if it was completed and its files are still all there."""
@@ -156,11 +179,13 @@ class RepoFetcher:
         repo: str,
         commit: str,
         dest: Path,
-        hub: HubClient,
+        files: list[HubEntry],
+        places: HfPlaces,
         allow_pickle: bool,
         on_progress: ProgressCallback | None,
+        on_origin: Callable[[str], None] | None,
     ) -> tuple[Path, int, bool]:
-        plan = choose_files(repo, await hub.list_files(repo, commit), allow_pickle)
+        plan = choose_files(repo, files, allow_pickle)
         for f in plan.fetch:
             check_rel_path(f.path, "the file name")
         if plan.skipped:
@@ -186,7 +211,7 @@ class RepoFetcher:
                     on_progress(base + done, total)
 
             await self._downloader.fetch(
-                hub.file_url(repo, commit, f.path),
+                places.origins(repo, commit, f.path),
                 target,
                 source=f"hf:{repo}@{commit}:{f.path}",
                 expect=Expect(
@@ -194,6 +219,8 @@ class RepoFetcher:
                 ),
                 on_progress=progress,
                 fetch_again_on_mismatch=True,
+                on_origin=(lambda o: on_origin(o.label)) if on_origin else None,
+                on_failed=places.demote,
             )
             downloaded = True
             checked[f.path] = want
