@@ -1,0 +1,1 @@
+"""The mirror's HTTP/1.1 server, byte ranges and credentials."""
