@@ -31,6 +31,7 @@ from llmgw.present.keyfmt import money_text, parse_money
 from llmgw.setup import cluster_init, starter
 from llmgw.setup import plan as setup_plan
 from llmgw.setup.cluster_init import InitResult, NodeBundle
+from llmgw.setup.mirror_init import MIRROR_UNIT_NAME, MirrorInit, init_mirror, parse_bytes
 
 STORE_DSN_ENV = "LLMGW_STORE_DSN"
 
@@ -133,6 +134,24 @@ def server_init(
     force_config: Annotated[
         bool, typer.Option("--force-config", help="Write server.yaml again from these flags.")
     ] = False,
+    mirror: Annotated[
+        bool,
+        typer.Option(
+            "--mirror",
+            help="A model mirror on this machine too: mirror.yaml, its read token, "
+            "mirror.urls in server.yaml and a llmgw-mirror.service unit.",
+        ),
+    ] = False,
+    mirror_listen: Annotated[
+        str,
+        typer.Option(
+            "--mirror-listen", help="HOST:PORT the mirror serves on (default 0.0.0.0:7080)."
+        ),
+    ] = "",
+    mirror_max_bytes: Annotated[
+        str,
+        typer.Option("--mirror-max-bytes", help="The mirror's quota: bytes, or 500G, 2T."),
+    ] = "",
     json_output: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Set this machine up as a control plane: CA, server certificate, admin token, server.yaml."""
@@ -164,6 +183,11 @@ def server_init(
         if node_id is not None and node is not True:
             raise UsageError("--node-id is this machine's as a node: give --node too")
         this_node = _node_id_for(node_id)
+        if (mirror_listen or mirror_max_bytes) and not mirror:
+            raise UsageError(
+                "--mirror-listen and --mirror-max-bytes are the mirror's: give --mirror"
+            )
+        mirror_quota = parse_bytes(mirror_max_bytes) if mirror_max_bytes else None
         # Refused before anything is written: a machine too small for what it would serve.
         _refuse_what_will_not_fit(paths, setup, starter_flag, ports)
         _close_admin_token(paths)
@@ -184,6 +208,9 @@ def server_init(
             ),
         )
         agent = _write_node(paths, this_node, result) if node else None
+        mirrored = (
+            init_mirror(paths, listen=mirror_listen, max_bytes=mirror_quota) if mirror else None
+        )
         # Every run: init has just put the token back to 0600, as a secret should be
         # unless server.yaml names a group for it.
         gid = _admin_gid(recorded.admin_group)
@@ -195,10 +222,13 @@ def server_init(
         out = result.model_dump(mode="json")
         out["setup"] = recorded.model_dump(mode="json")
         out["node"] = agent.model_dump(mode="json") if agent else None
+        out["mirror"] = mirrored.model_dump(mode="json") if mirrored else None
         typer.echo(json.dumps(out, indent=2))
     else:
         _print_init(result)
         _print_setup(paths, recorded, agent)
+        if mirrored is not None:
+            _print_mirror(paths, mirrored)
         typer.echo("Start it: llmgw up" if agent else "Start it: llmgw server")
 
 
@@ -258,6 +288,30 @@ def _print_setup(paths: Paths, setup: SetupConfig, agent: "LocalNode | None") ->
     typer.echo(f"  {_setup_words(setup)}")
     if agent is None:
         typer.echo("Issue a node's certificate: llmgw node cert NODE_ID")
+
+
+_MIRROR_WORDS = {
+    "mirror_yaml": "mirror.yaml",
+    "read_token": "mirror read token",
+    "mirror_urls": "mirror.urls",
+    "unit": "mirror service",
+}
+
+
+def _print_mirror(paths: Paths, m: MirrorInit) -> None:
+    for s in m.steps:
+        line = f"  {s.action:<9} {_MIRROR_WORDS[s.item]:<19} {s.path}"
+        if s.reason:
+            line += f"  ({s.reason})"
+        typer.echo(line)
+    typer.echo(f"  {'':<9} {'':<19} the cluster reaches the mirror at {m.url}")
+    if paths.home is None:
+        typer.echo(
+            "Start the mirror: systemctl daemon-reload && systemctl enable --now "
+            f"{MIRROR_UNIT_NAME}  (or: llmgw mirror serve)"
+        )
+    else:
+        typer.echo(f"Start the mirror: llmgw mirror serve  (or systemctl link {m.unit_file})")
 
 
 def _print_bundle(b: NodeBundle) -> None:

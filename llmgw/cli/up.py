@@ -1,5 +1,9 @@
 """``llmgw up``: gatewayd and a local agentd on one machine, without root.
 
+With ``--mirror`` (or once a mirror.yaml is in the home) a model mirror runs
+beside them (``llmgw mirror serve``), set up at its first start: mirror.yaml,
+its read token and server.yaml's ``mirror.urls`` naming it.
+
 It supervises both as child processes the way the systemd units would on a
 real install: a child that exits unexpectedly is restarted (and said so),
 Ctrl-C or SIGTERM stops both, agent first, and nothing is left behind.
@@ -28,9 +32,12 @@ from llmgw.config import (
     split_host_port,
 )
 from llmgw.errors import AdminError, LlmgwError
+from llmgw.mirror.config import DEFAULT_MIRROR_PORT, load_mirror_config
 from llmgw.paths import ENV_HOME, Paths, user_home
 from llmgw.present.output import stdout as console
 from llmgw.setup.cluster_init import init_server, write_local_agent
+from llmgw.setup.mirror_init import ensure_read_token, init_mirror
+from llmgw.setup.run import _any_free_port, port_free
 from llmgw.setup.run import choose_ports as setup_ports
 from proto.llmgw.v1 import LimitsView
 
@@ -124,11 +131,55 @@ def _supervise_delay(restarts: int) -> float:
     return min(2 ** min(restarts, 5), RESTART_DELAY_MAX_S)
 
 
-async def _up(paths: Paths, hosts: list[str]) -> None:
+def local_mirror(paths: Paths) -> str:
+    """Set the home's mirror up at its first start; the URL this machine reaches it at.
+
+    It listens on every interface, as the agent port does, at 7080 or a free
+    port where that is taken; the cluster (the local agent) reaches it on loopback.
+    """
+    if paths.mirror_yaml.exists():
+        ensure_read_token(paths)
+        _, port = split_host_port(load_mirror_config(paths.mirror_yaml).listen)
+        return f"http://127.0.0.1:{port}"
+    port = DEFAULT_MIRROR_PORT if port_free(DEFAULT_MIRROR_PORT) else _any_free_port()
+    if port != DEFAULT_MIRROR_PORT:
+        console.print(f"port {DEFAULT_MIRROR_PORT} (mirror) is taken; using {port}")
+    url = f"http://127.0.0.1:{port}"
+    init_mirror(paths, listen=f"0.0.0.0:{port}", url=url, write_unit=False)
+    return url
+
+
+async def _wait_mirror(url: str, mirror: Child) -> None:
+    import httpx
+
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    last = ""
+    async with httpx.AsyncClient(timeout=2) as http:
+        while time.monotonic() < deadline:
+            if mirror.proc and mirror.proc.returncode is not None:
+                tail = mirror.log_file.read_text(errors="replace").strip().splitlines()[-5:]
+                raise LlmgwError(
+                    "the mirror exited while starting:\n  " + "\n  ".join(tail),
+                    hint=f"full log: {mirror.log_file}",
+                )
+            try:
+                if (await http.get(f"{url}/health")).status_code == 200:
+                    return
+            except httpx.HTTPError as e:
+                last = str(e) or type(e).__name__
+            await asyncio.sleep(0.3)
+    raise LlmgwError(
+        f"the mirror did not answer at {url} within {READY_TIMEOUT_S:g} s ({last})",
+        hint=f"see {mirror.log_file}",
+    )
+
+
+async def _up(paths: Paths, hosts: list[str], mirror: bool = False) -> None:
     if not paths.server_yaml.exists():
         console.print(f"Setting up a new cluster in {paths.home} …")
         res = init_server(paths, hosts=hosts or [socket.gethostname()], ports=choose_ports())
         del res
+    mirror_url = local_mirror(paths) if mirror or paths.mirror_yaml.exists() else ""
     cfg = load_server_config(paths.server_yaml)
     _, agent_port = split_host_port(cfg.listen.agent)
     # `server init --no-node`: a control plane only; its nodes join from elsewhere.
@@ -141,6 +192,10 @@ async def _up(paths: Paths, hosts: list[str]) -> None:
     exe = [sys.executable, "-m", "llmgw"]
     gatewayd = Child("gatewayd", exe + ["server"], paths.log_dir / "gatewayd.log", env)
     agentd = Child("agentd", exe + ["agent"], paths.log_dir / "agentd.log", env)
+    mirrord = Child("mirror", exe + ["mirror", "serve"], paths.log_dir / "mirror.log", env)
+    children = [gatewayd, agentd] if local_node else [gatewayd]
+    if mirror_url:
+        children.append(mirrord)
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -148,6 +203,10 @@ async def _up(paths: Paths, hosts: list[str]) -> None:
         loop.add_signal_handler(sig, stop.set)
 
     try:
+        if mirror_url:
+            # First: gatewayd pins and plans hf: models through it from its start.
+            await mirrord.start()
+            await _wait_mirror(mirror_url, mirrord)
         await gatewayd.start()
         await _wait_ready(paths, gatewayd)
         if local_node:
@@ -159,7 +218,12 @@ async def _up(paths: Paths, hosts: list[str]) -> None:
             f"  API        http://127.0.0.1:{http_port}/v1  (health: /health, /ready)\n"
             f"  agents     {cfg.listen.agent} (mutual TLS)\n"
             f"  admin      {cfg.listen.admin} (token in {paths.admin_token_file})\n"
-            f"  logs       {paths.log_dir}\n"
+            + (
+                f"  mirror     {mirror_url}  (read token in {paths.mirror_read_token_file})\n"
+                if mirror_url
+                else ""
+            )
+            + f"  logs       {paths.log_dir}\n"
             f"Check it: {home_note}llmgw ctl nodes   ·   Stop: Ctrl-C"
         )
         if cfg.setup.project:
@@ -169,7 +233,7 @@ async def _up(paths: Paths, hosts: list[str]) -> None:
             )
         starter_task = asyncio.create_task(_serve_starter(paths, cfg, home_note))
         try:
-            await _supervise(stop, [gatewayd, agentd] if local_node else [gatewayd])
+            await _supervise(stop, children)
         finally:
             starter_task.cancel()
     finally:
@@ -178,6 +242,7 @@ async def _up(paths: Paths, hosts: list[str]) -> None:
             await agentd.stop()
             await _stop_engines(paths)
         await gatewayd.stop()
+        await mirrord.stop()
         console.print("Stopped.")
 
 
@@ -268,11 +333,11 @@ async def _stop_engines(paths: Paths) -> None:
         console.print(f"Stopped {stopped} engine(s).")
 
 
-def run_up(hosts: list[str]) -> None:
+def run_up(hosts: list[str], mirror: bool = False) -> None:
     home = os.environ.get(ENV_HOME)
     paths = Paths.under(Path(home) if home else user_home())
     try:
-        asyncio.run(_up(paths, hosts))
+        asyncio.run(_up(paths, hosts, mirror))
     except KeyboardInterrupt:
         pass
     except LlmgwError:
