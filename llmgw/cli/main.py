@@ -19,6 +19,7 @@ from llmgw.cli import (  # noqa: F401  (they add their commands)
 )
 from llmgw.cli.doctor_cmd import doctor
 from llmgw.cli.init_cmds import node_cert, server_init
+from llmgw.cli.mirror_cmds import app as mirror_app
 from llmgw.cli.node_cmds import node_add, node_remove
 from llmgw.errors import LlmgwError, UsageError
 from llmgw.paths import resolve
@@ -34,6 +35,7 @@ node_app = typer.Typer(help="Nodes: certificates and onboarding.", no_args_is_he
 app.add_typer(server_app, name="server")
 app.add_typer(node_app, name="node")
 app.add_typer(ctl.app, name="ctl")
+app.add_typer(mirror_app, name="mirror")
 server_app.command(
     "init", help="Create the cluster CA, certificates, admin token and server.yaml."
 )(server_init)
@@ -145,6 +147,12 @@ def up(
     host: list[str] = typer.Option(
         [], "--host", help="Extra name/address for the server certificate."
     ),
+    mirror: bool = typer.Option(
+        False,
+        "--mirror",
+        help="Run a model mirror here too (set up on first use; later runs start it "
+        "whenever its mirror.yaml is there).",
+    ),
 ) -> None:
     """Run a whole cluster on this machine, without root: gatewayd + a local agent.
 
@@ -152,7 +160,7 @@ def up(
     """
     from llmgw.cli.up import run_up
 
-    _run_or_exit(run_up, host)
+    _run_or_exit(run_up, host, mirror)
 
 
 def main() -> None:
