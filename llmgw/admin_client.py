@@ -43,6 +43,8 @@ from proto.llmgw.v1 import (
     ListEnginesRequest,
     ListKeysReply,
     ListKeysRequest,
+    ListMirrorsReply,
+    ListMirrorsRequest,
     ListModelsReply,
     ListModelsRequest,
     ListNodesReply,
@@ -51,6 +53,17 @@ from proto.llmgw.v1 import (
     ListReplicasRequest,
     ListTenantsReply,
     ListTenantsRequest,
+    MirrorAddRequest,
+    MirrorDuReply,
+    MirrorDuRequest,
+    MirrorPeerRequest,
+    MirrorPeersReply,
+    MirrorPeersRequest,
+    MirrorProgress,
+    MirrorRemoveReply,
+    MirrorRemoveRequest,
+    MirrorRepoRequest,
+    MirrorRepoView,
     ModelSpec,
     ModelView,
     NodeView,
@@ -151,6 +164,9 @@ class AdminClient:
             return NotFoundError(e.message or "not found")
         if e.status in (Status.INVALID_ARGUMENT, Status.FAILED_PRECONDITION):
             return UsageError(e.message or "refused")
+        if e.status is Status.RESOURCE_EXHAUSTED:
+            # A mirror's quota: the message says what to remove.
+            return UsageError(e.message or "no room left")
         if e.status is Status.ALREADY_EXISTS:
             return ConflictError(e.message or "already exists")
         if e.status is Status.UNAVAILABLE:
@@ -358,6 +374,58 @@ class AdminClient:
         return await self._call(
             self._stub.cancel_batch(GetBatchRequest(id=batch_id), timeout=self._timeout_s)
         )
+
+    # ---- the model mirror ----------------------------------------------------------
+    # Each call goes to the first of the cluster's mirrors that is up; gatewayd
+    # asks it with the admin token and answers with what it said.
+
+    async def list_mirrors(self) -> ListMirrorsReply:
+        """Each mirror with its state, then what the first one up holds and is pulling."""
+        return await self._call(
+            self._stub.list_mirrors(ListMirrorsRequest(), timeout=self._timeout_s)
+        )
+
+    async def show_mirror_repo(self, repo: str, revision: str = "") -> MirrorRepoView:
+        request = MirrorRepoRequest(repo=repo, revision=revision)
+        return await self._call(self._stub.show_mirror_repo(request, timeout=self._timeout_s))
+
+    async def add_to_mirror(self, request: MirrorAddRequest) -> AsyncIterator[MirrorProgress]:
+        """A pull or upload as it goes; the last message carries the revision now held."""
+        try:
+            # No overall timeout: 100 GB of weights take as long as they take;
+            # keepalive ends the stream if gatewayd goes away.
+            async for progress in self._stub.add_to_mirror(request):
+                yield progress
+        except GRPCError as e:
+            raise self._map(e) from e
+        except (ConnectionError, OSError, StreamTerminatedError) as e:
+            raise AdminUnreachable(
+                f"following the add on {self.address} was cut",
+                hint="the mirror goes on with it: see llmgw ctl mirror list; "
+                "the same add again resumes a failed one",
+            ) from e
+
+    async def remove_from_mirror(self, repo: str, revision: str = "") -> MirrorRemoveReply:
+        request = MirrorRemoveRequest(repo=repo, revision=revision)
+        return await self._call(self._stub.remove_from_mirror(request, timeout=self._timeout_s))
+
+    async def mirror_disk_usage(self) -> MirrorDuReply:
+        return await self._call(
+            self._stub.mirror_disk_usage(MirrorDuRequest(), timeout=self._timeout_s)
+        )
+
+    async def list_mirror_peers(self) -> MirrorPeersReply:
+        return await self._call(
+            self._stub.list_mirror_peers(MirrorPeersRequest(), timeout=self._timeout_s)
+        )
+
+    async def add_mirror_peer(self, url: str) -> MirrorPeersReply:
+        request = MirrorPeerRequest(url=url)
+        return await self._call(self._stub.add_mirror_peer(request, timeout=self._timeout_s))
+
+    async def remove_mirror_peer(self, url: str) -> MirrorPeersReply:
+        request = MirrorPeerRequest(url=url)
+        return await self._call(self._stub.remove_mirror_peer(request, timeout=self._timeout_s))
 
     # ---- node and replica operations, warnings -----------------------------------
 

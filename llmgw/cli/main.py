@@ -13,6 +13,7 @@ from llmgw.cli import (  # noqa: F401  (they add their commands)
     ctl,
     ctl_batches,
     ctl_keys,
+    ctl_mirror,
     ctl_models,
     ctl_tenancy,
     ctl_usage,

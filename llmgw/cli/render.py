@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.table import Table
 from rich.text import Text
 
+from llmgw.present.mirrorfmt import mirror_status_line
 from llmgw.present.nodefmt import NO_NODES, NODE_COLUMNS, node_cells, node_details
 from llmgw.present.output import renders
 from proto.llmgw.v1 import ListNodesReply, NodeView, StatusReply
@@ -47,4 +48,7 @@ def _status(s: StatusReply):
         ("nodes", f"{s.nodes_total} ({s.nodes_ready} ready, {s.nodes_not_ready} not ready)"),
     ]:
         t.add_row(k, v)
+    # The mirrors in the order nodes and the control plane try them.
+    for i, m in enumerate(s.mirrors):
+        t.add_row("mirrors" if i == 0 else "", mirror_status_line(m))
     return t
