@@ -1543,6 +1543,11 @@ class ModelSpec(betterproto2.Message):
     hf: sources: the commit the revision named was pinned to when the model was added.
     """
 
+    allow_internet: "bool" = betterproto2.field(14, betterproto2.TYPE_BOOL)
+    """
+    With mirrors configured: may reach the internet's hub when no mirror holds it.
+    """
+
 
 default_message_pool.register_message("llmgw.v1", "ModelSpec", ModelSpec)
 
