@@ -21,6 +21,7 @@ from llmgw.onboard.events import Clock, OnboardError, StepEvent, result_event
 from llmgw.onboard.install import install_llmgw
 from llmgw.onboard.join import join_node
 from llmgw.onboard.layout import NodeLayout
+from llmgw.onboard.mirror_source import choose_mirror
 from llmgw.onboard.packages import install_packages
 from llmgw.onboard.plan import AddPlan, NodeRecord, save_record
 from llmgw.onboard.register import wait_registered
@@ -105,8 +106,21 @@ async def add_node(plan: AddPlan) -> AsyncIterator[StepEvent]:
         step, clock = "install", Clock()
         cache = plan.paths.server_data_dir / "self-wheels"
         wheel = await asyncio.to_thread(self_wheel, cache)
+        # A cluster with a mirror installs from it alone, unless a wheelhouse is given.
+        chosen = (
+            None if plan.wheelhouse else await choose_mirror(plan.paths, control_plane=planes[0])
+        )
         async for ev in install_llmgw(
-            shell, layout, wheel, python=plan.python, wheelhouse=plan.wheelhouse, state=state
+            shell,
+            layout,
+            wheel,
+            python=plan.python,
+            wheelhouse=plan.wheelhouse,
+            state=state,
+            mirror=chosen[0] if chosen else None,
+            mirror_wheels=chosen[1] if chosen else None,
+            cpu_flags=facts.cpu_flags,
+            ca_cert=str(plan.paths.ca_cert),
         ):
             yield ev
 

@@ -2,9 +2,12 @@
 
 The wheel the control plane built of itself is copied over SFTP, its sha256
 checked on the node, a venv made with the node's python3, and the wheel
-installed with its dependencies from PyPI or from an uploaded wheelhouse
-(``--no-index --find-links``). The wheel's sha256 is kept in the venv: a
-node that has it already is left as it is.
+installed with its dependencies from PyPI, from an uploaded wheelhouse
+(``--no-index --find-links``), or, in a cluster with a mirror, from the
+mirror's index alone (mirror_source.py). The llama.cpp wheel the node's CPU
+runs comes along where the wheelhouse or the mirror holds it. The wheel's
+sha256 (and that llama.cpp requirement) is kept in the venv: a node that has
+them already is left as it is.
 """
 
 from __future__ import annotations
@@ -15,6 +18,16 @@ from pathlib import Path
 
 from llmgw.onboard.events import Clock, OnboardError, StepEvent
 from llmgw.onboard.layout import NodeLayout
+from llmgw.onboard.mirror_source import (
+    WHEELS_HINT,
+    MirrorIndex,
+    llamacpp_requirement,
+    missing_projects,
+    missing_wheel_error,
+    pip_missing,
+    requires,
+    wheel_metadata,
+)
 from llmgw.onboard.remote_files import install_file, make_dir
 from llmgw.onboard.ssh import NodeShell
 from llmgw.onboard.wheel import SelfWheel
@@ -31,11 +44,25 @@ async def install_llmgw(
     python: str,
     wheelhouse: str,
     state: dict,
+    mirror: MirrorIndex | None = None,
+    mirror_wheels: list[str] | None = None,
+    cpu_flags: list[str] | None = None,
+    ca_cert: str = "",
 ) -> AsyncIterator[StepEvent]:
+    """``mirror`` (with the wheel files it holds): install from its index, nothing else.
+    ``ca_cert``: the CA pip checks an HTTPS mirror against (the cluster's)."""
     clock = Clock()
+    metadata = wheel_metadata(wheel.path)
+    held = mirror_wheels or []
+    if wheelhouse:
+        held = sorted(p.name for p in Path(wheelhouse).glob("*.whl"))
+    llamacpp = (
+        llamacpp_requirement(metadata, cpu_flags or [], held) if (wheelhouse or mirror) else None
+    )
+    want_marker = wheel.sha256 + (f" {llamacpp}" if llamacpp else "")
     marker = await shell.run(["cat", layout.wheel_marker], timeout_s=30)
     present = await shell.run(["test", "-x", layout.llmgw], timeout_s=30)
-    if marker.ok and marker.stdout.strip() == wheel.sha256 and present.ok:
+    if marker.ok and marker.stdout.strip() == want_marker and present.ok:
         state["llmgw_changed"] = False
         yield StepEvent(
             step=STEP,
@@ -44,6 +71,10 @@ async def install_llmgw(
             elapsed_s=clock.elapsed(),
         )
         return
+    if mirror is not None:
+        lacking = missing_projects(requires(metadata), held)
+        if lacking:
+            raise missing_wheel_error(mirror, lacking)
     state["llmgw_changed"] = True
     name = wheel.path.name
     yield StepEvent(
@@ -74,7 +105,17 @@ async def install_llmgw(
                 hint="install the venv module (Debian/Ubuntu: apt-get install python3-venv)",
             )
     pip = [f"{layout.venv}/bin/python", "-m", "pip", "install", "--disable-pip-version-check"]
-    if wheelhouse:
+    env: dict[str, str] = {}
+    source = " from PyPI"
+    if mirror is not None:
+        # The index URL carries the read token: in a 0600 file, never on the command line.
+        ca = ""
+        if mirror.https and ca_cert:
+            ca = await shell.put(Path(ca_cert).read_bytes(), "mirror-ca.crt")
+        conf = await shell.put(mirror.pip_conf(ca).encode(), "pip.conf")
+        env["PIP_CONFIG_FILE"] = conf
+        source = f" from the mirror's index {mirror.shown}"
+    elif wheelhouse:
         files = sorted(Path(wheelhouse).glob("*.whl"))
         yield StepEvent(
             step=STEP,
@@ -85,29 +126,39 @@ async def install_llmgw(
         remote_wh = f"{shell.staging}/wheelhouse"
         await shell.put_files(files, remote_wh)
         pip += ["--no-index", "--find-links", remote_wh]
+        source = " from the wheelhouse"
     yield StepEvent(
         step=STEP,
         status="running",
         detail="installing llmgw and its dependencies"
-        + (" from the wheelhouse" if wheelhouse else " from PyPI"),
+        + (f", and llama.cpp ({llamacpp})" if llamacpp else "")
+        + source,
         elapsed_s=clock.elapsed(),
     )
-    for argv in ([*pip, staged], [*pip, "--force-reinstall", "--no-deps", staged]):
-        ran = await shell.run(argv, timeout_s=PIP_TIMEOUT_S)
+    first = [*pip, staged, *([llamacpp] if llamacpp else [])]
+    for argv in (first, [*pip, "--force-reinstall", "--no-deps", staged]):
+        ran = await shell.run(argv, env=env or None, timeout_s=PIP_TIMEOUT_S)
         if not ran.ok:
+            said = mirror.redact(ran.output) if mirror is not None else ran.output
+            if mirror is not None and pip_missing(said):
+                raise missing_wheel_error(mirror, [pip_missing(said)])
             raise OnboardError(
-                f"pip could not install llmgw on {shell.target.host}: {ran.output[-1200:]}",
+                f"pip could not install llmgw on {shell.target.host}: {said[-1200:]}",
                 hint=(
-                    "the wheelhouse must hold every dependency for the node's Python and "
+                    WHEELS_HINT
+                    if mirror is not None
+                    else "the wheelhouse must hold every dependency for the node's Python and "
                     "architecture (pip download -d DIR llmgw-…whl)"
                     if wheelhouse
                     else "the node must reach PyPI, or give --wheelhouse DIR with every dependency"
                 ),
             )
-    await install_file(shell, (wheel.sha256 + "\n").encode(), layout.wheel_marker, mode=0o644)
+    await install_file(shell, (want_marker + "\n").encode(), layout.wheel_marker, mode=0o644)
     yield StepEvent(
         step=STEP,
         status="ok",
-        detail=f"llmgw {wheel.version} installed in {layout.venv}",
+        detail=f"llmgw {wheel.version} installed in {layout.venv}"
+        + (f" with {llamacpp}" if llamacpp else "")
+        + source,
         elapsed_s=clock.elapsed(),
     )
