@@ -140,6 +140,11 @@ class HubClient:
         if token:
             headers["Authorization"] = f"Bearer {token}"
         self._own_client = client is None
+        # A shared client (a mirror's, with its TLS settings) carries no token of
+        # ours: each request sends it.
+        self._token_headers = (
+            {"Authorization": f"Bearer {token}"} if token and client is not None else {}
+        )
         self._client = client or httpx.AsyncClient(
             follow_redirects=True, timeout=httpx.Timeout(timeout_s), headers=headers
         )
@@ -298,6 +303,8 @@ class HubClient:
         params: dict | None = None,
         headers: dict | None = None,
     ) -> httpx.Response:
+        if self._token_headers:
+            headers = {**self._token_headers, **(headers or {})}
         for attempt in range(self.retries + 1):
             try:
                 resp = await self._client.request(method, url, params=params, headers=headers)
