@@ -29,7 +29,6 @@ from mirrord.store import Incomplete, MirrorStore
 
 log = logging.getLogger(__name__)
 
-CHUNK_BYTES = 1 << 20
 # Parts of an earlier, cut copy are hashed again in chunks this large (in a thread).
 REHASH_CHUNK_BYTES = 8 << 20
 
@@ -88,8 +87,14 @@ class PeerCopier:
                     wanted.setdefault(f.sha256, f)
             self.store.check_room(sum(f.size for f in wanted.values()))
             parts: dict[str, Path] = {}
-            for sha, f in wanted.items():
-                parts[sha] = await self._fetch(self._url(peer_url, rev, f), token, f)
+            try:
+                for sha, f in wanted.items():
+                    parts[sha] = await self._fetch(self._url(peer_url, rev, f), token, f)
+            except CopyRefused:
+                # Nothing of a refused copy is kept, not even its files that were right.
+                for part in parts.values():
+                    part.unlink(missing_ok=True)
+                raise
             # From here to put() nothing is awaited: a gc cannot take what was adopted.
             for sha, part in parts.items():
                 self.store.adopt_blob(part, sha)
@@ -135,7 +140,7 @@ class PeerCopier:
                         "the next sync compares again",
                     )
                 with part.open(mode) as out:
-                    async for chunk in resp.aiter_raw(CHUNK_BYTES):
+                    async for chunk in resp.aiter_raw():
                         have += len(chunk)
                         if have > f.size:
                             break

@@ -77,6 +77,9 @@ class PeerSync:
         self._pass_lock = asyncio.Lock()
         self._copy_lock = asyncio.Lock()
         self._notices: set[asyncio.Task[None]] = set()
+        # Passes finished so far, for whoever waits on the next one (wait_passes).
+        self.passes = 0
+        self._passed = asyncio.Condition()
 
     # -- the loop ------------------------------------------------------------------
 
@@ -103,6 +106,14 @@ class PeerSync:
         """One pass over every peer, side by side; returns when all are done."""
         async with self._pass_lock:
             await asyncio.gather(*(self._sync_peer(url) for url in self.book.urls()))
+        async with self._passed:
+            self.passes += 1
+            self._passed.notify_all()
+
+    async def wait_passes(self, count: int) -> None:
+        """Return once ``count`` passes have finished since this mirror started."""
+        async with self._passed:
+            await self._passed.wait_for(lambda: self.passes >= count)
 
     # -- peers ---------------------------------------------------------------------
 
