@@ -96,7 +96,8 @@ class Agent:
             self.data_dir,
             self.engines,
             engine_user=cfg.engine_user or None,
-            # hf: weights come from agent.yaml's hub; a StartShard's mirror_url wins.
+            # hf: weights come from a StartShard's mirrors, and from agent.yaml's
+            # hub where there are none or the model may reach the internet.
             fetcher=WeightsFetcher(self.data_dir / "weights", hf_base_url=cfg.hub_url),
         )
         # Weights and engine installs are shared with the engine user's group

@@ -236,15 +236,30 @@ class ShardRunner:
         w = msg.weights
         self._set(status, "fetching", f"fetching {w.source}")
         last = [0.0]
+        # Where the bytes come from now, in words ("mirror 10.0.0.5:7080"):
+        # it changes when a mirror fails mid-file and the next one goes on.
+        where = [""]
+
+        def say(done: int, total: int) -> None:
+            status.fetch = FetchProgress(source=w.source, bytes_done=done, bytes_total=total)
+            frm = f" from {where[0]}" if where[0] else ""
+            status.reason = (
+                f"fetching {w.source}{frm} ({done / 2**20:.0f} of {total / 2**20:.0f} MiB)"
+            )
+            self._report(status)
 
         def progress(done: int, total: int) -> None:
             now = time.monotonic()
             if now - last[0] < PROGRESS_EVERY_S and done != total:
                 return
             last[0] = now
-            status.fetch = FetchProgress(source=w.source, bytes_done=done, bytes_total=total)
-            status.reason = f"fetching {w.source} ({done / 2**20:.0f} of {total / 2**20:.0f} MiB)"
-            self._report(status)
+            say(done, total)
+
+        def origin(label: str) -> None:
+            if label != where[0]:
+                where[0] = label
+                if status.fetch is not None:
+                    say(status.fetch.bytes_done, status.fetch.bytes_total)
 
         weights = await self.fetcher.ensure(
             msg.model,
@@ -252,7 +267,11 @@ class ShardRunner:
             sha256=w.sha256,
             allow_pickle=w.allow_pickle,
             mirror_url=w.mirror_url,
+            mirror_urls=list(w.mirror_urls),
+            mirror_token=w.mirror_token,
+            allow_internet=w.allow_internet,
             on_progress=progress,
+            on_origin=origin if w.mirror_urls else None,
         )
         return str(weights.path)
 

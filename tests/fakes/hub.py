@@ -21,6 +21,9 @@ Repositories have commits and branches that tests move:
         second = hub.commit("org/tiny", {"README.md": b"new"})      # main moves
         hub.cut("org/tiny", "model-00001-of-00002.safetensors", after_bytes=1000)
         hub.corrupt("org/tiny", "model-00002-of-00002.safetensors", offset=5000)
+        hub.stall("org/tiny", "model.safetensors", after_bytes=1000)  # sends nothing more
+        hub.fail("org/tiny", "model.safetensors", status=503)         # a server error
+        hub.require_token("s3cret")   # like a mirror: 401 without "Authorization: Bearer s3cret"
         hub.url  # "http://127.0.0.1:PORT": HF_ENDPOINT, hub_url or mirror_url
 
 For code that is not async (the CLI, huggingface_hub in a thread), ``with
@@ -59,7 +62,17 @@ LFS_EXTS = (
 )
 LFS_MIN_BYTES = 10 << 20
 
-_REASONS = {200: "OK", 206: "Partial Content", 400: "Bad Request", 404: "Not Found", 416: "Range"}
+_REASONS = {
+    200: "OK",
+    206: "Partial Content",
+    400: "Bad Request",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "Not Found",
+    416: "Range",
+    500: "Internal Server Error",
+    503: "Service Unavailable",
+}
 
 
 def git_blob_oid(data: bytes) -> str:
@@ -128,6 +141,11 @@ class _Hook:
     times: int
     after_bytes: int = -1
     offset: int = -1
+    # "cut" (drop the connection after after_bytes), "stall" (send nothing
+    # more after after_bytes, keeping the connection), "fail" (answer status),
+    # "corrupt" (flip the byte at offset).
+    kind: str = ""
+    status: int = 0
 
 
 class FakeHub:
@@ -141,16 +159,23 @@ class FakeHub:
         self._hooks: list[_Hook] = []
         self._counter = 0
         self._lock = threading.Lock()
+        # "" : open to all; else every request needs "Authorization: Bearer <token>".
+        self.token = ""
+        # Set at close: stalled answers end then.
+        self._closing: asyncio.Event | None = None
 
     # -- the server ------------------------------------------------------------
 
     async def start(self) -> FakeHub:
+        self._closing = asyncio.Event()
         self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
         port = self._server.sockets[0].getsockname()[1]
         self.url = f"http://127.0.0.1:{port}"
         return self
 
     async def close(self) -> None:
+        if self._closing is not None:
+            self._closing.set()
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
@@ -217,11 +242,23 @@ class FakeHub:
 
     def cut(self, repo: str, path: str, *, after_bytes: int, times: int = 1) -> None:
         """The next ``times`` downloads of the file stop after ``after_bytes`` bytes of body."""
-        self._hooks.append(_Hook(repo, path, times, after_bytes=after_bytes))
+        self._hooks.append(_Hook(repo, path, times, after_bytes=after_bytes, kind="cut"))
+
+    def stall(self, repo: str, path: str, *, after_bytes: int, times: int = 1) -> None:
+        """The next ``times`` downloads send ``after_bytes`` bytes, then nothing (until close)."""
+        self._hooks.append(_Hook(repo, path, times, after_bytes=after_bytes, kind="stall"))
+
+    def fail(self, repo: str, path: str, *, status: int = 503, times: int = 1) -> None:
+        """The next ``times`` downloads of the file are answered ``status`` and no bytes."""
+        self._hooks.append(_Hook(repo, path, times, kind="fail", status=status))
+
+    def require_token(self, token: str) -> None:
+        """Every request needs ``Authorization: Bearer <token>`` (401 without, 403 wrong)."""
+        self.token = token
 
     def corrupt(self, repo: str, path: str, *, offset: int, times: int = 1) -> None:
         """The next ``times`` downloads of the file carry the byte at ``offset`` flipped."""
-        self._hooks.append(_Hook(repo, path, times, offset=offset))
+        self._hooks.append(_Hook(repo, path, times, offset=offset, kind="corrupt"))
 
     def downloads(self, repo: str, path: str) -> list[HubRequest]:
         """The GETs of a file's bytes, any revision."""
@@ -250,7 +287,7 @@ class FakeHub:
     def _take_hook(self, repo: str, path: str, kind: str) -> _Hook | None:
         with self._lock:
             for hook in self._hooks:
-                wanted = hook.after_bytes >= 0 if kind == "cut" else hook.offset >= 0
+                wanted = hook.kind == kind
                 if hook.repo == repo and hook.path == path and hook.times > 0 and wanted:
                     hook.times -= 1
                     return hook
@@ -269,12 +306,24 @@ class FakeHub:
                 name, _, value = h.partition(":")
                 headers[name.strip().lower()] = value.strip()
             self.requests.append(HubRequest(method, target, headers))
+            if self.token and not self._authorized(_Reply(writer, method), headers):
+                return
             await self._route(_Reply(writer, method), method, target, headers)
         except (ConnectionError, asyncio.IncompleteReadError, ValueError):
             pass
         finally:
             with contextlib.suppress(ConnectionError):
                 writer.close()
+
+    def _authorized(self, reply: _Reply, headers: dict[str, str]) -> bool:
+        scheme, _, given = headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not given:
+            self._error(reply, 401, "", "a token is needed: Authorization: Bearer <token>")
+            return False
+        if given.strip() != self.token:
+            self._error(reply, 403, "", "the token is not this server's")
+            return False
+        return True
 
     async def _route(
         self, reply: _Reply, method: str, target: str, headers: dict[str, str]
@@ -401,6 +450,8 @@ class FakeHub:
             status = 206
             head["Content-Range"] = f"bytes {start}-{end}/{len(data)}"
         body = data[start : end + 1]
+        if method == "GET" and (fail := self._take_hook(repo, path, "fail")) is not None:
+            return self._error(reply, fail.status, "", f"{path}: a server error, as asked")
         if method == "GET":
             flip = self._take_hook(repo, path, "corrupt")
             if flip is not None and start <= flip.offset <= end:
@@ -413,6 +464,18 @@ class FakeHub:
                 reply.writer.write(body[: cut.after_bytes])
                 await reply.writer.drain()
                 # The connection drops mid-body, as a network cut does.
+                reply.writer.transport.abort()
+                return
+            stall = self._take_hook(repo, path, "stall")
+            if stall is not None:
+                head["Content-Length"] = str(len(body))
+                self._send_head(reply, status, head)
+                reply.writer.write(body[: stall.after_bytes])
+                await reply.writer.drain()
+                # Nothing more is sent, and the connection stays open: a
+                # server that hangs, which only the client's read timeout ends.
+                if self._closing is not None:
+                    await self._closing.wait()
                 reply.writer.transport.abort()
                 return
         head["Content-Length"] = str(len(body))
