@@ -6,7 +6,7 @@ Overview (o) as ``llmgw ctl status``, ``nodes``, ``models`` and ``warnings``,
 Nodes (n) as ``llmgw ctl nodes`` and ``engines``, Models (m) as ``llmgw ctl
 models``, Replicas (p) as ``llmgw ctl replicas``, Keys & tenancy (k) as
 ``llmgw ctl keys`` and ``llmgw ctl org|team|project``, Usage (u) as ``llmgw ctl
-usage``, Batches (b) as ``llmgw ctl batches``. Each screen is a Textual mode:
+usage``, Batches (b) as ``llmgw ctl batches``, Mirror (i) as ``llmgw ctl mirror``. Each screen is a Textual mode:
 switching keeps the others open and live, so coming back shows them current
 at once.
 
@@ -57,6 +57,7 @@ from tui.screens.common import (
     follow_watch,
 )
 from tui.screens.keys import KeysScreen
+from tui.screens.mirror import MirrorScreen
 from tui.screens.models import ModelsScreen
 from tui.screens.nodes import NodesScreen
 from tui.screens.overview import OverviewScreen
@@ -143,6 +144,7 @@ class LlmgwApp(App[LlmgwError | None]):
         self.add_mode("keys", lambda: KeysScreen(self.client))
         self.add_mode("usage", lambda: UsageScreen(self.client))
         self.add_mode("batches", lambda: BatchesScreen(self.client))
+        self.add_mode("mirror", lambda: MirrorScreen(self.client))
 
     @property
     def client(self) -> AdminClient:

@@ -107,6 +107,7 @@ PARITY: dict[Item, Mirror] = {
     ("LlmgwApp", "switch_mode('keys')"): opens("KeysScreen"),
     ("LlmgwApp", "switch_mode('usage')"): opens("UsageScreen"),
     ("LlmgwApp", "switch_mode('batches')"): opens("BatchesScreen"),
+    ("LlmgwApp", "switch_mode('mirror')"): opens("MirrorScreen"),
     ("LlmgwApp", "refresh"): ui_only("reads the shown screen's own command again"),
     ("LlmgwApp", "quit"): ui_only("leaves the console"),
     ("LlmgwApp", "toggle_theme"): ui_only("switches between the dark and the light theme"),
@@ -208,6 +209,14 @@ PARITY: dict[Item, Mirror] = {
     # The table is `batches list`; the pane under it, the selected batch's `batches show`.
     ("BatchesScreen", None): ctl("batches list", "batches show {batch}"),
     ("BatchesScreen", "cancel_batch"): ctl("batches cancel {batch}", shown_by="batches list"),
+    # -- the model mirror ----------------------------------------------------------
+    # The mirrors, what the first one up holds and pulls: `mirror list`; the disk line,
+    # `mirror du`; the peers with their lag, `mirror peers list`. Add follows the pull
+    # on the progress line as `mirror add` does with its bar.
+    ("MirrorScreen", None): ctl("mirror list", "mirror du", "mirror peers list"),
+    ("MirrorScreen", "add"): ctl("mirror add {source} --include {glob}", shown_by="mirror list"),
+    ("MirrorScreen", "remove"): ctl("mirror rm {repo}@{commit} --yes", shown_by="mirror list"),
+    ("MirrorAddDialog", None): _FORM,
 }
 
 

@@ -19,6 +19,7 @@ from tests.tui.test_nodes_screen import SIZE, wait_until
 from tui.app import DARK, LIGHT, LlmgwApp
 from tui.screens.batches import BatchesScreen
 from tui.screens.keys import KeysScreen
+from tui.screens.mirror import MirrorScreen
 from tui.screens.models import ModelsScreen
 from tui.screens.nodes import NodesScreen
 from tui.screens.overview import OverviewScreen
@@ -35,6 +36,7 @@ SCREEN_OF = {
     "keys": KeysScreen,
     "usage": UsageScreen,
     "batches": BatchesScreen,
+    "mirror": MirrorScreen,
 }
 
 

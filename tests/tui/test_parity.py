@@ -235,6 +235,7 @@ def test_every_opens_declaration_goes_through_its_own_key():
         "KeysScreen": ("LlmgwApp", "switch_mode('keys')"),
         "UsageScreen": ("LlmgwApp", "switch_mode('usage')"),
         "BatchesScreen": ("LlmgwApp", "switch_mode('batches')"),
+        "MirrorScreen": ("LlmgwApp", "switch_mode('mirror')"),
         "ServeDialog": ("ModelsScreen", "serve"),
         "AddNodeDialog": ("NodesScreen", "add_node"),
         "ExplainPlacement": ("ModelsScreen", "explain"),

@@ -33,14 +33,15 @@ SCREENS: tuple[ScreenEntry, ...] = (
     ScreenEntry("keys", "k", "Keys", "llmgw ctl keys / org / team / project"),
     ScreenEntry("usage", "u", "Usage", "llmgw ctl usage"),
     ScreenEntry("batches", "b", "Batches", "llmgw ctl batches"),
+    ScreenEntry("mirror", "i", "Mirror", "llmgw ctl mirror list / du / peers list"),
 )
 
 
 def tabs_markup(current: str, *, compact: bool = False) -> str:
     """One tab per screen, its key first; the current one marked. Clicking one opens it.
 
-    ``compact`` drops the space after each tab but the current one's: seven
-    tabs and the palette's hint fit 80 columns that way.
+    ``compact`` drops the space after each tab but the current one's: eight
+    tabs fit 80 columns that way, beside the palette's key (its words go).
     """
     parts = []
     for s in SCREENS:
@@ -84,6 +85,9 @@ class KeyFooter(Footer):
 # Right of the tabs: the command palette, which lists every screen and action.
 PALETTE_HINT = "[@click=app.command_palette][b]^p[/b] commands[/]"
 PALETTE_HINT_CELLS = len("^p commands")
+# Where even compact tabs leave no room for the words (80 columns, eight tabs): the key alone.
+PALETTE_HINT_SHORT = "[@click=app.command_palette][b]^p[/b][/]"
+PALETTE_HINT_SHORT_CELLS = len("^p")
 
 
 class ShellHeader(Vertical):
@@ -107,7 +111,11 @@ class ShellHeader(Vertical):
         # What the tabs have: the line less its padding (1 each side) and the hint.
         room = self.size.width - 2 - PALETTE_HINT_CELLS
         compact = room < tabs_width()
+        short = room < tabs_width(compact=True)
         self.query_one("#shell-tabs", Static).update(tabs_markup(self._mode, compact=compact))
+        self.query_one("#shell-palette", Static).update(
+            PALETTE_HINT_SHORT if short else PALETTE_HINT
+        )
 
     def _retitle(self, _: str = "") -> None:
         # The app's sub-title is the cluster's state, or what keeps it from being read.
