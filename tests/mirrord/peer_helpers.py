@@ -1,4 +1,8 @@
-"""Two or more mirrors on loopback for the peer tests, and a link between them that can be cut.
+"""Real mirror daemons on loopback for the peer tests, and a link between them that can be cut.
+
+``PeerMirror`` is a MirrorDaemon sharing the cluster's read token with its
+peers (as mirrors of one cluster do), changed through its management API
+(an upload, a DELETE), which tells its peers as any change does.
 
 ``Link`` is a TCP proxy one mirror reads another through: ``cut()`` is a
 partition (every connection dropped, new ones closed at once), ``mend()``
@@ -11,8 +15,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import secrets
+from pathlib import Path
 
-from llmgw.mirror.wire import FileEntry, Revision
+import httpx
+
+from llmgw.mirror.config import MirrorServeConfig
+from llmgw.mirror.wire import Peer, PeerList, Removed, Revision
+from llmgw.paths import Paths
+from mirrord.daemon import MirrorDaemon
+from mirrord.peers import PeerSync
 from mirrord.store import MirrorStore
 
 
@@ -91,81 +103,92 @@ class Link:
         dst.close()
 
 
-def upload_commit(files: dict[str, bytes]) -> str:
-    """An upload's commit: sha1 over its sorted "path sha256" lines."""
-    lines = "".join(f"{p} {hashlib.sha256(d).hexdigest()}\n" for p, d in sorted(files.items()))
-    return hashlib.sha1(lines.encode()).hexdigest()
+class PeerMirror:
+    def __init__(self, home: Path, read_token: str) -> None:
+        self.home = home
+        self.read_token = read_token
+        self.admin_token = secrets.token_urlsafe(16)
+        self.daemon: MirrorDaemon | None = None
+        # The link the tests read this mirror's peer through (set by the fixture).
+        self.link: Link | None = None
 
-
-def put_model(store: MirrorStore, repo: str, files: dict[str, bytes], ref="main") -> Revision:
-    """Hold ``files`` as a revision of ``repo``, as an upload does."""
-    entries = []
-    for path, data in files.items():
-        sha = hashlib.sha256(data).hexdigest()
-        tmp = store.incoming_dir / f"test-{sha}"
-        tmp.write_bytes(data)
-        store.adopt_blob(tmp, sha)
-        entries.append(FileEntry(path=path, size=len(data), sha256=sha))
-    rev = Revision(repo=repo, commit=upload_commit(files), files=entries, source="upload")
-    return store.put(rev, refs=[ref])
-
-
-class TinyMirror:
-    """A store, its PeerSync and the few routes peers read (until the daemon is wired)."""
-
-    def __init__(self, data_dir, token: str, peers: list[str] = (), interval_s: float = 3600):
-        from mirrord.peers import PeerSync
-
-        self.data_dir = data_dir
-        self.token = token
-        self.store = MirrorStore(data_dir)
-        self.peers = PeerSync(
-            self.store, None, peers=list(peers), token=token, interval_s=interval_s
+    async def start(self, port: int = 0) -> PeerMirror:
+        cfg = MirrorServeConfig(
+            listen=f"127.0.0.1:{port}",
+            upstream="",
+            data_dir=str(self.home / "data"),
+            # Passes come when told (notify, sync_once), never from the clock.
+            sync_interval_s=3600,
         )
-        self.server = None
-        self.task: asyncio.Task | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.port}"
-
-    async def start(self, port: int = 0, *, loop: bool = True) -> TinyMirror:
-        from mirrord.http.server import HttpServer
-
-        self.server = HttpServer(self._handle, "127.0.0.1", port)
-        await self.server.start()
-        if loop:
-            self.task = asyncio.create_task(self.peers.run())
+        self.daemon = MirrorDaemon(
+            cfg, Paths.under(self.home), read_token=self.read_token, admin_token=self.admin_token
+        )
+        await self.daemon.start()
         return self
 
     async def stop(self) -> None:
-        if self.task:
-            self.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self.task
-        await self.peers.aclose()
-        await self.server.close()
+        if self.daemon is not None:
+            await self.daemon.stop()
+            self.daemon = None
 
-    async def _handle(self, req):
-        from urllib.parse import unquote
+    @property
+    def url(self) -> str:
+        return self.daemon.url
 
-        from mirrord.http.ranges import serve_file
-        from mirrord.http.server import Response
+    @property
+    def port(self) -> int:
+        return self.daemon.server.port
 
-        if req.header("authorization") != f"Bearer {self.token}":
-            return Response(403, [], b"")
-        parts = unquote(req.path).strip("/").split("/")
-        if req.path == "/v1/state":
-            return Response.json(self.store.state().model_dump(mode="json"))
-        if req.path == "/v1/notify":
-            self.peers.sync_now()
-            return Response.json({})
-        if parts[:2] == ["blobs", "sha256"] and self.store.has_blob(parts[2]):
-            path = self.store.blob_path(parts[2])
-            return serve_file(req, path, path.stat().st_size, parts[2], [])
-        if len(parts) > 4 and parts[2] == "resolve":
-            found = self.store.file(f"{parts[0]}/{parts[1]}", parts[3], "/".join(parts[4:]))
-            if found:
-                entry, path = found
-                return serve_file(req, path, entry.size, entry.sha256, [])
-        return Response(404, [], b"")
+    @property
+    def store(self) -> MirrorStore:
+        return self.daemon.store
+
+    @property
+    def peers(self) -> PeerSync:
+        return self.daemon.peers
+
+    def admin(self) -> httpx.AsyncClient:
+        return httpx.AsyncClient(
+            base_url=self.url, headers={"Authorization": f"Bearer {self.admin_token}"}
+        )
+
+    async def add(self, repo: str, files: dict[str, bytes], ref: str = "main") -> Revision:
+        """Upload ``files`` as a revision of ``repo`` through the management API."""
+        upload = secrets.token_hex(4)
+        async with self.admin() as c:
+            for path, data in files.items():
+                sha = hashlib.sha256(data).hexdigest()
+                r = await c.put(
+                    f"/v1/uploads/{upload}/{path}", content=data, headers={"X-Llmgw-Sha256": sha}
+                )
+                r.raise_for_status()
+            r = await c.post(f"/v1/uploads/{upload}/commit", json={"repo": repo, "ref": ref})
+            r.raise_for_status()
+            return Revision.model_validate_json(r.content)
+
+    async def rm(self, repo: str, commit: str) -> Removed:
+        async with self.admin() as c:
+            r = await c.delete(f"/v1/repos/{repo}", params={"revision": commit})
+            r.raise_for_status()
+            return Removed.model_validate_json(r.content)
+
+    async def add_peer(self, url: str) -> list[Peer]:
+        async with self.admin() as c:
+            r = await c.post("/v1/peers", json={"url": url})
+            r.raise_for_status()
+            return PeerList.model_validate_json(r.content).peers
+
+    async def peer_list(self) -> list[Peer]:
+        async with self.admin() as c:
+            r = await c.get("/v1/peers")
+            r.raise_for_status()
+            return PeerList.model_validate_json(r.content).peers
+
+    def held(self) -> set[tuple[str, str]]:
+        return {(r.repo, r.commit) for r in self.store.revisions()}
+
+    async def until(self, condition) -> None:
+        """Wait (on this mirror's sync passes, not on a clock) until ``condition()`` holds."""
+        async with asyncio.timeout(30):
+            while not condition():
+                await self.peers.wait_passes(self.peers.passes + 1)
