@@ -38,6 +38,7 @@ from gatewayd.gateway.routing.router import Router
 from gatewayd.http.app import make_app
 from gatewayd.http.guard import ConnectionBudget, PortGuard
 from gatewayd.http.tls_gate import GuardedServer
+from gatewayd.mirrors.set import MirrorSet
 from gatewayd.nodes.registry import NodeRegistry
 from gatewayd.store import Store, open_store_from_config
 from llmgw.catalog.price import Price
@@ -67,6 +68,9 @@ class GatewayServer:
         self.paths = paths
         self.store = store or open_store_from_config(cfg.store, paths)
         self.registry = NodeRegistry(self.store, not_ready_grace_s=cfg.nodes.not_ready_grace_s)
+        # The model mirrors (server.yaml mirror.urls): hf: models are pinned, planned
+        # and fetched through them. Tokens are read from their files as they change.
+        self.mirrors = MirrorSet.from_config(cfg.mirror, paths, admin_token=paths.admin_token_file)
         self.catalog = Catalog(self.store, self.registry.watch, hub_url=cfg.hub_url)
         self.reconciler: Reconciler | None = None
         self.ports: dict[str, int] = {}
@@ -88,6 +92,9 @@ class GatewayServer:
 
     async def start(self) -> None:
         token = self._read_token()
+        # The model mirrors: probed from the start, so a plan soon after knows which is up.
+        if self.mirrors.enabled:
+            self._tasks.append(asyncio.create_task(self.mirrors.run(), name="mirrors"))
         ca, cert, key = server_pki_paths(self.cfg, self.paths)
         ssl_ctx = server_context(ca, cert, key)
         await self.store.open()
@@ -160,6 +167,7 @@ class GatewayServer:
                     metrics=self.metrics,
                     revocations=self.revocations,
                     batches=self.batches,
+                    mirrors=self.mirrors,
                 )
             ]
         )
@@ -327,6 +335,8 @@ class GatewayServer:
             await self.gateway.close()
         if getattr(self, "usage", None) is not None:
             await self.usage.close()
+        if getattr(self, "mirrors", None) is not None:
+            await self.mirrors.aclose()
         await self.store.close()
 
 

@@ -18,6 +18,7 @@ from grpclib.exceptions import GRPCError
 from gatewayd.admin.batches import BatchAdmin
 from gatewayd.admin.keys import KeyAdmin
 from gatewayd.admin.labels import LabelAdmin
+from gatewayd.admin.mirror import MirrorAdmin
 from gatewayd.admin.models import ModelAdmin
 from gatewayd.admin.ops import OpsAdmin
 from gatewayd.admin.revoke import RevokeAdmin
@@ -30,6 +31,8 @@ from gatewayd.catalog.catalog import Catalog
 from gatewayd.controller.reconciler import Reconciler
 from gatewayd.gateway.metering.metrics import GatewayMetrics
 from gatewayd.gateway.policy.keys import KeyCache
+from gatewayd.mirrors.set import MirrorSet
+from gatewayd.mirrors.views import mirror_view
 from gatewayd.nodes.registry import GONE, NOT_READY, READY, NodeRegistry
 from gatewayd.store import Store
 from llmgw import __version__
@@ -75,6 +78,7 @@ class AdminService(
     RevokeAdmin,
     LabelAdmin,
     BatchAdmin,
+    MirrorAdmin,
     AdminServiceBase,
 ):
     def __init__(
@@ -89,11 +93,14 @@ class AdminService(
         metrics: GatewayMetrics | None = None,
         revocations: Revocations | None = None,
         batches: BatchBook | None = None,
+        mirrors: MirrorSet | None = None,
     ):
         self._registry = registry
         self._revocations = revocations
         # The batch book (files and batches); None where no batches run.
         self._batches = batches
+        # The cluster's model mirrors (server.yaml mirror.urls); None: none.
+        self._mirrors = mirrors
         self._store = store
         self._keys = keys
         self._catalog = catalog
@@ -121,6 +128,7 @@ class AdminService(
             gateway_url=self._info.get("gateway_url", ""),
             requests_total=_counted(metrics.requests) if metrics else 0,
             errors_total=_counted(metrics.errors) if metrics else 0,
+            mirrors=[mirror_view(s) for s in self._mirrors.states()] if self._mirrors else [],
         )
 
     async def list_nodes(self, message: ListNodesRequest) -> ListNodesReply:
