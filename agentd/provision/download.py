@@ -4,6 +4,12 @@ A file is fetched into a partial file beside where it will live, resumed with
 an HTTP Range request when a partial from an earlier try is there, and only
 renamed to its final name once its digest is the one pinned. A file whose
 digest differs is deleted: nothing of it is left for an install to pick up.
+
+With the cluster's mirrors given, the file is asked of each in turn by its
+digest (``<mirror>/blobs/sha256/<sha256>``, the read token as Bearer) before
+its own URL: a node without internet installs engines from them. The partial
+is named after the digest, so bytes begun on one mirror are finished on the
+next: content addressed, they are the same bytes everywhere.
 """
 
 from __future__ import annotations
@@ -12,8 +18,9 @@ import asyncio
 import logging
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -62,6 +69,11 @@ def partial_path(dest_dir: Path, name: str, sha256: str) -> Path:
     return dest_dir / f".{name}.{sha256[:16]}.part"
 
 
+def blob_url(mirror: str, sha256: str) -> str:
+    """Where a mirror serves a file by its digest."""
+    return f"{mirror.rstrip('/')}/blobs/sha256/{sha256}"
+
+
 async def download(
     url: str,
     dest_dir: Path,
@@ -70,10 +82,15 @@ async def download(
     name: str | None = None,
     progress: Progress | None = None,
     client: httpx.AsyncClient | None = None,
+    mirrors: Sequence[str] = (),
+    mirror_token: str = "",
+    on_origin: Callable[[str], None] | None = None,
 ) -> Path:
     """Fetch ``url`` into ``dest_dir/name`` and return that path once it matches ``sha256``.
 
-    Raises DownloadError when the server cannot be reached or refuses, and
+    ``mirrors`` are asked first for the file by its digest, in order, with
+    ``mirror_token``; ``on_origin`` hears where the bytes come from, in words.
+    Raises DownloadError when no place can be reached or all refuse, and
     ChecksumMismatch (after deleting the file) when the bytes are not the
     pinned ones.
     """
@@ -93,29 +110,66 @@ async def download(
             return final
         final.unlink()
 
+    auth = {"Authorization": f"Bearer {mirror_token}"} if mirror_token else {}
+    # The token goes to the mirrors only, never to the release's own host.
+    places = [(blob_url(m, sha256), auth, f"mirror {urlsplit(m).netloc}") for m in mirrors if m]
+    if url:
+        places.append((url, {}, urlsplit(url).netloc or url))
+    if not places:
+        raise DownloadError(f"{name} has no URL and no mirror to come from")
     own_client = client is None
     if client is None:
         client = httpx.AsyncClient(timeout=TIMEOUT, follow_redirects=True)
+    failures: list[str] = []
     try:
-        await _fetch(client, url, part, progress)
+        for i, (where, headers, label) in enumerate(places):
+            last = i == len(places) - 1
+            if on_origin:
+                on_origin(label)
+            try:
+                await _fetch(client, where, part, progress, headers)
+            except DownloadError as exc:
+                if last and not failures:
+                    raise
+                failures.append(f"{label}: {exc.message}")
+                if last:
+                    raise _none_gave(name, failures) from exc
+                log.info("%s: %s; trying %s", name, exc.message, places[i + 1][2])
+                continue
+            got = await asyncio.to_thread(sha256_file, part)
+            if got == sha256:
+                os.replace(part, final)
+                return final
+            part.unlink(missing_ok=True)
+            if last:
+                raise ChecksumMismatch(name, sha256, got)
+            failures.append(f"{label}: sent bytes with sha256 {got}")
+            log.warning("%s from %s does not match its pinned sha256; trying the next", name, label)
     finally:
         if own_client:
             await client.aclose()
+    raise AssertionError("unreachable")  # the loop returns or raises
 
-    got = await asyncio.to_thread(sha256_file, part)
-    if got != sha256:
-        part.unlink(missing_ok=True)
-        raise ChecksumMismatch(name, sha256, got)
-    os.replace(part, final)
-    return final
+
+def _none_gave(name: str, failures: list[str]) -> DownloadError:
+    return DownloadError(
+        f"{name} could not be fetched from any mirror or its own URL ({'; '.join(failures)})",
+        hint="check the mirrors (llmgw ctl mirror list; add the archive with "
+        "llmgw ctl mirror add URL --engine --sha256 X) and the node's network; "
+        "the next try resumes where this one stopped",
+    )
 
 
 async def _fetch(
-    client: httpx.AsyncClient, url: str, part: Path, progress: Progress | None
+    client: httpx.AsyncClient,
+    url: str,
+    part: Path,
+    progress: Progress | None,
+    headers: dict[str, str] | None = None,
 ) -> None:
     """Append the rest of ``url`` to ``part``, or start it over if the server cannot resume."""
     offset = part.stat().st_size if part.exists() else 0
-    headers = {"Range": f"bytes={offset}-"} if offset else {}
+    headers = {**(headers or {}), **({"Range": f"bytes={offset}-"} if offset else {})}
     try:
         async with client.stream("GET", url, headers=headers) as response:
             if response.status_code == 416 and offset:
@@ -123,6 +177,13 @@ async def _fetch(
                 # file now is): let the digest decide rather than refetch.
                 log.info("%s: the partial download is already complete", url)
                 return
+            if response.status_code in (401, 403) and "Authorization" in headers:
+                raise DownloadError(
+                    f"{url} refused the node's mirror token "
+                    f"({response.status_code} {response.reason_phrase})",
+                    hint="give the mirror the read token the control plane sends "
+                    "(its mirror-read-token)",
+                )
             if response.status_code >= 400:
                 raise DownloadError(
                     f"{url} answered {response.status_code} {response.reason_phrase}",
@@ -138,11 +199,22 @@ async def _fetch(
                 done = offset
                 if progress:
                     progress(done, total)
-                async for chunk in response.aiter_bytes(CHUNK_BYTES):
-                    await asyncio.to_thread(f.write, chunk)
-                    done += len(chunk)
-                    if progress:
-                        progress(done, total)
+                # What arrived is written even when the connection is cut, so
+                # the next try (or the next mirror) resumes at that very byte.
+                buf = bytearray()
+                try:
+                    async for chunk in response.aiter_bytes():
+                        buf += chunk
+                        done += len(chunk)
+                        if len(buf) >= CHUNK_BYTES:
+                            await asyncio.to_thread(f.write, bytes(buf))
+                            buf.clear()
+                            if progress:
+                                progress(done, total)
+                finally:
+                    await asyncio.to_thread(f.write, bytes(buf))
+                if progress:
+                    progress(done, total)
                 await asyncio.to_thread(os.fsync, f.fileno())
     except httpx.HTTPError as exc:
         # The partial stays: the next try resumes from where this one stopped.

@@ -34,7 +34,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -75,6 +75,10 @@ class LlamaCppRelease:
     variant: str  # the build, "cpu", "vulkan", "cuda-12.4"
     url: str
     sha256: str
+    # The cluster's mirrors, asked for the archive by its sha256 before url,
+    # and the read token they take.
+    mirror_urls: tuple[str, ...] = ()
+    mirror_token: str = field(default="", repr=False)
 
     @property
     def archive_name(self) -> str:
@@ -279,6 +283,13 @@ async def install_from_archive(
         if progress:
             progress(done, total)
 
+    came_from = [release.url]
+
+    def on_origin(where: str) -> None:
+        # The node says where the archive comes from once there are mirrors to choose.
+        words.label = f"{label} from {where}" if release.mirror_urls else label
+        came_from[0] = where if where.startswith("mirror ") else release.url
+
     archive = await download(
         release.url,
         downloads,
@@ -286,13 +297,16 @@ async def install_from_archive(
         name=release.archive_name,
         progress=on_bytes,
         client=client,
+        mirrors=release.mirror_urls,
+        mirror_token=release.mirror_token,
+        on_origin=on_origin,
     )
     scratch = scratch_dir(final)
     try:
         _say(say, f"unpacking {label}")
         await asyncio.to_thread(unpack, archive, scratch)
         binary = await asyncio.to_thread(_find_server, scratch, release.archive_name)
-        source = f"{release.url} (sha256 {release.sha256})"
+        source = f"{came_from[0]} (sha256 {release.sha256})"
         inst = await _check_and_publish(
             scratch, final, release.version, release.variant, binary, source, say, share_gid
         )

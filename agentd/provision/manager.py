@@ -21,7 +21,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -79,10 +79,12 @@ class EngineState:
 
 @dataclass(frozen=True)
 class ArchiveSource:
-    """A llama.cpp release archive and its pinned sha256."""
+    """A llama.cpp release archive and its pinned sha256 (and the mirrors holding it by it)."""
 
     url: str
     sha256: str
+    mirror_urls: tuple[str, ...] = ()
+    mirror_token: str = field(default="", repr=False)
 
 
 @dataclass(frozen=True)
@@ -185,7 +187,10 @@ class EngineManager:
             if kept := await self._keep(path, source):
                 return kept
             if isinstance(source, ArchiveSource):
-                release = LlamaCppRelease(version, variant, source.url, source.sha256)
+                release = LlamaCppRelease(
+                    version, variant, source.url, source.sha256,
+                    source.mirror_urls, source.mirror_token,
+                )  # fmt: skip
                 inst = await llamacpp.install_from_archive(
                     release, self.engines_dir, say=say, client=self.client,
                     share_gid=self.share_gid(),
