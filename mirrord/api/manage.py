@@ -29,7 +29,7 @@ from llmgw.mirror.wire import (
 )
 from mirrord.api.context import MirrorContext
 from mirrord.api.errors import ApiError, wire_error_of
-from mirrord.http.auth import Need
+from mirrord.http.auth import Need, Refused
 from mirrord.http.server import BodyTooLarge, Request, Response, StreamResponse
 
 log = logging.getLogger(__name__)
@@ -67,7 +67,8 @@ async def handle(ctx: MirrorContext, req: Request, parts: list[str]) -> Response
     """``/v1/...`` (``parts`` %-encoded, after "v1")."""
     try:
         return await _route(ctx, req, [unquote(p) for p in parts])
-    except LlmgwError as e:
+    except (LlmgwError, Refused) as e:
+        # Refused (a missing or wrong token) is no LlmgwError: answered 401/403, not 500.
         return wire_error_of(e)
     except Exception as e:
         log.exception("mirror: %s %s failed", req.method, req.path)
