@@ -189,7 +189,9 @@ def server_init(
             )
         mirror_quota = parse_bytes(mirror_max_bytes) if mirror_max_bytes else None
         # Refused before anything is written: a machine too small for what it would serve.
-        _refuse_what_will_not_fit(paths, setup, starter_flag, ports)
+        _refuse_what_will_not_fit(
+            paths, setup, starter_flag, ports, mirror=mirror, mirror_listen=mirror_listen
+        )
         _close_admin_token(paths)
         result = cluster_init.init_server(
             paths,
@@ -412,7 +414,13 @@ def _node_id_for(node_id: str | None) -> str:
 
 
 def _refuse_what_will_not_fit(
-    paths: Paths, setup: SetupConfig, starter_flag: bool | None, ports: dict[str, int]
+    paths: Paths,
+    setup: SetupConfig,
+    starter_flag: bool | None,
+    ports: dict[str, int],
+    *,
+    mirror: bool = False,
+    mirror_listen: str = "",
 ) -> None:
     """The plan's own checks (memory above all), before anything is installed."""
     from llmgw.setup.run import this_machine
@@ -425,6 +433,7 @@ def _refuse_what_will_not_fit(
             on=starter.available() if starter_flag is None else starter_flag
         ),
         admin=setup_plan.AdminPart(on=bool(setup.admin_group), group=setup.admin_group),
+        mirror=_mirror_part(mirror, mirror_listen),
     )
     refusals = setup_plan.check(plan, this_machine(paths))
     if refusals:
@@ -433,6 +442,13 @@ def _refuse_what_will_not_fit(
         if flags:
             hint += f"; leave it out with {' or '.join(dict.fromkeys(flags))}"
         raise UsageError("; ".join(r.message for r in refusals), hint=hint)
+
+
+def _mirror_part(on: bool, listen: str) -> setup_plan.MirrorPart:
+    try:
+        return setup_plan.MirrorPart(on=on, **({"listen": listen} if listen else {}))
+    except ValidationError as e:
+        raise UsageError(setup_plan.validation_text(e)) from e
 
 
 def _record_setup(

@@ -82,6 +82,14 @@ def parse_bytes(text: str | int) -> int:
     return int(float(number) * factor)
 
 
+def bytes_text(n: int) -> str:
+    """Bytes in the decimal units ``parse_bytes`` reads: 100000000000 → "100 GB"."""
+    for unit, size in (("PB", 10**15), ("TB", 10**12), ("GB", 10**9), ("MB", 10**6)):
+        if n >= size:
+            return f"{n / size:.1f}".removesuffix(".0") + f" {unit}"
+    return f"{n} bytes"
+
+
 def mirror_url(listen: str, paths: Paths, *, scheme: str = "http") -> str:
     """The URL the cluster reaches a mirror listening on ``listen`` at.
 

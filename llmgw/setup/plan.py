@@ -24,7 +24,9 @@ from llmgw.config import (
     DEFAULT_PROJECT,
     SetupConfig,
     check_name,
+    split_host_port,
 )
+from llmgw.mirror.config import DEFAULT_MIRROR_PORT
 from llmgw.modelplan import memory
 from llmgw.modelplan.types import ModelFacts
 from llmgw.present.keyfmt import money_text
@@ -32,7 +34,7 @@ from llmgw.setup import starter
 from llmgw.tls import pki
 
 STORE_DSN_ENV = "LLMGW_STORE_DSN"
-PART_IDS = ("control_plane", "store", "node", "starter", "limits", "admin")
+PART_IDS = ("control_plane", "store", "node", "starter", "limits", "admin", "mirror")
 PORT_NAMES = ("agent", "admin", "http", "metrics")
 
 # What gatewayd, agentd and `llmgw up` hold beside the engines: 0.23 GB was
@@ -152,6 +154,31 @@ class AdminPart(_Part):
         return v
 
 
+class MirrorPart(_Part):
+    """A model mirror on this machine: weights and engine builds for the cluster's nodes."""
+
+    on: bool = False
+    listen: str = f"0.0.0.0:{DEFAULT_MIRROR_PORT}"
+    # A quota in bytes; 0: the disk is the limit.
+    max_bytes: int = Field(default=0, ge=0)
+
+    @field_validator("listen")
+    @classmethod
+    def _listen(cls, v: str) -> str:
+        v = v.strip()
+        try:
+            split_host_port(v)
+        except ValueError:
+            raise ValueError(
+                f"the mirror's address {v!r} is not HOST:PORT (0.0.0.0:7080)"
+            ) from None
+        return v
+
+    @property
+    def port(self) -> int:
+        return split_host_port(self.listen)[1]
+
+
 class SetupPlan(BaseModel):
     """The parts of one installation, each in or out, with its settings."""
 
@@ -163,6 +190,7 @@ class SetupPlan(BaseModel):
     starter: StarterPart = StarterPart()
     limits: LimitsPart = LimitsPart()
     admin: AdminPart = AdminPart()
+    mirror: MirrorPart = MirrorPart()
 
     def part(self, part_id: str) -> _Part:
         return getattr(self, part_id)
@@ -220,6 +248,12 @@ class Step(BaseModel):
 
     key: str
     title: str
+
+
+def plan_ports(plan: SetupPlan) -> tuple[int, ...]:
+    """The ports a run of the plan listens on: the control plane's, and the mirror's."""
+    ports = tuple(plan.control_plane.ports().values())
+    return ports + ((plan.mirror.port,) if plan.mirror.on else ())
 
 
 def default_node_id(hostname: str) -> str:
@@ -293,6 +327,10 @@ def to_command(plan: SetupPlan) -> list[str]:
         argv.append("--no-project")
     if plan.admin.on and plan.admin.group:
         argv += ["--admin-group", plan.admin.group]
+    if plan.mirror.on:
+        argv += ["--mirror", "--mirror-listen", plan.mirror.listen]
+        if plan.mirror.max_bytes:
+            argv += ["--mirror-max-bytes", str(plan.mirror.max_bytes)]
     return argv
 
 
@@ -378,6 +416,25 @@ def check(plan: SetupPlan, machine: Machine, *, store: StoreCheck | None = None)
                         f"choose another with --{name}-port",
                     )
                 )
+    if plan.mirror.on:
+        mirror_port = plan.mirror.port
+        taken = next((n for n, p in ports.items() if p == mirror_port), None)
+        if taken is not None:
+            out.append(
+                Refusal(
+                    part="mirror",
+                    message=f"the mirror and the {taken} port are both {mirror_port}",
+                    flags=["--mirror-listen"],
+                )
+            )
+        elif not machine.gateway_running and mirror_port in machine.ports_in_use:
+            out.append(
+                Refusal(
+                    part="mirror",
+                    message=f"port {mirror_port} (mirror) is in use on this machine: "
+                    "choose another with --mirror-listen",
+                )
+            )
     if plan.store.kind == "postgres":
         if not plan.store.dsn:
             out.append(
@@ -476,6 +533,10 @@ def steps(plan: SetupPlan, *, start: bool = True) -> list[Step]:
         out.append(Step(key="node", title="Write agent.yaml and this machine's certificate"))
     if plan.admin.on and plan.admin.group:
         out.append(Step(key="access", title=f"Let group {plan.admin.group} read the admin token"))
+    if plan.mirror.on:
+        out.append(
+            Step(key="mirror", title="Write mirror.yaml, the mirror's read token and its unit")
+        )
     if not start:
         return out
     out += [

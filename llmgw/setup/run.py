@@ -47,6 +47,7 @@ from llmgw.setup.plan import (
     command_env,
     dsn_place,
     masked_dsn,
+    plan_ports,
     steps,
     to_command,
 )
@@ -245,9 +246,7 @@ class PlanRun:
         self.plan = plan
         self.paths = paths
         self.start = start and paths.home is not None
-        self._machine = machine or (
-            lambda: this_machine(paths, ports=tuple(plan.control_plane.ports().values()))
-        )
+        self._machine = machine or (lambda: this_machine(paths, ports=plan_ports(plan)))
         self._python = python
         self._init: dict = {}
         self._done: dict[str, str] = {}
@@ -334,6 +333,16 @@ class PlanRun:
         if not group:
             raise _StepFailed("llmgw server init gave no group the admin token")
         self._done["access"] = f"group {group} reads {self.paths.admin_token_file}"
+        return
+        yield
+
+    async def _step_mirror(self) -> AsyncIterator[str]:
+        mirror = self._init.get("mirror") or {}
+        if not mirror:
+            raise _StepFailed("llmgw server init set no mirror up")
+        self._done["mirror"] = (
+            f"the cluster reaches it at {mirror['url']}; read token {mirror['read_token_file']}"
+        )
         return
         yield
 

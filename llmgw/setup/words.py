@@ -11,6 +11,7 @@ import shlex
 from llmgw.modelplan import memory
 from llmgw.present.keyfmt import money_text
 from llmgw.setup import starter
+from llmgw.setup.mirror_init import bytes_text
 from llmgw.setup.plan import (
     PART_IDS,
     LimitsPart,
@@ -26,6 +27,7 @@ PART_TITLES = {
     "starter": "Starter model",
     "limits": "Limits",
     "admin": "Admin access",
+    "mirror": "Model mirror",
 }
 
 # What each part is for, and what is missing without it.
@@ -43,6 +45,9 @@ PART_HELP = {
     "a monthly budget, so a key can be made at once. Without it, make a project first.",
     "admin": "Who may read the admin token and so run the console and llmgw ctl: its owner, "
     "and a group if you name one.",
+    "mirror": "A model mirror here: pinned, checked weights and engine builds the nodes fetch, "
+    "and llmgw's own wheels, so nodes need no internet. Without it nodes fetch from the "
+    "internet (or from a mirror named in server.yaml later).",
 }
 
 
@@ -80,6 +85,13 @@ def describe_part(plan: SetupPlan, part_id: str) -> str:
         if not p.on or not plan.admin.group:
             return "only the user that installs it reads the admin token"
         return f"group {plan.admin.group} may read the admin token (and run the console)"
+    if part_id == "mirror":
+        if not p.on:
+            return "nodes fetch weights and engines from the internet"
+        quota = (
+            f"quota {bytes_text(plan.mirror.max_bytes)}" if plan.mirror.max_bytes else "no quota"
+        )
+        return f"a mirror on {plan.mirror.listen} ({quota}), used by every node"
     raise KeyError(part_id)
 
 

@@ -13,7 +13,7 @@ from textual.widgets import Button, Input, OptionList, Static
 
 from llmgw.config import load_agent_config, load_server_config
 from llmgw.paths import Paths
-from llmgw.setup.plan import shell_text
+from llmgw.setup.plan import PART_IDS, shell_text
 from tests.llmgw.test_setup_plan import BIG, SMALL, free_port
 from tests.tui.test_nodes_screen import wait_until
 from tui.setup.app import SetupConsole
@@ -44,7 +44,7 @@ async def parts_shown(pilot, app: SetupConsole) -> None:
         """the parts list"""
         if not isinstance(app.screen, PartsScreen):
             return False
-        return app.screen.query_one("#parts", OptionList).option_count == 6
+        return app.screen.query_one("#parts", OptionList).option_count == len(PART_IDS)
 
     await wait_until(pilot, shown)
 

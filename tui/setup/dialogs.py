@@ -18,6 +18,7 @@ from llmgw.errors import UsageError
 from llmgw.modelplan.memory import gb
 from llmgw.present.keyfmt import money_text, parse_money
 from llmgw.setup import starter
+from llmgw.setup.mirror_init import bytes_text, parse_bytes
 from llmgw.setup.plan import (
     CONTROL_PLANE_BYTES,
     PORT_NAMES,
@@ -25,6 +26,7 @@ from llmgw.setup.plan import (
     ControlPlanePart,
     LimitsPart,
     Machine,
+    MirrorPart,
     NodePart,
     SetupPlan,
     StarterPart,
@@ -267,6 +269,29 @@ class AdminDialog(PartDialog):
         return _build(AdminPart, on=self.on, group=self.field("#admin-group"))
 
 
+class MirrorDialog(PartDialog):
+    PART_ID = "mirror"
+
+    def part_fields(self) -> ComposeResult:
+        m: MirrorPart = self.current
+        yield from _field("Address it serves on (--mirror-listen)", m.listen, "mirror-listen")
+        yield from _field(
+            "Quota: bytes, or 500G, 2T (--mirror-max-bytes)",
+            bytes_text(m.max_bytes).replace(" ", "").removesuffix("B") if m.max_bytes else "",
+            "mirror-max-bytes",
+            placeholder="none: the disk is the limit",
+        )
+
+    def result(self) -> MirrorPart:
+        quota = self.field("#mirror-max-bytes")
+        return _build(
+            MirrorPart,
+            on=self.on,
+            listen=self.field("#mirror-listen"),
+            max_bytes=parse_bytes(quota) if quota else 0,
+        )
+
+
 def _text(value: int | None) -> str:
     return "" if value is None else str(value)
 
@@ -280,6 +305,7 @@ DIALOGS: dict[str, type[PartDialog]] = {
         StarterDialog,
         LimitsDialog,
         AdminDialog,
+        MirrorDialog,
     )
 }
 

@@ -21,7 +21,7 @@ from textual.screen import Screen
 from textual.widgets import Button, Footer, Header, Static
 from textual.worker import Worker
 
-from llmgw.setup.plan import Machine, Refusal, StoreCheck, check, notes, shell_text
+from llmgw.setup.plan import Machine, Refusal, StoreCheck, check, notes, plan_ports, shell_text
 from llmgw.setup.run import check_postgres, this_machine
 from llmgw.setup.words import in_and_out
 from tui.screens.common import show_worker_error
@@ -82,7 +82,7 @@ class PlanScreen(Screen[None]):
             return
         machine = self.console.fixed_machine
         if machine is None:
-            ports = tuple(plan.control_plane.ports().values())
+            ports = plan_ports(plan)
             machine = await asyncio.to_thread(this_machine, self.console.paths, ports=ports)
         store = None
         if plan.store.kind == "postgres" and plan.store.dsn:
