@@ -192,3 +192,12 @@ class PeerMirror:
         async with asyncio.timeout(30):
             while not condition():
                 await self.peers.wait_passes(self.peers.passes + 1)
+
+    async def add_engine(self, name: str, data: bytes) -> Revision:
+        async with self.admin() as c:
+            sha = hashlib.sha256(data).hexdigest()
+            r = await c.put(
+                f"/v1/files/engine/{name}", content=data, headers={"X-Llmgw-Sha256": sha}
+            )
+            r.raise_for_status()
+            return Revision.model_validate_json(r.content)

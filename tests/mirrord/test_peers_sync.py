@@ -201,3 +201,24 @@ async def test_peers_added_at_run_time_are_peers_again_after_a_restart(pair):
     await a.stop()
     await a.start(port)
     assert [p.url for p in await a.peer_list()] == [a.link.url]
+
+
+async def test_an_engine_archive_comes_across_by_its_digest(pair):
+    a, b = pair
+    data = os.urandom(100_000)
+    rev = await a.add_engine("llama-b9999-bin-ubuntu-x64.tar.gz", data)
+    await b.until(lambda: b.store.get("engine", rev.repo, rev.commit) is not None)
+    assert b.store.blob_path(rev.commit).read_bytes() == data
+
+
+async def test_a_ref_moved_on_one_mirror_moves_on_its_peer(pair):
+    a, b = pair
+    first = await a.add(REPO, files(b"1"))
+    await b.peers.sync_once()
+    second = await a.add(REPO, files(b"2"))
+    await b.peers.sync_once()
+    assert b.store.resolve(REPO, "main") == second.commit
+    # B's older revision, offered back to A, does not move A's main back.
+    await a.peers.sync_once()
+    assert a.store.resolve(REPO, "main") == second.commit
+    assert a.held() == b.held() == {(REPO, first.commit), (REPO, second.commit)}
