@@ -112,7 +112,7 @@ class Downloader:
         byte before it is refused (a byte flipped on the way).
         """
         order = [Origin.plain(origins)] if isinstance(origins, str) else list(origins)
-        shown = redact(order[0].url) if len(order) == 1 else source
+        shown = redact(order[0].url) if _one_plain(order) else source
         rounds = 2 if fetch_again_on_mismatch else 1
         for round_ in range(rounds):
             total, digest = await self._fetch_resuming(
@@ -174,6 +174,8 @@ class Downloader:
         # Each origin gets the retries a single URL always had; a cut on one
         # moves on to the next at once, and only a whole round of failures waits.
         budget = (self.retries + 1) * len(order)
+        # One URL that is not a cluster mirror fails with its own words, as it always did.
+        plain = _one_plain(order)
         failures: dict[int, Failure] = {}
         passed_over: set[int] = set()
         i, tries = 0, 0
@@ -190,12 +192,12 @@ class Downloader:
                 except _PassOver as e:
                     passed_over.add(i)
                     failures[i] = Failure(o.label, e.kind, e.message)
-                    if len(order) == 1:
+                    if plain:
                         raise DownloadFailed(e.message, hint=e.hint) from None
                 except (httpx.TransportError, _Cut) as e:
                     tries += 1
                     failures[i] = Failure(o.label, DOWN, _reason(e))
-                    if len(order) == 1 and tries >= budget:
+                    if plain and tries >= budget:
                         raise DownloadFailed(
                             f"downloading {redact(o.url)} failed: {_reason(e)}",
                             hint="check the node's network or the mirror; "
@@ -295,6 +297,10 @@ class Downloader:
         if on_progress:
             on_progress(done, total or done)
         return done
+
+
+def _one_plain(order: list[Origin]) -> bool:
+    return len(order) == 1 and not (order[0].place is not None and order[0].place.is_mirror)
 
 
 class _PassOver(Exception):

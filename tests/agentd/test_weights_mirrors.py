@@ -333,3 +333,15 @@ async def test_a_shard_says_which_mirror_it_is_fetching_from(tmp_path, mirrors, 
     assert any(f"from mirror {m1.url[7:]}" in w for w in words), words
     assert any(f"from mirror {m2.url[7:]}" in w for w in words), words
     assert TOKEN not in repr(sent)
+
+
+async def test_one_mirror_that_lacks_a_file_says_how_to_add_it(tmp_path, mirrors, hub):
+    m1, _ = mirrors
+
+    with pytest.raises(MirrorsLack) as e:
+        await _fetcher(tmp_path, hub).ensure(
+            "gemma", "hf:org/gguf@main:model.gguf", mirror_urls=[m1.url], mirror_token=TOKEN
+        )
+
+    assert f"mirror {m1.url[7:]}" in e.value.message and "404" in e.value.message
+    assert "llmgw ctl mirror add hf:org/gguf@main" in e.value.hint
