@@ -88,6 +88,11 @@ def read_gguf(path: str | Path) -> ModelFacts:
     """
     path = Path(path)
     header = read_gguf_header(path)
+    return gguf_facts(header, _weights_bytes(path, header.fields))
+
+
+def gguf_facts(header: GgufHeader, weights_bytes: int) -> ModelFacts:
+    """The facts of a GGUF header whose file (all parts of it) holds ``weights_bytes``."""
     fields = header.fields
     arch = str(fields.get("general.architecture") or "")
 
@@ -106,7 +111,6 @@ def read_gguf(path: str | Path) -> ModelFacts:
     parameters = sum(t.n_elements for t in header.tensors)
     expert_bytes = sum(t.n_bytes for t in header.tensors if _EXPERT_TENSOR.search(t.name))
 
-    weights_bytes = _weights_bytes(path, fields)
     active_bytes = weights_bytes
     if experts > 1 and experts_used > 0 and expert_bytes:
         # Every token reads the dense part and experts_used of the experts.
@@ -166,14 +170,47 @@ def read_gguf_header(path: str | Path) -> GgufHeader:
         raise UsageError(f"{path}: cannot be read ({e.strerror or e})") from e
 
 
+def parse_gguf_prefix(prefix: bytes, *, whole: bool = False) -> GgufHeader | None:
+    """The header of a GGUF file from its first bytes; None when they end before it does.
+
+    For a header read over the network a piece at a time (llmgw/hub/gguf_remote.py).
+    ``whole``: the bytes are the whole file, so ending early is a cut-short file.
+    Raises UsageError for bytes that are not GGUF or say what no writer would.
+    """
+    if len(prefix) < 4:
+        if whole:
+            raise UsageError("not a GGUF file (shorter than its magic number)")
+        return None
+    if prefix[:4] != GGUF_MAGIC:
+        raise UsageError(
+            "not a GGUF file",
+            hint="a Hugging Face model is a directory of config.json and .safetensors files",
+        )
+    try:
+        return _Walk(prefix).header()
+    except (struct.error, IndexError, _PastTheEnd) as e:
+        if whole:
+            raise UsageError(
+                f"not a readable GGUF file ({e})",
+                hint="it may be cut short: fetch it again and check its sha256",
+            ) from e
+        return None
+    except (UnicodeDecodeError, _Malformed) as e:
+        raise UsageError(f"not a readable GGUF file ({e})") from e
+
+
 class _Malformed(Exception):
     """The header says something no GGUF writer would."""
+
+
+class _PastTheEnd(_Malformed):
+    """A length that runs past the bytes there are (a cut-short file, or a prefix of one)."""
 
 
 class _Walk:
     """A cursor over a mapped GGUF header."""
 
-    def __init__(self, buf: mmap.mmap) -> None:
+    def __init__(self, buf: mmap.mmap | bytes) -> None:
         self.buf = buf
         self.pos = 4
         self.order = "<"
@@ -188,7 +225,7 @@ class _Walk:
     def string(self) -> str:
         n = self.unpack("Q")
         if self.pos + n > len(self.buf):
-            raise _Malformed("a string runs past the end of the file")
+            raise _PastTheEnd("a string runs past the end of the file")
         text = self.buf[self.pos : self.pos + n].decode("utf-8")
         self.pos += n
         return text
@@ -205,7 +242,7 @@ class _Walk:
                     n = self.unpack("Q")  # (not `pos += unpack()`: unpack moves pos)
                     self.pos += n
                 if self.pos > len(self.buf):
-                    raise _Malformed("an array runs past the end of the file")
+                    raise _PastTheEnd("an array runs past the end of the file")
                 return None
             if item_type == _VT.ARRAY:
                 return [self.value(_VT.ARRAY) for _ in range(count)]
