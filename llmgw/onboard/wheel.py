@@ -26,7 +26,7 @@ import llmgw
 from llmgw.fsutil import sha256_file
 from llmgw.onboard.events import OnboardError
 
-PACKAGES = ("llmgw", "gatewayd", "agentd", "tui", "proto")
+PACKAGES = ("llmgw", "gatewayd", "agentd", "tui", "proto", "mirrord")
 _SOURCE_SUFFIXES = {".py", ".sql", ".tcss", ".proto", ".typed"}
 _TOP_FILES = ("pyproject.toml", "README.md", "LICENSE", "setup.cfg", "MANIFEST.in")
 
