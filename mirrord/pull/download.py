@@ -261,8 +261,7 @@ def _mismatch(want: Wanted, got_sha: str, got_git: str) -> str:
         return f"{want.name}: fetched twice, {got_sha} each time where {want.size} were listed"
     if want.sha256:
         return (
-            f"{want.name}: fetched twice, its sha256 was {got_sha} where the upstream "
-            f"lists {want.sha256}"
+            f"{want.name}: fetched twice, its sha256 was {got_sha} where {want.sha256} was expected"
         )
     return (
         f"{want.name}: fetched twice, its git blob id was {got_git} where the upstream "

@@ -48,14 +48,24 @@ class PullJobs:
         self._jobs: OrderedDict[str, PullJob] = OrderedDict()
         self._running: dict[str, tuple[PullJob, asyncio.Task]] = {}
 
-    def start(self, req: PullRequest) -> Pull:
-        """The pull of ``req``: a new one, or the one already pulling the same thing."""
+    def start(
+        self,
+        req: PullRequest,
+        *,
+        refs: list[str] | None = None,
+        added_unix: float | None = None,
+    ) -> Pull:
+        """The pull of ``req``: a new one, or the one already pulling the same thing.
+
+        ``refs`` and ``added_unix`` are a peer's, for a revision it holds: kept as they are.
+        """
         key = pull_key(req)  # refuses what cannot be pulled before any task starts
         if key in self._running:
             return self._running[key][0].snapshot()
         job = PullJob(secrets.token_hex(6), req.source)
         self._jobs[job.pull_id] = job
-        task = asyncio.create_task(self._run(key, job, req), name=f"pull {job.pull_id}")
+        run = self._run(key, job, req, refs, added_unix)
+        task = asyncio.create_task(run, name=f"pull {job.pull_id}")
         self._running[key] = (job, task)
         return job.snapshot()
 
@@ -101,9 +111,12 @@ class PullJobs:
             with contextlib.suppress(asyncio.CancelledError):
                 await t
 
-    async def _run(self, key: str, job: PullJob, req: PullRequest) -> None:
+    async def _run(self, key: str, job: PullJob, req: PullRequest, refs, added_unix) -> None:
         try:
-            rev = await self.puller.pull(req, job)
+            if refs is None and added_unix is None:
+                rev = await self.puller.pull(req, job)
+            else:
+                rev = await self.puller.pull(req, job, refs=refs, added_unix=added_unix)
         except asyncio.CancelledError:
             job.update(
                 state="failed",

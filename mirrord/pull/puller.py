@@ -15,7 +15,9 @@ a blob a pull is about to name.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
@@ -108,6 +110,21 @@ def _check_engine(req: PullRequest) -> tuple[str, str]:
     return name, req.sha256
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """What a model pull fetches, worked out before its first byte."""
+
+    hub: HubClient
+    repo: str
+    commit: str
+    entries: dict[str, HubEntry]
+    paths: list[str]
+    wanted: list[Wanted]
+    # Small files' git blob id -> sha256 of the blobs held when the pull began.
+    known: dict[str, str]
+    token: str
+
+
 class Puller:
     """Pulls into ``store`` from ``upstream`` (or the one a request names)."""
 
@@ -131,6 +148,9 @@ class Puller:
         self.downloader = Downloader(
             self.client, store.incoming_dir, retries=retries, backoff_s=backoff_s
         )
+        # Bytes the running pulls were let fetch and have not put yet: the quota
+        # counts them, or two adds that each fit would together pass it.
+        self._reserved_bytes = 0
 
     async def aclose(self) -> None:
         if self._own_client:
@@ -192,7 +212,15 @@ class Puller:
         wanted = [self._wanted(hub, src.repo, commit, entries[p], where) for p in paths]
         # The quota is asked before the first byte: a refused add costs the upstream nothing.
         unheld = {w.key: w.size or 0 for w in wanted if not self._held_sha(w, known)}
-        self.store.check_room(sum(unheld.values()))
+        plan = _Plan(hub, src.repo, commit, entries, paths, wanted, known, token)
+        with self._room(sum(unheld.values())):
+            stored = await self._fetch_model(plan, req, job, refs, added_unix)
+        log.info("pulled %s (%d files) from %s", where, len(paths), hub.host)
+        return stored
+
+    async def _fetch_model(self, plan: _Plan, req, job: PullJob, refs, added_unix) -> Revision:
+        entries, paths, wanted, known = plan.entries, plan.paths, plan.wanted, plan.known
+        token = plan.token
         job.update(
             state="fetching",
             files_total=len(wanted),
@@ -224,17 +252,27 @@ class Puller:
             job.file_done()
         rev = Revision(
             kind="model",
-            repo=src.repo,
-            commit=commit,
+            repo=plan.repo,
+            commit=plan.commit,
             files=list(files.values()),
-            source=f"hf:{src.repo}@{commit}",
+            source=f"hf:{plan.repo}@{plan.commit}",
             allow_pickle=req.allow_pickle,
         )
         keys = {path: w.key for w, path in zip(wanted, paths, strict=True)}
         stored = await self._hold(rev, keys, wanted, headers, refs, added_unix)
         job.update(file="", revision=stored.model_copy(update={"files": None}))
-        log.info("pulled %s (%d files) from %s", where, len(files), hub.host)
         return stored
+
+    @contextlib.contextmanager
+    def _room(self, new_bytes: int) -> Iterator[None]:
+        """Refuse an add that does not fit beside the running ones; hold its room while it runs."""
+        if new_bytes > 0:
+            self.store.check_room(new_bytes + self._reserved_bytes)
+        self._reserved_bytes += new_bytes
+        try:
+            yield
+        finally:
+            self._reserved_bytes -= new_bytes
 
     def _held_again(self, held: Revision, paths, refs, job: PullJob, where: str) -> Revision:
         have = {f.path for f in held.files or []}
@@ -315,31 +353,60 @@ class Puller:
             job.update(revision=held.model_copy(update={"files": None}))
             return held
         shown = _shown_url(req.source)
-        size = 0
-        if not self.store.has_blob(sha):
-            size = await self._head_size(req.source)
-            self.store.check_room(size)
-        job.update(state="fetching", file=name, files_total=1, bytes_total=size)
-        want = Wanted(req.source, key=sha, sha256=sha, name=name)
-        path, got = await self.downloader.fetch(
-            want, on_bytes=job.add_bytes, held=lambda: sha if self.store.has_blob(sha) else ""
-        )
-        if path is not None and not self.store.has_blob(sha):
-            size = path.stat().st_size
-            self.store.check_room(size)
-            self.store.adopt_blob(path, sha)
-        size = self.store.blob_path(sha).stat().st_size
+        size = 0 if self.store.has_blob(sha) else await self._head_size(req.source)
         rev = Revision(
             kind="engine",
             repo=name,
             commit=sha,
-            files=[FileEntry(path=name, size=size, sha256=got)],
+            files=[FileEntry(path=name, size=size, sha256=sha)],
             source=shown,
         )
-        stored = self.store.put(rev)
+        job.update(state="fetching", file=name, files_total=1, bytes_total=size)
+        stored = await self.pull_artifact(rev, req.source, on_bytes=job.add_bytes)
         job.file_done()
         job.update(file="", revision=stored.model_copy(update={"files": None}))
         log.info("pulled the engine archive %s from %s", name, shown)
+        return stored
+
+    async def pull_artifact(
+        self,
+        rev: Revision,
+        url: str,
+        *,
+        headers: dict[str, str] | None = None,
+        added_unix: float | None = None,
+        on_bytes=lambda n: None,
+    ) -> Revision:
+        """A wheel or engine archive (``rev``, one file) fetched from ``url``, checked, held.
+
+        Peers call it with a peer's ``/blobs/sha256/{sha}`` and its revision as
+        it is there (its ``added_unix`` kept). The size in ``rev`` (0: unknown)
+        is asked of the quota before any byte; the real one after the last.
+        """
+        entry = (rev.files or [None])[0]
+        if entry is None or not SHA256_RE.fullmatch(entry.sha256):
+            raise PullInvalid(f"{rev.repo}: a wheel or engine archive is held by its sha256")
+        sha = entry.sha256
+        held = self.store.get(rev.kind, rev.repo, sha)
+        if held is not None:
+            return held
+        with self._room(0 if self.store.has_blob(sha) else entry.size):
+            want = Wanted(url, key=sha, sha256=sha, name=rev.repo)
+            path, _ = await self.downloader.fetch(
+                want,
+                headers=headers,
+                on_bytes=on_bytes,
+                held=lambda: sha if self.store.has_blob(sha) else "",
+            )
+            if path is not None and not self.store.has_blob(sha):
+                size = path.stat().st_size
+                if not entry.size:  # unknown until now: asked once the bytes are in
+                    self.store.check_room(size + self._reserved_bytes)
+                self.store.adopt_blob(path, sha)
+            size = self.store.blob_path(sha).stat().st_size
+            files = [entry.model_copy(update={"size": size, "path": entry.path or rev.repo})]
+            stored = self.store.put(rev.model_copy(update={"files": files}), added_unix=added_unix)
+        log.info("holding the %s %s from %s", rev.kind, rev.repo, _shown_url(url))
         return stored
 
     async def _head_size(self, url: str) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 from pathlib import Path
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from llmgw.hub import RepoNotFound
-from llmgw.mirror.wire import PullRequest
+from llmgw.mirror.wire import FileEntry, PullRequest, Revision
 from mirrord.pull import DigestMismatch, PullError, PullJob, PullRefused, code_of
 from mirrord.pull.errors import UpstreamFailed
 from mirrord.pull.puller import Puller
@@ -293,3 +294,49 @@ async def test_a_pull_from_another_hub_sends_its_token(hub, store):
         json.loads(store.file("org/tiny", job.snapshot().commit, "config.json")[1].read_text())
         == {}
     )
+
+
+async def test_two_adds_that_each_fit_but_not_together_are_not_both_let_fetch(hub, tmp_path):
+    # Guards: both asked the quota before either had put a byte, and together passed it.
+    store = MirrorStore(tmp_path / "m", max_bytes=8_000_000)
+    hub.add_repo("org/a", {"a.gguf": b"a" * 5_000_000})
+    hub.add_repo("org/b", {"b.gguf": b"b" * 5_000_000})
+    p = Puller(store, upstream=hub.url, backoff_s=0)
+    try:
+        results = await asyncio.gather(
+            pull(p, "hf:org/a"), pull(p, "hf:org/b"), return_exceptions=True
+        )
+    finally:
+        await p.aclose()
+    refused = [r for r in results if isinstance(r, QuotaExceeded)]
+    assert len(refused) == 1 and len(store.revisions()) == 1
+    assert store.used_bytes() == 5_000_000
+
+
+async def test_two_pulls_sharing_a_file_fetch_it_once(hub, store, puller):
+    hub.add_repo("org/a", {"config.json": b"{}", SHARD1: TINY.files[SHARD1]})
+    hub.add_repo("org/b", {"config.json": b"{}", SHARD1: TINY.files[SHARD1]})
+    a, b = await asyncio.gather(pull(puller, "hf:org/a"), pull(puller, "hf:org/b"))
+    fetched = hub.downloads("org/a", SHARD1) + hub.downloads("org/b", SHARD1)
+    assert len(fetched) == 1
+    assert held_bytes(store, b[0], SHARD1) == held_bytes(store, a[0], SHARD1)
+
+
+async def test_a_peers_wheel_is_fetched_by_its_digest_and_keeps_its_time_of_adding(
+    hub, store, puller
+):
+    data = b"PK wheel bytes" * 100
+    digest = hashlib.sha256(data).hexdigest()
+    hub.add_repo("peer/blobs", {digest: data}, lfs={digest})
+    url = f"{hub.url}/peer/blobs/resolve/main/{digest}"
+    name = "demo-1.0-py3-none-any.whl"
+    rev = Revision(
+        kind="wheel",
+        repo=name,
+        commit=digest,
+        files=[FileEntry(path=name, size=len(data), sha256=digest)],
+        added_unix=1234.5,
+    )
+    held = await puller.pull_artifact(rev, url, added_unix=1234.5)
+    assert (held.kind, held.commit, held.added_unix) == ("wheel", digest, 1234.5)
+    assert store.blob_path(digest).read_bytes() == data
