@@ -1,0 +1,67 @@
+"""``llmgw up --mirror``: a model mirror beside gatewayd, set up at its first start and supervised."""
+
+from __future__ import annotations
+
+import signal
+
+import httpx
+import psutil
+import yaml
+
+from tests.e2e.helpers import init_on_free_ports, start, wait_until
+
+
+def _mirror_child(up: psutil.Process) -> psutil.Process | None:
+    for c in up.children():
+        try:
+            if c.cmdline()[-2:] == ["mirror", "serve"]:
+                return c
+        except psutil.Error:  # exited (a zombie until `up` reaps it)
+            continue
+    return None
+
+
+def _healthy(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/health", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def test_up_with_a_mirror_sets_it_up_names_it_to_the_cluster_and_restarts_it_when_killed(
+    tmp_path,
+):
+    home = tmp_path / "home"
+    init_on_free_ports(home, "--no-node", "--no-starter", "--no-project")
+    up = start(home, "up", "--mirror")
+    proc = psutil.Process(up.pid)
+    try:
+        mirror_yaml = home / "etc" / "mirror.yaml"
+        wait_until(mirror_yaml.exists, timeout_s=30)
+        listen = yaml.safe_load(mirror_yaml.read_text())["listen"]
+        url = f"http://127.0.0.1:{listen.rsplit(':', 1)[1]}"
+        wait_until(lambda: _healthy(url), timeout_s=60)
+        server = yaml.safe_load((home / "etc" / "server.yaml").read_text())
+        assert server["mirror"]["urls"] == [url]
+
+        # Reads need the read token up made; nothing is served without it.
+        token = (home / "etc" / "secrets" / "mirror-read-token").read_text().strip()
+        assert httpx.get(f"{url}/v1/info", timeout=5).status_code == 401
+        info = httpx.get(f"{url}/v1/info", headers={"Authorization": f"Bearer {token}"})
+        assert info.status_code == 200, info.text
+
+        # Killed, it is started again, as its service would be.
+        first = wait_until(lambda: _mirror_child(proc), timeout_s=30)
+        first.send_signal(signal.SIGKILL)
+        again = wait_until(
+            lambda: (c := _mirror_child(proc)) and c.pid != first.pid and _healthy(url) and c,
+            timeout_s=60,
+        )
+        assert again.is_running()
+        assert (home / "run" / "log" / "mirror.log").stat().st_size > 0
+    finally:
+        up.send_signal(signal.SIGTERM)
+        out, _ = up.communicate(timeout=60)
+    assert up.returncode == 0, out
+    assert f"mirror     {url}" in out
+    assert not _healthy(url)
