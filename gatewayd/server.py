@@ -71,7 +71,9 @@ class GatewayServer:
         # The model mirrors (server.yaml mirror.urls): hf: models are pinned, planned
         # and fetched through them. Tokens are read from their files as they change.
         self.mirrors = MirrorSet.from_config(cfg.mirror, paths, admin_token=paths.admin_token_file)
-        self.catalog = Catalog(self.store, self.registry.watch, hub_url=cfg.hub_url)
+        self.catalog = Catalog(
+            self.store, self.registry.watch, hub_url=cfg.hub_url, mirrors=self.mirrors
+        )
         self.reconciler: Reconciler | None = None
         self.ports: dict[str, int] = {}
         self._grpc: list[Server] = []
@@ -107,7 +109,8 @@ class GatewayServer:
             engine_key=self._engine_key(),
             lost_grace_s=self.cfg.nodes.lost_grace_s,
             engines=self.cfg.engines,
-            sizing=Sizing(hub_url=self.cfg.hub_url),
+            sizing=Sizing(hub_url=self.cfg.hub_url, mirrors=self.mirrors),
+            mirrors=self.mirrors,
         )
         await self.reconciler.load()
         self.keys = KeyCache(self.store)

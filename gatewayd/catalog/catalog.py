@@ -8,7 +8,9 @@ When a model is added, what its source names is checked where the control
 plane can see it: an hf: source's revision is pinned to the commit it names
 now (a branch moving upstream later changes nothing: replicas fetch the
 pinned commit), a missing repository, revision or file refused in the hub's
-words; a local path the control plane can read must be a GGUF file, a
+words (through the cluster's mirrors where it has some: none holding it is
+refused with the command that adds it, unless the model's allow_internet
+lets it use the hub); a local path the control plane can read must be a GGUF file, a
 safetensors file or a model directory (a path only the nodes have is checked
 by them).
 """
@@ -22,6 +24,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from gatewayd.mirrors.hub import read_through
+from gatewayd.mirrors.set import MirrorSet
 from gatewayd.nodes.watch import Broadcaster
 from gatewayd.store import ModelRecord, Store
 from llmgw.catalog import Model
@@ -45,10 +49,20 @@ class CatalogError(Exception):
 
 
 class Catalog:
-    def __init__(self, store: Store, watch: Broadcaster, *, hub_url: str = HF_BASE_URL):
+    def __init__(
+        self,
+        store: Store,
+        watch: Broadcaster,
+        *,
+        hub_url: str = HF_BASE_URL,
+        mirrors: MirrorSet | None = None,
+    ):
         self._store = store
         self._watch = watch
         self.hub_url = hub_url
+        # With mirrors configured, hf: sources are pinned through them (the hub only
+        # where a model's allow_internet lets it).
+        self.mirrors = mirrors
         self._models: dict[str, ModelRecord] = {}
 
     async def load(self) -> None:
@@ -112,14 +126,27 @@ class Catalog:
             return model.model_copy(update={"commit": ""}) if model.commit else model
         if not model.commit and prev is not None and prev.source == model.source and prev.commit:
             return model.model_copy(update={"commit": prev.commit})
+        revision = model.commit or src.revision
+
+        async def pin(hub: HubClient) -> str:
+            commit = await hub.resolve(src.location, revision)
+            if src.is_repo:
+                files = [f.path for f in await hub.list_files(src.location, commit)]
+                _check_repo_files(str(src), files, model.allow_pickle)
+            else:
+                await hub.head(src.location, commit, src.file)
+            return commit
+
         try:
-            async with HubClient(self.hub_url) as hub:
-                commit = await hub.resolve(src.location, model.commit or src.revision)
-                if src.is_repo:
-                    files = [f.path for f in await hub.list_files(src.location, commit)]
-                    _check_repo_files(str(src), files, model.allow_pickle)
-                else:
-                    await hub.head(src.location, commit, src.file)
+            commit = await read_through(
+                self.mirrors,
+                self.hub_url,
+                src.location,
+                revision,
+                pin,
+                allow_internet=model.allow_internet,
+                file=src.file,
+            )
         except HubUnreachable as e:
             raise CatalogError(
                 "unavailable",

@@ -1,11 +1,14 @@
 """What a model needs, as far as the control plane can tell.
 
 The control plane reads a model's metadata itself where it can: a local
-GGUF it can see (as for `llmgw up`'s starter model), and a whole Hugging Face
+GGUF it can see (as for `llmgw up`'s starter model), a whole Hugging Face
 repository through the hub (config.json and every safetensors shard's
-header, a few kilobytes each, never the weights). Facts of a repository are
-kept per commit: a commit never changes. Otherwise it plans from the
-profile's stated needs and says the size is unknown.
+header, a few kilobytes each, never the weights), and one GGUF file of a
+repository (its header, read with Range). With mirrors configured these
+are read through them (gatewayd/mirrors/hub.py), the hub only where the
+model allows it. Facts are kept per commit: a commit never changes.
+Otherwise it plans from the profile's stated needs and says the size is
+unknown.
 
 ``learn`` (async, may ask the hub) fills what ``plan`` (pure, sync) reads:
 the reconciler and the admin API call it before they plan.
@@ -18,10 +21,13 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from gatewayd.mirrors.hub import read_through
+from gatewayd.mirrors.set import MirrorSet
 from llmgw.catalog import Model, Profile
 from llmgw.errors import LlmgwError
 from llmgw.hub import COMMIT_RE, HF_BASE_URL, HubClient, HubError
 from llmgw.hub.facts import read_repo_facts
+from llmgw.hub.gguf_remote import read_remote_gguf
 from llmgw.inventory import Inventory
 from llmgw.modelplan.cache import PlanCache
 from llmgw.modelplan.types import CardNeed, Layout, ModelFacts, Plan
@@ -38,11 +44,13 @@ BACKGROUND_TIMEOUT_S = 5.0
 class Sizing:
     """Model facts per source (and per commit for hub repositories), read once and remembered."""
 
-    def __init__(self, *, hub_url: str = HF_BASE_URL) -> None:
+    def __init__(self, *, hub_url: str = HF_BASE_URL, mirrors: MirrorSet | None = None) -> None:
         self.hub_url = hub_url
+        # The cluster's mirrors: hf: sources are read through them when set.
+        self.mirrors = mirrors
         self._facts: dict[str, ModelFacts | None] = {}
-        # (repo, commit) -> facts: two models of one commit read it once.
-        self._by_commit: dict[tuple[str, str], ModelFacts] = {}
+        # (repo, commit, file) -> facts: two models of one commit read it once.
+        self._by_commit: dict[tuple[str, str, str], ModelFacts] = {}
         # source#commit -> (monotonic time of the failure, what went wrong).
         self._failed: dict[str, tuple[float, str]] = {}
         # A pass plans each model once per set of node shapes, not per decision.
@@ -57,7 +65,7 @@ class Sizing:
         key = self._key(model)
         if key not in self._facts:
             src = model.parsed_source
-            if src.is_repo:
+            if _on_hub(src):
                 return None  # only learn() asks the hub
             self._facts[key] = self._read_local(model)
         return self._facts[key]
@@ -84,7 +92,7 @@ class Sizing:
         is sized from its profile meanwhile.
         """
         src = model.parsed_source
-        if not src.is_repo:
+        if not _on_hub(src):
             return self.facts(model)
         key = self._key(model)
         if self._facts.get(key) is not None:
@@ -93,7 +101,7 @@ class Sizing:
         if failed and not strict and time.monotonic() - failed[0] < RETRY_AFTER_S:
             return None
         try:
-            facts = await self._read_repo(src.location, model.commit or src.revision, strict)
+            facts = await self._read_hub(model, strict)
         except HubError as e:
             text = e.message + (f" ({e.hint})" if e.hint else "")
             self._failed[key] = (time.monotonic(), text)
@@ -105,20 +113,37 @@ class Sizing:
         self._facts[key] = facts
         return facts
 
-    async def _read_repo(self, repo: str, revision: str, strict: bool) -> ModelFacts:
+    async def _read_hub(self, model: Model, strict: bool) -> ModelFacts:
+        src = model.parsed_source
+        repo, revision = src.location, model.commit or src.revision
         # The reconciler waits on this inside a pass: a hub that does not
         # answer costs it seconds once a minute, not the client's full retries.
         patient = {} if strict else {"retries": 0, "timeout_s": BACKGROUND_TIMEOUT_S}
-        async with HubClient(self.hub_url, **patient) as hub:
+
+        async def read(hub: HubClient) -> ModelFacts:
             commit = revision if COMMIT_RE.fullmatch(revision or "") else ""
             if not commit:
                 commit = await hub.resolve(repo, revision)
-            cached = self._by_commit.get((repo, commit))
+            cached = self._by_commit.get((repo, commit, src.file))
             if cached is not None:
                 return cached
-            facts = await read_repo_facts(hub, repo, commit)
-        self._by_commit[(repo, commit)] = facts
-        return facts
+            if src.file:
+                facts = await read_remote_gguf(hub, repo, commit, src.file)
+            else:
+                facts = await read_repo_facts(hub, repo, commit)
+            self._by_commit[(repo, commit, src.file)] = facts
+            return facts
+
+        return await read_through(
+            self.mirrors,
+            self.hub_url,
+            repo,
+            revision,
+            read,
+            allow_internet=model.allow_internet,
+            file=src.file,
+            **patient,
+        )
 
     @staticmethod
     def _read_local(model: Model) -> ModelFacts | None:
@@ -209,3 +234,8 @@ def stated_plan(model: Model, profile: Profile, problem: str = "") -> Plan:
         layouts=layouts,
         notes=[note],
     )
+
+
+def _on_hub(src) -> bool:
+    """Whether learn() reads a source's facts from a hub: a repository or one GGUF file of it."""
+    return src.kind == "hf" and (src.is_repo or src.file.endswith(".gguf"))
