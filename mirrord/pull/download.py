@@ -26,7 +26,8 @@ log = logging.getLogger(__name__)
 
 # Bytes gathered before one write (and hash) in a thread: few thread hops, little memory.
 WRITE_BYTES = 4 << 20
-# A transport error (a cut, a reset) is resumed this many times, waiting longer each time.
+# A transport error (a cut, a reset) is resumed this many times in a row with no byte
+# coming between, waiting longer each time.
 RETRIES = 3
 BACKOFF_S = 0.5
 # A file whose bytes do not match is fetched this many times in all.
@@ -60,10 +61,15 @@ class _Hashes:
             self.git.update(data)
 
 
-def _append(path: Path, data: bytes, hashes: _Hashes) -> None:
+def _append(path: Path, chunks: list[bytes], hashes: _Hashes) -> int:
+    """Write and hash the chunks (in a thread); the bytes written."""
+    n = 0
     with open(path, "ab") as f:
-        f.write(data)
-    hashes.update(data)
+        for chunk in chunks:
+            f.write(chunk)
+            hashes.update(chunk)
+            n += len(chunk)
+    return n
 
 
 def _rehash(path: Path, hashes: _Hashes) -> int:
@@ -158,9 +164,13 @@ class Downloader:
             path.unlink()
             on_bytes(-have)
             hashes, have = _Hashes(want.size, bool(want.git_oid)), 0
+        # Cuts in a row with no byte between: a link that moves on at each try goes on.
         cuts = 0
         while want.size is None or have < want.size:
-            buf = bytearray()
+            had = have
+            # Chunks gathered for one write in a thread, and their length.
+            buf: list[bytes] = []
+            buffered = 0
             try:
                 async with self._stream(want, have, headers) as resp:
                     if resp.status_code == 416 and have:
@@ -181,29 +191,27 @@ class Downloader:
                             f"{resp.headers.get('content-range', '?')}"
                         )
                     async for chunk in resp.aiter_bytes():
-                        buf += chunk
+                        buf.append(chunk)
+                        buffered += len(chunk)
                         on_bytes(len(chunk))
-                        if len(buf) >= WRITE_BYTES:
-                            await asyncio.to_thread(_append, path, bytes(buf), hashes)
-                            have += len(buf)
-                            buf.clear()
-                        if want.size is not None and have + len(buf) > want.size:
+                        if buffered >= WRITE_BYTES:
+                            have += await asyncio.to_thread(_append, path, buf, hashes)
+                            buf, buffered = [], 0
+                        if want.size is not None and have + buffered > want.size:
                             break  # longer than listed: the check refuses it
                     if buf:
-                        await asyncio.to_thread(_append, path, bytes(buf), hashes)
-                        have += len(buf)
-                        buf.clear()
+                        have += await asyncio.to_thread(_append, path, buf, hashes)
+                        buf, buffered = [], 0
                     if want.size is None or have >= want.size:
                         break
                     raise httpx.ReadError("the answer ended before the file did")
             except httpx.TransportError as e:
                 if buf:  # what came before the cut is good: keep it
-                    await asyncio.to_thread(_append, path, bytes(buf), hashes)
-                    have += len(buf)
-                cuts += 1
+                    have += await asyncio.to_thread(_append, path, buf, hashes)
+                cuts = 1 if have > had else cuts + 1
                 if cuts > self.retries:
                     raise UpstreamFailed(
-                        f"{want.name}: the download broke {cuts} times, "
+                        f"{want.name}: the download broke {cuts} times in a row, "
                         f"last: {str(e) or type(e).__name__} ({have} bytes kept)",
                         hint="add it again to resume from the bytes held, once the upstream "
                         "answers",

@@ -25,9 +25,11 @@ NAME = "llama-b4000-bin-ubuntu-x64.tar.gz"
 class ReleaseServer:
     """An HTTPS server holding one archive; it cuts the first answer short when told to."""
 
-    def __init__(self, data: bytes, cut_after: int = -1) -> None:
+    def __init__(self, data: bytes, cut_after: int = -1, *, ignore_range: bool = False) -> None:
         self.data = data
         self.cut_after = cut_after
+        # A server that sends the whole file whatever Range asks (200, never 206).
+        self.ignore_range = ignore_range
         self.requests: list[tuple[str, dict[str, str]]] = []
         self.url = ""
 
@@ -50,6 +52,8 @@ class ReleaseServer:
                 headers[k.strip().lower()] = v.strip()
             self.requests.append((method, headers))
             start = int(headers.get("range", "bytes=0-")[6:].split("-")[0])
+            if self.ignore_range:
+                start = 0
             body = self.data[start:]
             status = "206 Partial Content" if start else "200 OK"
             head = f"HTTP/1.1 {status}\r\nContent-Length: {len(body)}\r\nConnection: close\r\n"
@@ -113,6 +117,16 @@ async def test_an_engine_archive_cut_short_is_resumed(tmp_path, tls):
     gets = [h for m, h in server.requests if m == "GET"]
     assert gets[-1]["range"] == "bytes=10000-"
     assert store.blob_path(ARCHIVE_SHA).read_bytes() == ARCHIVE
+
+
+async def test_a_server_that_answers_a_range_with_the_whole_file_starts_it_over(tmp_path, tls):
+    # Guards: appending a 200's body to the bytes held made a file twice its start.
+    server = ReleaseServer(ARCHIVE, cut_after=10_000, ignore_range=True)
+    store, _, job = await pull_engine(tmp_path, tls, server, ARCHIVE_SHA)
+    gets = [h for m, h in server.requests if m == "GET"]
+    assert len(gets) == 2 and gets[1]["range"] == "bytes=10000-"
+    assert store.blob_path(ARCHIVE_SHA).read_bytes() == ARCHIVE
+    assert job.snapshot().bytes_done == len(ARCHIVE)
 
 
 async def test_an_engine_archive_with_another_sha256_is_refused_and_not_kept(tmp_path, tls):
