@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 
 from gatewayd.controller.replica import Replica
 from llmgw.catalog import Model
@@ -36,12 +37,25 @@ def spec_hash(model: Model) -> str:
 
 
 def start_message(
-    model: Model, r: Replica, layout: Layout, engine_version: str, engine_key: str
+    model: Model,
+    r: Replica,
+    layout: Layout,
+    engine_version: str,
+    engine_key: str,
+    *,
+    mirror_urls: Sequence[str] = (),
+    mirror_token: str = "",
 ) -> ControlMessage:
-    """The StartShard of replica ``r``, placed with ``layout``."""
+    """The StartShard of replica ``r``, placed with ``layout``.
+
+    ``mirror_urls``: the cluster's mirrors, the up ones first, for an hf:
+    source (the node tries them in order, and the hub only when the model's
+    allow_internet lets it); ``mirror_token`` is the read token they take.
+    """
     profile = model.profiles[0]
     # At the commit pinned when the model was added: a moved branch changes nothing.
     src = model.fetch_source
+    mirrors = list(mirror_urls) if src.kind == "hf" else []
     return ControlMessage(
         start_shard=StartShard(
             shard_id=r.shard_id,
@@ -52,7 +66,12 @@ def start_message(
             gpu_indexes=r.gpu_indexes,
             args=list(profile.args),
             weights=WeightsSource(
-                source=str(src), sha256=model.sha256, allow_pickle=model.allow_pickle
+                source=str(src),
+                sha256=model.sha256,
+                allow_pickle=model.allow_pickle,
+                mirror_urls=mirrors,
+                mirror_token=mirror_token if mirrors else "",
+                allow_internet=model.allow_internet,
             ),
             context_length=r.context,
             slots=model.slots,

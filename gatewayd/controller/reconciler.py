@@ -23,6 +23,7 @@ from gatewayd.controller.candidates import node_candidates
 from gatewayd.controller.commands import spec_hash, start_message
 from gatewayd.controller.replica import Replica, utcnow
 from gatewayd.controller.sizing import Sizing
+from gatewayd.mirrors.set import MirrorSet
 from gatewayd.nodes.registry import READY as NODE_READY
 from gatewayd.nodes.registry import NodeRegistry
 from gatewayd.store import ReplicaRecord, Store
@@ -38,7 +39,7 @@ from llmgw.engines.recipes import (
 )
 from llmgw.inventory import Inventory
 from llmgw.placement import Decision, NodeIndex, PlacementRequest, place
-from proto.llmgw.v1 import ControlMessage, ShardStatus, StopShard
+from proto.llmgw.v1 import ControlMessage, InstallEngine, ShardStatus, StopShard
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +73,7 @@ class Reconciler:
         sizing: Sizing | None = None,
         engines: list[EngineRelease] = (),
         builtin: tuple[EngineRelease, ...] | None = None,
+        mirrors: MirrorSet | None = None,
     ):
         self._store = store
         self._registry = registry
@@ -82,6 +84,8 @@ class Reconciler:
         # llmgw's own vLLM/SGLang recipes, for an engine server.yaml names none of.
         self._builtin = builtin_releases() if builtin is None else tuple(builtin)
         self.sizing = sizing or Sizing()
+        # The cluster's mirrors, handed to nodes for weights and engine archives.
+        self.mirrors = mirrors
         self.replicas: dict[str, Replica] = {}
         self._kick = asyncio.Event()
         self._pass_nodes: NodeIndex | None = None
@@ -166,7 +170,7 @@ class Reconciler:
                 continue  # e.g. vLLM on a node without a suitable GPU: skipped, not a fault
             ack = await self._registry.command(
                 node_id,
-                ControlMessage(install_engine=install_message(e)),
+                ControlMessage(install_engine=self._install_message(e)),
             )
             if not ack.ok:
                 log.warning(
@@ -397,7 +401,9 @@ class Reconciler:
         r.move(rs.PLACED, f"placed on {where}", deadline_s=profile.startup_timeout_s)
         await self._save(r)
         engine_version = await self._engine_for(p.node_id, profile.engine, profile.engine_version)
-        msg = start_message(model, r, p.layout, engine_version, self.engine_key)
+        msg = start_message(
+            model, r, p.layout, engine_version, self.engine_key, **self._mirror_args()
+        )
         ack = await self._registry.command(p.node_id, msg)
         if not ack.ok:
             self._fail(r, f"node {p.node_id} refused to start it: {ack.error}")
@@ -422,7 +428,7 @@ class Reconciler:
         have = live.engines.get(engine) if live is not None else None
         if have is None or have.version != recipe.version or have.state != "installed":
             ack = await self._registry.command(
-                node_id, ControlMessage(install_engine=install_message(recipe))
+                node_id, ControlMessage(install_engine=self._install_message(recipe))
             )
             if not ack.ok:
                 log.warning(
@@ -433,6 +439,19 @@ class Reconciler:
                     ack.error,
                 )
         return recipe.version
+
+    def _mirror_args(self) -> dict:
+        """The mirrors a node fetches from (the up ones first) and the read token they take."""
+        if self.mirrors is None or not self.mirrors.enabled:
+            return {}
+        return {"mirror_urls": self.mirrors.ordered(), "mirror_token": self.mirrors.read_token}
+
+    def _install_message(self, release: EngineRelease) -> InstallEngine:
+        """A recipe's InstallEngine; an archive pinned by sha256 is tried on the mirrors first."""
+        msg = install_message(release)
+        if msg.sha256 and (args := self._mirror_args()):
+            msg.mirror_urls, msg.mirror_token = args["mirror_urls"], args["mirror_token"]
+        return msg
 
     async def _stop(self, r: Replica, why: str) -> None:
         if r.state in rs.ACTIVE and r.node_id:
