@@ -2,6 +2,7 @@
 
     GET       /api/models/{org}/{name}[/revision/{rev}]     model info: sha, siblings
     GET       /api/models/{org}/{name}/tree/{rev}[/{path}]  entries (?recursive), Link-paginated
+    GET       /api/models/{org}/{name}/refs                 the refs held (branches, pull requests)
     POST      /api/models/{org}/{name}/paths-info/{rev}     entries of the paths asked
     HEAD|GET  /{org}/{name}/resolve/{rev}/{path}            the file, with Range
     GET       /api/whoami-v2                                who the token is
@@ -146,6 +147,8 @@ async def api(ctx: MirrorContext, req: Request, parts: list[str]) -> Response:
         if rest[0] == "tree" and len(rest) >= 2:
             sub = unquote("/".join(rest[2:])).strip("/")
             return _tree(ctx, req, repo, unquote(rest[1]), sub)
+        if rest == ["refs"]:
+            return _refs(ctx, repo)
         if rest[0] == "paths-info" and len(rest) >= 2 and req.method == "POST":
             return await _paths_info(ctx, req, repo, unquote("/".join(rest[1:])))
     except _HubMiss as e:
@@ -201,6 +204,21 @@ def _model_info(ctx: MirrorContext, req: Request, repo: str, revision: str) -> R
         "usedStorage": rev.size_bytes,
     }
     return Response.json(body, headers=[("X-Repo-Commit", rev.commit)])
+
+
+def _refs(ctx: MirrorContext, repo: str) -> Response:
+    _revision(ctx, repo, "main")  # RepoNotFound when none is held
+    branches, prs = [], []
+    for rev in ctx.store.repo_revisions(repo):
+        for ref in rev.refs:
+            if ref.startswith("refs/pr/"):
+                prs.append({"name": ref, "ref": ref, "targetCommit": rev.commit})
+            else:
+                item = {"name": ref, "ref": f"refs/heads/{ref}", "targetCommit": rev.commit}
+                branches.append(item)
+    # Tags and branches are one kind of ref here: the store keeps names, not git's kinds.
+    body = {"branches": branches, "tags": [], "converts": [], "pullRequests": prs}
+    return Response.json(body)
 
 
 def _entries(rev: Revision, sub: str, recursive: bool, expand: bool) -> list[dict] | None:

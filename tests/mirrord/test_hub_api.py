@@ -160,6 +160,14 @@ async def test_a_ref_with_a_slash_is_read_quoted(mirror):
     assert info.sha == rev.commit
 
 
+async def test_the_refs_held_are_listed_as_the_hub_lists_them(mirror, held):
+    pr = mirror.put_model("org/tiny", {"config.json": b"{}"}, refs=("refs/pr/1",))
+    api = HfApi(endpoint=mirror.url, token=mirror.read_token)
+    refs = await _dl(api.list_repo_refs, "org/tiny", include_pull_requests=True)
+    assert [(b.name, b.target_commit) for b in refs.branches] == [("main", held.commit)]
+    assert [(p.ref, p.target_commit) for p in refs.pull_requests] == [("refs/pr/1", pr.commit)]
+
+
 async def test_unknown_repo_revision_and_file_raise_the_hub_errors(mirror, held, tmp_path):
     kw = {"endpoint": mirror.url, "token": mirror.read_token, "cache_dir": tmp_path / "c"}
     with pytest.raises(RepositoryNotFoundError):
