@@ -74,6 +74,7 @@ class MirrorDaemon:
             token=peer_token or read_token,
             interval_s=cfg.sync_interval_s,
             data_dir=self.data_dir,
+            tls=cfg.tls,
         )
         self.jobs = PullJobs(self.store, self.puller, on_done=lambda rev: self.peers.notify())
         self.uploads = Uploads(self.store)

@@ -11,8 +11,9 @@ time (the disk is shared, and two peers offering the same revision fetch it
 once). After a change here the peers are told (``notify()``, best effort).
 
 Peers read each other with the peer token (the cluster's read token unless
-``peer_token_file`` says otherwise) as a Bearer token; an https peer with
-client certificates takes an ``httpx.AsyncClient`` made for it (``client``).
+``peer_token_file`` says otherwise) as a Bearer token; an https peer's
+certificate is checked against the cluster CA (mirror.yaml's tls.client_ca,
+tls.py), unless the daemon gives an ``httpx.AsyncClient`` of its own (``client``).
 """
 
 from __future__ import annotations
@@ -27,10 +28,12 @@ import httpx
 from pydantic import ValidationError
 
 from llmgw.errors import LlmgwError
+from llmgw.mirror.config import MirrorTls
 from llmgw.mirror.wire import Peer, State
 from mirrord.peers.copy import PeerCopier
 from mirrord.peers.plan import Copy, plan_sync
 from mirrord.peers.state import PeerBook
+from mirrord.peers.tls import peer_client
 from mirrord.store import MirrorStore
 
 log = logging.getLogger(__name__)
@@ -59,6 +62,7 @@ class PeerSync:
         interval_s: float = 30.0,
         data_dir: Path | None = None,
         client: httpx.AsyncClient | None = None,
+        tls: MirrorTls | None = None,
     ) -> None:
         # ``jobs`` (PullJobs) is not used: a copy from a peer keeps the peer's added
         # time and refs and checks each file against the sha256 of the peer's
@@ -69,8 +73,8 @@ class PeerSync:
         self.interval_s = interval_s
         self.book = PeerBook(peers, data_dir if data_dir is not None else store.data_dir)
         self._own_client = client is None
-        self.client = client or httpx.AsyncClient(
-            timeout=httpx.Timeout(COPY_READ_TIMEOUT_S, connect=CONNECT_TIMEOUT_S)
+        self.client = client or peer_client(
+            tls, httpx.Timeout(COPY_READ_TIMEOUT_S, connect=CONNECT_TIMEOUT_S)
         )
         self.copier = PeerCopier(store, self.client)
         self._wake = asyncio.Event()

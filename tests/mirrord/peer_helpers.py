@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import hashlib
 import secrets
+import ssl
 from pathlib import Path
 
 import httpx
@@ -104,9 +105,10 @@ class Link:
 
 
 class PeerMirror:
-    def __init__(self, home: Path, read_token: str) -> None:
+    def __init__(self, home: Path, read_token: str, tls: dict | None = None) -> None:
         self.home = home
         self.read_token = read_token
+        self.tls = tls or {}
         self.admin_token = secrets.token_urlsafe(16)
         self.daemon: MirrorDaemon | None = None
         # The link the tests read this mirror's peer through (set by the fixture).
@@ -119,6 +121,7 @@ class PeerMirror:
             data_dir=str(self.home / "data"),
             # Passes come when told (notify, sync_once), never from the clock.
             sync_interval_s=3600,
+            tls=self.tls,
         )
         self.daemon = MirrorDaemon(
             cfg, Paths.under(self.home), read_token=self.read_token, admin_token=self.admin_token
@@ -148,8 +151,11 @@ class PeerMirror:
         return self.daemon.peers
 
     def admin(self) -> httpx.AsyncClient:
+        ca = self.tls.get("client_ca")
         return httpx.AsyncClient(
-            base_url=self.url, headers={"Authorization": f"Bearer {self.admin_token}"}
+            base_url=self.url,
+            headers={"Authorization": f"Bearer {self.admin_token}"},
+            verify=ssl.create_default_context(cafile=ca) if ca else True,
         )
 
     async def add(self, repo: str, files: dict[str, bytes], ref: str = "main") -> Revision:
