@@ -34,6 +34,10 @@ BACKOFF_S = 0.5
 ATTEMPTS = 2
 
 
+class _Busy(Exception):
+    """The upstream answered 5xx: tried again like a cut, then reported."""
+
+
 @dataclass(frozen=True)
 class Wanted:
     """A file to fetch and what it must be: its size and the digest the upstream lists."""
@@ -205,7 +209,7 @@ class Downloader:
                     if want.size is None or have >= want.size:
                         break
                     raise httpx.ReadError("the answer ended before the file did")
-            except httpx.TransportError as e:
+            except (httpx.TransportError, _Busy) as e:
                 if buf:  # what came before the cut is good: keep it
                     have += await asyncio.to_thread(_append, path, buf, hashes)
                 cuts = 1 if have > had else cuts + 1
@@ -252,9 +256,11 @@ def _raise_for(resp: httpx.Response, want: Wanted) -> None:
             hint="give a token that may read it (upstream_token_file in mirror.yaml)",
             code="refused",
         )
+    if resp.status_code >= 500:
+        raise _Busy(f"the upstream answered {resp.status_code}")
     raise UpstreamFailed(
         f"{want.name}: the upstream answered {resp.status_code}",
-        hint="try again later; the bytes held so far are kept",
+        hint="check the source and the token given for it",
     )
 
 

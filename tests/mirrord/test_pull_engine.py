@@ -13,7 +13,7 @@ import pytest
 from llmgw.mirror.wire import PullRequest
 from llmgw.tls import pki
 from mirrord.pull import DigestMismatch, PullJob, code_of
-from mirrord.pull.errors import PullInvalid
+from mirrord.pull.errors import PullInvalid, UpstreamFailed
 from mirrord.pull.puller import Puller
 from mirrord.store import MirrorStore, QuotaExceeded
 
@@ -30,6 +30,8 @@ class ReleaseServer:
         self.cut_after = cut_after
         # A server that sends the whole file whatever Range asks (200, never 206).
         self.ignore_range = ignore_range
+        # Statuses to answer before the archive (503: busy).
+        self.fail_with: list[int] = []
         self.requests: list[tuple[str, dict[str, str]]] = []
         self.url = ""
 
@@ -51,6 +53,10 @@ class ReleaseServer:
                 k, _, v = line.partition(":")
                 headers[k.strip().lower()] = v.strip()
             self.requests.append((method, headers))
+            if method == "GET" and self.fail_with:
+                status = self.fail_with.pop(0)
+                writer.write(f"HTTP/1.1 {status} Busy\r\nContent-Length: 0\r\n\r\n".encode())
+                return
             start = int(headers.get("range", "bytes=0-")[6:].split("-")[0])
             if self.ignore_range:
                 start = 0
@@ -127,6 +133,18 @@ async def test_a_server_that_answers_a_range_with_the_whole_file_starts_it_over(
     assert len(gets) == 2 and gets[1]["range"] == "bytes=10000-"
     assert store.blob_path(ARCHIVE_SHA).read_bytes() == ARCHIVE
     assert job.snapshot().bytes_done == len(ARCHIVE)
+
+
+async def test_a_busy_server_is_asked_again_and_one_that_stays_busy_fails_the_pull(tmp_path, tls):
+    server = ReleaseServer(ARCHIVE)
+    server.fail_with = [503, 502]
+    store, _, _ = await pull_engine(tmp_path, tls, server, ARCHIVE_SHA)
+    assert store.blob_path(ARCHIVE_SHA).read_bytes() == ARCHIVE
+    busy = ReleaseServer(ARCHIVE)
+    busy.fail_with = [503] * 4
+    with pytest.raises(UpstreamFailed) as e:
+        await pull_engine(tmp_path / "again", tls, busy, ARCHIVE_SHA)
+    assert "503" in str(e.value) and code_of(e.value) == "unavailable"
 
 
 async def test_an_engine_archive_with_another_sha256_is_refused_and_not_kept(tmp_path, tls):
