@@ -28,6 +28,7 @@ from agentd.shards import ShardRunner
 from agentd.status import StatusBoard, StatusServer, StatusView
 from agentd.supervisor.users import ALLOW_ROOT_ENV, ensure_engine_user, root_engines_allowed
 from agentd.weights import WeightsFetcher
+from agentd.weights.sources import mirror_tls
 from llmgw import __version__
 from llmgw.config import AgentConfig, split_host_port
 from llmgw.inventory import Inventory, gpu_to_proto, host_to_proto
@@ -92,13 +93,18 @@ class Agent:
         self.inventory: Inventory | None = None
         self._send = None  # the current stream's outbox, while connected
         self.engines = engines or LocalEngines(paths.engines_dir, report=self._engine_report)
+        # HTTPS mirrors: their certificate may be the cluster CA's, and one
+        # that reads node certificates (tls.client_ca) gets this node's.
+        mirror_tls_ctx = mirror_tls(ca, cert, key)
         self.shards = ShardRunner(
             self.data_dir,
             self.engines,
             engine_user=cfg.engine_user or None,
             # hf: weights come from a StartShard's mirrors, and from agent.yaml's
             # hub where there are none or the model may reach the internet.
-            fetcher=WeightsFetcher(self.data_dir / "weights", hf_base_url=cfg.hub_url),
+            fetcher=WeightsFetcher(
+                self.data_dir / "weights", hf_base_url=cfg.hub_url, verify=mirror_tls_ctx
+            ),
         )
         # Weights and engine installs are shared with the engine user's group
         # (0750/0640), whatever the umask: the agent makes them as root.
@@ -106,6 +112,7 @@ class Agent:
         self.shards.fetcher.share_gid = share_gid
         if (manager := getattr(self.engines, "manager", None)) is not None:
             manager.share_gid = share_gid
+            manager.verify = mirror_tls_ctx
         # What the probe needs in every engine's environment (a fake probe's
         # processes directory), and where a GPU shard's readiness is read.
         engine_env = getattr(probe, "engine_env", None)

@@ -18,6 +18,7 @@ import asyncio
 import logging
 import os
 import re
+import ssl
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -85,11 +86,14 @@ async def download(
     mirrors: Sequence[str] = (),
     mirror_token: str = "",
     on_origin: Callable[[str], None] | None = None,
+    verify: ssl.SSLContext | bool = True,
 ) -> Path:
     """Fetch ``url`` into ``dest_dir/name`` and return that path once it matches ``sha256``.
 
     ``mirrors`` are asked first for the file by its digest, in order, with
     ``mirror_token``; ``on_origin`` hears where the bytes come from, in words.
+    ``verify``: the TLS a client of our own checks servers with (an HTTPS
+    mirror's certificate may be the cluster CA's).
     Raises DownloadError when no place can be reached or all refuse, and
     ChecksumMismatch (after deleting the file) when the bytes are not the
     pinned ones.
@@ -119,7 +123,7 @@ async def download(
         raise DownloadError(f"{name} has no URL and no mirror to come from")
     own_client = client is None
     if client is None:
-        client = httpx.AsyncClient(timeout=TIMEOUT, follow_redirects=True)
+        client = httpx.AsyncClient(timeout=TIMEOUT, follow_redirects=True, verify=verify)
     failures: list[str] = []
     try:
         for i, (where, headers, label) in enumerate(places):

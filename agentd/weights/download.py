@@ -15,6 +15,7 @@ import hashlib
 import json
 import logging
 import os
+import ssl
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -80,8 +81,11 @@ class Downloader:
         retry_backoff_s: float = RETRY_BACKOFF_S,
         progress_every_s: float = PROGRESS_EVERY_S,
         timeout_s: float = CONNECT_READ_TIMEOUT_S,
+        verify: ssl.SSLContext | bool = True,
     ) -> None:
         self._client = client
+        # TLS for a client of our own: the cluster's CA beside the public ones (sources.mirror_tls).
+        self.verify = verify
         self.retries = retries
         self.retry_backoff_s = retry_backoff_s
         self.progress_every_s = progress_every_s
@@ -169,7 +173,7 @@ class Downloader:
             meta = {"source": source}
         state = _Hashing()
         client = self._client or httpx.AsyncClient(
-            follow_redirects=True, timeout=httpx.Timeout(self.timeout_s)
+            follow_redirects=True, timeout=httpx.Timeout(self.timeout_s), verify=self.verify
         )
         # Each origin gets the retries a single URL always had; a cut on one
         # moves on to the next at once, and only a whole round of failures waits.

@@ -19,8 +19,10 @@ the model says ``allow_pickle: true``, on purpose.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
+import ssl
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -106,6 +108,7 @@ class WeightsFetcher:
         progress_every_s: float = PROGRESS_EVERY_S,
         share_gid: Callable[[], int | None] | None = None,
         timeout_s: float = CONNECT_READ_TIMEOUT_S,
+        verify: ssl.SSLContext | bool = True,
     ) -> None:
         self.cache_dir = Path(cache_dir)
         # The engine user's group, asked at each fetch (the user may be made
@@ -123,7 +126,10 @@ class WeightsFetcher:
             retry_backoff_s=retry_backoff_s,
             progress_every_s=progress_every_s,
             timeout_s=timeout_s,
+            verify=verify,
         )
+        self.verify = verify
+        self.timeout_s = timeout_s
         self.repos = RepoFetcher(self.cache_dir, self._downloader)
         # Two shards of one model on a node share one download.
         self._locks: dict[Path, asyncio.Lock] = {}
@@ -231,16 +237,27 @@ class WeightsFetcher:
                 f"{source} is a whole repository; a sha256 pins one file",
                 hint="remove sha256 from the model: each file is checked against the hub's own",
             )
-        path, size, downloaded = await self.repos.ensure(
-            source,
-            places,
-            allow_pickle=allow_pickle,
-            on_progress=on_progress,
-            on_origin=on_origin,
-            client=self._client,
-            retries=self.retries,
-            retry_backoff_s=self.retry_backoff_s,
-        )
+        async with contextlib.AsyncExitStack() as stack:
+            client = self._client
+            if client is None and self.verify is not True:
+                # The listing goes over the same TLS as the files (an HTTPS mirror).
+                client = await stack.enter_async_context(
+                    httpx.AsyncClient(
+                        follow_redirects=True,
+                        timeout=httpx.Timeout(self.timeout_s),
+                        verify=self.verify,
+                    )
+                )
+            path, size, downloaded = await self.repos.ensure(
+                source,
+                places,
+                allow_pickle=allow_pickle,
+                on_progress=on_progress,
+                on_origin=on_origin,
+                client=client,
+                retries=self.retries,
+                retry_backoff_s=self.retry_backoff_s,
+            )
         await asyncio.to_thread(self._share, path, True)
         return Weights(path, size, "", downloaded=downloaded)
 

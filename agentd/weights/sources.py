@@ -18,8 +18,10 @@ answers 200, which starts the file over rather than splicing two together.
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TypeVar
 from urllib.parse import quote, urlsplit
 
@@ -100,6 +102,22 @@ class Failure:
     label: str
     kind: str  # LACKS, REFUSED, DOWN, OTHER
     reason: str
+
+
+def mirror_tls(ca_cert: Path, cert: Path | None = None, key: Path | None = None) -> ssl.SSLContext:
+    """TLS for HTTPS mirrors and the hub alike: the public CAs and the cluster's, and the node's
+    certificate where a mirror asks for one (its tls.client_ca reads node certificates).
+
+    A mirror's certificate is often the cluster CA's (issued like the control
+    plane's); the hub's is a public CA's. Files that are not there are left out:
+    a node without its certificate yet fetches with the token alone.
+    """
+    ctx = httpx.create_ssl_context()  # what httpx trusts by default: the public CAs
+    if Path(ca_cert).is_file():
+        ctx.load_verify_locations(cafile=str(ca_cert))
+    if cert is not None and key is not None and Path(cert).is_file() and Path(key).is_file():
+        ctx.load_cert_chain(certfile=str(cert), keyfile=str(key))
+    return ctx
 
 
 def resolve_url(base_url: str, repo: str, revision: str, path: str) -> str:
@@ -226,6 +244,7 @@ __all__ = [
     "HfPlaces",
     "Origin",
     "Place",
+    "mirror_tls",
     "none_gave",
     "resolve_url",
 ]

@@ -11,13 +11,16 @@ import asyncio
 import hashlib
 import logging
 import os
+import ssl
 
 import pytest
 
 from agentd.shards import ShardRunner
 from agentd.weights import ChecksumMismatch, DownloadFailed, WeightsFetcher
 from agentd.weights.errors import MirrorsLack
+from agentd.weights.sources import mirror_tls
 from llmgw.errors import LlmgwError
+from llmgw.tls import pki
 from proto.llmgw.v1 import StartShard, WeightsSource
 from tests.fakes.hub import FakeHub, HubFile
 from tests.fakes.tiny_repo import make_tiny_repo
@@ -345,3 +348,64 @@ async def test_one_mirror_that_lacks_a_file_says_how_to_add_it(tmp_path, mirrors
 
     assert f"mirror {m1.url[7:]}" in e.value.message and "404" in e.value.message
     assert "llmgw ctl mirror add hf:org/gguf@main" in e.value.hint
+
+
+@pytest.fixture
+def cluster_tls(tmp_path):
+    """The cluster's CA on the node, and a server context for a mirror with its certificate."""
+    ca = pki.create_ca("test")
+    leaf = pki.issue_server_cert(ca, ["127.0.0.1"])
+    node = pki.issue_node_cert(ca, "node-1")
+    files = {
+        "ca.crt": ca.cert_pem,
+        "m.crt": leaf.cert_pem,
+        "m.key": leaf.key_pem,
+        "node.crt": node.cert_pem,
+        "node.key": node.key_pem,
+    }
+    for name, pem in files.items():
+        (tmp_path / name).write_bytes(pem)
+    server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server.load_cert_chain(tmp_path / "m.crt", tmp_path / "m.key")
+    server.load_verify_locations(tmp_path / "ca.crt")
+    server.verify_mode = ssl.CERT_REQUIRED  # a mirror whose tls.client_ca reads node certificates
+    node_tls = mirror_tls(tmp_path / "ca.crt", tmp_path / "node.crt", tmp_path / "node.key")
+    return server, node_tls
+
+
+async def test_an_https_mirror_with_the_clusters_certificate_is_trusted_and_gets_the_nodes(
+    tmp_path, cluster_tls, hub
+):
+    # Guards a node that trusted only the public CAs and so could reach no mirror set up with tls:.
+    server, node_tls = cluster_tls
+    async with FakeHub(tls=server) as m:
+        m.require_token(TOKEN)
+        commit = _add([m], "org/tiny", REPO.files)
+        _add([m], "org/gguf", {"model.gguf": GGUF})
+
+        fetcher = _fetcher(tmp_path, hub, verify=node_tls)
+        one = await fetcher.ensure(
+            "gemma", "hf:org/gguf:model.gguf", mirror_urls=[m.url], mirror_token=TOKEN
+        )
+        whole = await fetcher.ensure(
+            "tiny", f"hf:org/tiny@{commit}", mirror_urls=[m.url], mirror_token=TOKEN
+        )
+
+    assert m.url.startswith("https://")
+    assert one.path.read_bytes() == GGUF
+    assert (whole.path / SHARD).read_bytes() == REPO.files[SHARD]
+
+
+async def test_an_https_mirror_the_node_cannot_verify_is_said_plainly(tmp_path, cluster_tls, hub):
+    server, _ = cluster_tls
+    server.verify_mode = ssl.CERT_NONE
+    async with FakeHub(tls=server) as m:
+        _add([m], "org/gguf", {"model.gguf": GGUF})
+        with pytest.raises(DownloadFailed) as e:
+            await _fetcher(tmp_path, hub).ensure(
+                "gemma", "hf:org/gguf:model.gguf", mirror_urls=[m.url], mirror_token=TOKEN
+            )
+
+    assert (
+        f"mirror {m.url[8:]}" in e.value.message and "CERTIFICATE_VERIFY_FAILED" in e.value.message
+    )

@@ -36,6 +36,7 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import ssl
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -151,7 +152,9 @@ class _Hook:
 class FakeHub:
     """The fake hub. ``await start()`` / ``close()``, or ``async with``."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, tls: ssl.SSLContext | None = None) -> None:
+        # With ``tls`` (a server context) it answers HTTPS, as a mirror with tls: does.
+        self.tls = tls
         self.repos: dict[str, HubRepo] = {}
         self.requests: list[HubRequest] = []
         self.url = ""
@@ -168,9 +171,9 @@ class FakeHub:
 
     async def start(self) -> FakeHub:
         self._closing = asyncio.Event()
-        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0, ssl=self.tls)
         port = self._server.sockets[0].getsockname()[1]
-        self.url = f"http://127.0.0.1:{port}"
+        self.url = f"{'https' if self.tls else 'http'}://127.0.0.1:{port}"
         return self
 
     async def close(self) -> None:
@@ -309,7 +312,7 @@ class FakeHub:
             if self.token and not self._authorized(_Reply(writer, method), headers):
                 return
             await self._route(_Reply(writer, method), method, target, headers)
-        except (ConnectionError, asyncio.IncompleteReadError, ValueError):
+        except (ConnectionError, asyncio.IncompleteReadError, ValueError, ssl.SSLError):
             pass
         finally:
             with contextlib.suppress(ConnectionError):
