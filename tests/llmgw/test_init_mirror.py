@@ -138,3 +138,19 @@ def test_a_mirror_on_a_port_of_the_control_plane_is_refused_naming_the_flag() ->
     busy = BIG.model_copy(update={"ports_in_use": (7080,)})
     [taken] = check(plan.with_part("mirror", MirrorPart(on=True)), busy)
     assert "7080 (mirror) is in use" in taken.message
+
+
+async def test_a_setup_run_with_a_mirror_says_where_the_cluster_reaches_it(tmp_path) -> None:
+    from llmgw.setup.run import PlanRun
+
+    port = free_port()
+    plan = SetupPlan(
+        starter=StarterPart(on=False), mirror=MirrorPart(on=True, listen=f"127.0.0.1:{port}")
+    )
+    paths = Paths.under(tmp_path / "home")
+    run = PlanRun(plan, paths, start=False, machine=lambda: BIG)
+    ended = {u.key: u for u in [u async for u in run.updates()] if u.state != "running"}
+    assert run.ok, ended
+    assert list(ended) == ["check", "init", "node", "mirror"]
+    assert f"http://127.0.0.1:{port}" in ended["mirror"].detail
+    assert str(paths.mirror_read_token_file) in ended["mirror"].detail
