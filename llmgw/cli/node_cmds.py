@@ -67,7 +67,9 @@ def node_add(
     wheelhouse: Annotated[
         str,
         typer.Option(
-            "--wheelhouse", help="Install dependencies from this folder of wheels, not PyPI."
+            "--wheelhouse",
+            help="Install dependencies from this folder of wheels, not PyPI (default: the "
+            "cluster's mirror, where server.yaml names one; else PyPI).",
         ),
     ] = "",
     python: Annotated[
