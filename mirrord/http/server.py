@@ -387,6 +387,10 @@ class HttpServer:
                 resp = await self.handler(req)
             except BodyIncomplete:
                 return
+            except BodyTooLarge as e:
+                body = f"the request body is over {e.limit_bytes} bytes\n".encode()
+                resp = Response(413, [("Content-Type", "text/plain")], body)
+                keep = False
             except Exception:
                 log.exception("mirror: %s %s failed", req.method, req.path)
                 resp = Response(500, [("Content-Type", "text/plain")], b"internal error\n")

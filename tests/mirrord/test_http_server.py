@@ -42,6 +42,8 @@ async def server(data_file):
             seen.uploads.append(total)
             seen.chunk_counts.append(chunks)
             return Response.json({"bytes": total})
+        if req.path == "/small":
+            return Response.json({"n": len(await req.body.read(10))})
         if req.path == "/refuse":
             return Response(401, [], b"no")
         if req.path == "/stream":
@@ -204,6 +206,14 @@ async def test_a_refusal_before_the_body_closes_instead_of_waiting_for_it(server
     status, headers, _ = await _read_answer(reader)
     assert status.startswith("HTTP/1.1 401") and headers["connection"] == "close"
     writer.close()
+
+
+async def test_a_body_over_what_the_handler_takes_gets_413(server):
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.port}") as c:
+        small = await c.post("/small", content=b"12345")
+        big = await c.post("/small", content=b"x" * 11)
+    assert small.json() == {"n": 5}
+    assert big.status_code == 413
 
 
 async def test_a_put_without_a_length_gets_411(server):
