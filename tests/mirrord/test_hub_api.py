@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 from pathlib import Path
 
 import httpx
@@ -71,6 +72,29 @@ async def test_hf_hub_download_of_a_file_at_a_commit_and_at_main(mirror, held, t
     )
     assert Path(at_main).read_bytes() == WEIGHTS
     assert Path(at_commit).read_bytes() == FILES["tokenizer/tokenizer.json"]
+
+
+async def test_the_hf_cli_downloads_from_the_mirror_with_hf_endpoint(mirror, held, tmp_path):
+    env = {
+        **os.environ,
+        "HF_ENDPOINT": mirror.url,
+        "HF_TOKEN": mirror.read_token,
+        "HF_HOME": str(tmp_path / "home"),
+    }
+    proc = await asyncio.create_subprocess_exec(
+        os.path.join(os.path.dirname(sys.executable), "hf"),
+        "download",
+        "org/tiny",
+        "--local-dir",
+        str(tmp_path / "out"),
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    out, _ = await proc.communicate()
+    assert proc.returncode == 0, out.decode()
+    for path, data in FILES.items():
+        assert (tmp_path / "out" / path).read_bytes() == data
 
 
 async def test_model_info_carries_the_commit_and_siblings_with_sizes(mirror, held):
