@@ -109,7 +109,7 @@ class PeerSync:
     async def sync_once(self) -> None:
         """One pass over every peer, side by side; returns when all are done."""
         async with self._pass_lock:
-            await asyncio.gather(*(self._sync_peer(url) for url in self.book.urls()))
+            await asyncio.gather(*(self._sync_one(url) for url in self.book.urls()))
         async with self._passed:
             self.passes += 1
             self._passed.notify_all()
@@ -156,6 +156,16 @@ class PeerSync:
             return State.model_validate_json(resp.content)
         except ValidationError as e:
             raise PeerDown(f"its state is not a mirror's: {e.errors()[0]['msg']}") from e
+
+    async def _sync_one(self, url: str) -> None:
+        try:
+            await self._sync_peer(url)
+        except Exception as e:
+            # One peer's surprise must not end the pass of the others.
+            log.exception("syncing with peer %s failed", url)
+            rec = self.book.get(url)
+            if rec is not None:
+                rec.read(max(rec.behind, 1), time.time(), f"the sync failed: {e}")
 
     async def _sync_peer(self, url: str) -> None:
         rec = self.book.get(url)
@@ -212,7 +222,8 @@ class PeerSync:
                 return ""
             try:
                 await self.copier.copy(url, self.token, still.copies[0])
-            except LlmgwError as e:
+            except (LlmgwError, OSError) as e:
+                # OSError: this mirror's disk (full, read-only); the next sync tries again.
                 log.warning("copying %s@%s from %s: %s", rev.repo, rev.commit[:12], url, e)
                 return f"{rev.repo}@{rev.commit[:12]}: {e}"
         log.info("copied %s %s@%s from peer %s", rev.kind, rev.repo, rev.commit[:12], url)

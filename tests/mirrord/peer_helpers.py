@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 
 from llmgw.mirror.config import MirrorServeConfig
-from llmgw.mirror.wire import Peer, PeerList, Removed, Revision
+from llmgw.mirror.wire import FileEntry, Peer, PeerList, Removed, Revision
 from llmgw.paths import Paths
 from mirrord.daemon import MirrorDaemon
 from mirrord.peers import PeerSync
@@ -105,8 +105,17 @@ class Link:
 
 
 class PeerMirror:
-    def __init__(self, home: Path, read_token: str, tls: dict | None = None) -> None:
+    def __init__(
+        self,
+        home: Path,
+        read_token: str,
+        tls: dict | None = None,
+        interval_s: float = 3600,
+        peers: tuple[str, ...] = (),
+    ) -> None:
         self.home = home
+        self.config_peers = list(peers)
+        self.interval_s = interval_s
         self.read_token = read_token
         self.tls = tls or {}
         self.admin_token = secrets.token_urlsafe(16)
@@ -119,9 +128,10 @@ class PeerMirror:
             listen=f"127.0.0.1:{port}",
             upstream="",
             data_dir=str(self.home / "data"),
-            # Passes come when told (notify, sync_once), never from the clock.
-            sync_interval_s=3600,
+            # By default passes come when told (notify, sync_once), not from the clock.
+            sync_interval_s=self.interval_s,
             tls=self.tls,
+            peers=self.config_peers,
         )
         self.daemon = MirrorDaemon(
             cfg, Paths.under(self.home), read_token=self.read_token, admin_token=self.admin_token
@@ -171,6 +181,18 @@ class PeerMirror:
             r = await c.post(f"/v1/uploads/{upload}/commit", json={"repo": repo, "ref": ref})
             r.raise_for_status()
             return Revision.model_validate_json(r.content)
+
+    def hold(self, repo: str, files: dict[str, bytes]) -> Revision:
+        """Hold ``files`` as a revision through the store alone (no peer is told)."""
+        entries = []
+        for path, data in files.items():
+            sha = hashlib.sha256(data).hexdigest()
+            tmp = self.store.incoming_dir / f"test-{sha}"
+            tmp.write_bytes(data)
+            self.store.adopt_blob(tmp, sha)
+            entries.append(FileEntry(path=path, size=len(data), sha256=sha))
+        commit = hashlib.sha1(repr(sorted(files)).encode() + b"".join(files.values())).hexdigest()
+        return self.store.put(Revision(repo=repo, commit=commit, files=entries), refs=["main"])
 
     async def rm(self, repo: str, commit: str) -> Removed:
         async with self.admin() as c:

@@ -222,3 +222,17 @@ async def test_a_ref_moved_on_one_mirror_moves_on_its_peer(pair):
     await a.peers.sync_once()
     assert a.store.resolve(REPO, "main") == second.commit
     assert a.held() == b.held() == {(REPO, first.commit), (REPO, second.commit)}
+
+
+async def test_a_mirror_reads_its_peers_every_interval_without_being_told(tmp_path):
+    token = secrets.token_urlsafe(16)
+    a = await PeerMirror(tmp_path / "a", token).start()
+    b = await PeerMirror(tmp_path / "b", token, interval_s=0.05, peers=(a.url,)).start()
+    try:
+        await b.peers.wait_passes(1)  # the pass at start is over; from here only the interval
+        # Held on A through its store, not its API, so no one is told: B's interval brings it.
+        rev = a.hold(REPO, files(b"1"))
+        await b.until(lambda: (REPO, rev.commit) in b.held())
+    finally:
+        await b.stop()
+        await a.stop()
