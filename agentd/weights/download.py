@@ -15,10 +15,11 @@ import hashlib
 import json
 import logging
 import os
+import re
 import ssl
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import BinaryIO
 
@@ -41,6 +42,9 @@ RETRY_BACKOFF_S = 1.0
 # and resumed, while a slow but moving download runs as long as it needs.
 CONNECT_READ_TIMEOUT_S = 30.0
 
+_SHA256_RE = re.compile(r"[0-9a-f]{64}")
+_SHA1_RE = re.compile(r"[0-9a-f]{40}")
+
 # bytes_done, bytes_total (0 while the total is not known)
 ProgressCallback = Callable[[int, int], None]
 
@@ -55,6 +59,11 @@ class Expect:
     size: int = 0
     # Who says so, for the error: "the model pins", "the hub lists".
     who: str = "the model pins"
+    # Where nothing else is expected, check the bytes against the ETag they
+    # came with when a cluster mirror gave it (an LFS file's sha256 or a
+    # small file's git blob id, the same on every mirror). The hub's own is
+    # not trusted for this: its files redirect to CDNs with ETags of their own.
+    etag_names_bytes: bool = False
 
 
 def git_blob_oid_file(path: Path) -> str:
@@ -119,11 +128,11 @@ class Downloader:
         shown = redact(order[0].url) if _one_plain(order) else source
         rounds = 2 if fetch_again_on_mismatch else 1
         for round_ in range(rounds):
-            total, digest = await self._fetch_resuming(
+            total, digest, etag = await self._fetch_resuming(
                 order, dest, source, on_progress, on_origin, on_failed
             )
             partial = partial_path(dest)
-            problem = await self._problem(partial, total, digest, expect)
+            problem = await self._problem(partial, total, digest, _with_etag(expect, etag))
             if not problem:
                 os.replace(partial, dest)
                 _meta_path(partial).unlink(missing_ok=True)
@@ -161,7 +170,8 @@ class Downloader:
         on_progress: ProgressCallback | None,
         on_origin: Callable[[Origin], None] | None,
         on_failed: Callable[[Origin], None] | None,
-    ) -> tuple[int, str]:
+    ) -> tuple[int, str, str]:
+        """(size, sha256, the ETag that names the bytes or "") once the whole file has arrived."""
         dest.parent.mkdir(parents=True, exist_ok=True)
         partial = partial_path(dest)
         meta_path = _meta_path(partial)
@@ -192,7 +202,8 @@ class Downloader:
                     total = await self._fetch_once(
                         client, o, partial, meta, meta_path, state, on_progress
                     )
-                    return total, state.hasher.hexdigest()
+                    named = meta.get("etag", "") if meta.get("etag_names_bytes") else ""
+                    return total, state.hasher.hexdigest(), named
                 except _PassOver as e:
                     passed_over.add(i)
                     failures[i] = Failure(o.label, e.kind, e.message)
@@ -270,6 +281,7 @@ class Downloader:
             if resp.status_code == 200:
                 have = 0  # the server sent it all from the start
                 meta["etag"] = resp.headers.get("etag", "")
+                meta["etag_names_bytes"] = origin.place is not None and origin.place.cluster
                 write_atomic(meta_path, json.dumps(meta))
             await state.catch_up(partial, have)
             total = _total_size(resp, have)
@@ -301,6 +313,18 @@ class Downloader:
         if on_progress:
             on_progress(done, total or done)
         return done
+
+
+def _with_etag(expect: Expect, etag: str) -> Expect:
+    """``expect``, with the ETag's digest where it names the bytes and nothing else is pinned."""
+    if not expect.etag_names_bytes or expect.sha256 or expect.git_oid:
+        return expect
+    tag = etag.removeprefix("W/").strip('"').lower()
+    if _SHA256_RE.fullmatch(tag):
+        return replace(expect, sha256=tag, who="its ETag names")
+    if _SHA1_RE.fullmatch(tag):
+        return replace(expect, git_oid=tag, who="its ETag names")
+    return expect
 
 
 def _one_plain(order: list[Origin]) -> bool:

@@ -207,7 +207,9 @@ class WeightsFetcher:
         async with lock:
             got = self._cached(dest, key, sha256)
             if got is None:
-                got = await self._download(origins, dest, key, sha256, on_progress, on_origin)
+                got = await self._download(
+                    origins, dest, key, sha256, on_progress, on_origin, source.kind == "hf"
+                )
             await asyncio.to_thread(self._share, dest, False)
             return got
 
@@ -342,12 +344,15 @@ class WeightsFetcher:
         sha256: str,
         on_progress: ProgressCallback | None,
         on_origin: Callable[[str], None] | None,
+        hf: bool,
     ) -> Weights:
         total, digest = await self._downloader.fetch(
             origins,
             dest,
             source=source,
-            expect=Expect(sha256=sha256),
+            # An hf: file the model pins no sha256 for is checked against its ETag
+            # (its sha256 on the hub and every mirror): bytes joined across mirrors included.
+            expect=Expect(sha256=sha256, etag_names_bytes=hf),
             on_progress=on_progress,
             on_origin=(lambda o: on_origin(o.label)) if on_origin else None,
         )

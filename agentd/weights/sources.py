@@ -54,6 +54,9 @@ class Place:
     base_url: str
     is_mirror: bool
     token: str = field(default="", repr=False)
+    # One of the cluster's mirrors (llmgw mirror serve): its ETags are the
+    # files' own sha256 or git blob id, never a CDN's or Xet's hash.
+    cluster: bool = False
 
     @property
     def host(self) -> str:
@@ -155,7 +158,7 @@ class HfPlaces:
         if not mirrors:
             # No cluster mirrors: the hub, or the single mirror a shard names in its place.
             return cls([Place(mirror_url or hub_url, is_mirror=bool(mirror_url))])
-        places = [Place(u, is_mirror=True, token=mirror_token) for u in mirrors]
+        places = [Place(u, is_mirror=True, token=mirror_token, cluster=True) for u in mirrors]
         if allow_internet:
             places.append(Place(hub_url, is_mirror=False))
         return cls(places)

@@ -409,3 +409,22 @@ async def test_an_https_mirror_the_node_cannot_verify_is_said_plainly(tmp_path, 
     assert (
         f"mirror {m.url[8:]}" in e.value.message and "CERTIFICATE_VERIFY_FAILED" in e.value.message
     )
+
+
+async def test_an_hf_file_with_no_pinned_sha256_is_checked_against_its_etag(tmp_path, mirrors, hub):
+    # Guards bytes damaged on the way, or joined wrongly across mirrors, kept
+    # because the model pinned no sha256: the ETag is the file's sha256.
+    m1, m2 = mirrors
+    commit = _add(mirrors, "org/gguf", {"model.gguf": GGUF})
+    m2.corrupt("org/gguf", "model.gguf", offset=HALF + 10)
+    m1.cut("org/gguf", "model.gguf", after_bytes=HALF)
+
+    with pytest.raises(ChecksumMismatch, match="its ETag names"):
+        await _fetcher(tmp_path, hub).ensure(
+            "gemma", f"hf:org/gguf@{commit}:model.gguf", **_mirrored(m1, m2)
+        )
+
+    got = await _fetcher(tmp_path, hub).ensure(
+        "gemma", f"hf:org/gguf@{commit}:model.gguf", **_mirrored(m1, m2)
+    )
+    assert got.path.read_bytes() == GGUF and got.sha256 == GGUF_SHA
