@@ -14,7 +14,7 @@ from __future__ import annotations
 from mirrord.api import files, hub, manage
 from mirrord.api.context import MirrorContext
 from mirrord.api.errors import hub_error, wire_error
-from mirrord.http.server import Request, Response
+from mirrord.http.messages import Request, Response
 
 
 class MirrorApp:

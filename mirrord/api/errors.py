@@ -12,7 +12,7 @@ from llmgw.errors import LlmgwError
 from llmgw.mirror.names import NameRefused
 from llmgw.mirror.wire import ErrorBody, ErrorDetail
 from mirrord.http.auth import Refused
-from mirrord.http.server import Headers, Response
+from mirrord.http.messages import Headers, Response
 
 STATUS_OF_CODE = {
     "invalid": 400,

@@ -27,8 +27,8 @@ from llmgw.mirror.wire import Revision
 from mirrord.api.context import MirrorContext
 from mirrord.api.errors import wire_error, wire_error_of
 from mirrord.http.auth import Refused
+from mirrord.http.messages import Request, Response
 from mirrord.http.ranges import serve_file
-from mirrord.http.server import Request, Response
 
 log = logging.getLogger(__name__)
 

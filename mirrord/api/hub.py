@@ -30,8 +30,8 @@ from llmgw.mirror.wire import FileEntry, Revision
 from mirrord.api.context import MirrorContext
 from mirrord.api.errors import hub_error, hub_refused
 from mirrord.http.auth import Refused
+from mirrord.http.messages import Request, Response
 from mirrord.http.ranges import serve_file
-from mirrord.http.server import Request, Response
 
 # Entries per page of a tree listing (the hub's own page for a plain listing).
 TREE_PAGE = 1000

@@ -30,7 +30,7 @@ from llmgw.mirror.wire import (
 from mirrord.api.context import MirrorContext
 from mirrord.api.errors import ApiError, wire_error_of
 from mirrord.http.auth import Need, Refused
-from mirrord.http.server import BodyTooLarge, Request, Response, StreamResponse
+from mirrord.http.messages import BodyTooLarge, Request, Response, StreamResponse
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ import hmac
 from dataclasses import dataclass
 from typing import Literal
 
-from mirrord.http.server import Request
+from mirrord.http.messages import Request
 
 Need = Literal["read", "admin"]
 Grant = Literal["admin", "read", "none", "wrong"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mirrord.http.server import FileResponse, Headers, Request, Response
+from mirrord.http.messages import FileResponse, Headers, Request, Response
 
 
 class Unsatisfiable(Exception):

@@ -8,8 +8,9 @@ import os
 import httpx
 import pytest
 
+from mirrord.http.messages import Request, Response, StreamResponse
 from mirrord.http.ranges import parse_range, serve_file
-from mirrord.http.server import HttpServer, Request, Response, StreamResponse
+from mirrord.http.server import HttpServer
 
 DATA = os.urandom(300_000)
 
