@@ -172,11 +172,12 @@ class HfPlaces:
             Origin(p.file_url(repo, revision, path), p.label, p.headers(), p) for p in self.order
         ]
 
-    def demote(self, origin: Origin) -> None:
-        """A place that failed mid-file is asked last for what follows."""
-        if origin.place in self.order and len(self.order) > 1:
-            self.order.remove(origin.place)
-            self.order.append(origin.place)
+    def demote(self, failed: Origin | Place) -> None:
+        """A place that failed (mid-file, or did not answer) is asked last for what follows."""
+        place = failed.place if isinstance(failed, Origin) else failed
+        if place in self.order and len(self.order) > 1:
+            self.order.remove(place)
+            self.order.append(place)
 
     async def ask(
         self,
@@ -207,7 +208,7 @@ class HfPlaces:
                 except HubUnreachable as e:
                     failures.append(Failure(place.label, DOWN, e.message))
                     last = e
-                    self.demote(Origin("", place.label, place=place))
+                    self.demote(place)
         if len(failures) == 1 and last is not None and not self.has_mirrors:
             raise last
         raise none_gave(what, failures)

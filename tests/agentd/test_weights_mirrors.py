@@ -428,3 +428,21 @@ async def test_an_hf_file_with_no_pinned_sha256_is_checked_against_its_etag(tmp_
         "gemma", f"hf:org/gguf@{commit}:model.gguf", **_mirrored(m1, m2)
     )
     assert got.path.read_bytes() == GGUF and got.sha256 == GGUF_SHA
+
+
+async def test_a_repository_comes_whole_from_the_second_mirror_when_the_first_is_down(
+    tmp_path, mirrors, hub
+):
+    _, m2 = mirrors
+    commit = m2.add_repo("org/tiny", REPO.files)
+    gone = FakeHub()
+    await gone.start()
+    await gone.close()  # a port nothing listens on any more
+
+    got = await _fetcher(tmp_path, hub).ensure(
+        "tiny", "hf:org/tiny", mirror_urls=[gone.url, m2.url], mirror_token=TOKEN
+    )
+
+    assert got.path.name == commit
+    assert (got.path / SHARD).read_bytes() == REPO.files[SHARD]
+    assert hub.requests == []
