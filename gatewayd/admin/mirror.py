@@ -78,6 +78,13 @@ def refusal(e: LlmgwError) -> GRPCError:
     """A mirror's (or a name check's) refusal as the admin API's status, hint included."""
     code = getattr(e, "code", "invalid" if isinstance(e, NameRefused) else "internal")
     text = e.message + (f" ({e.hint})" if e.hint else "")
+    if code in ("unauthorized", "forbidden"):
+        # The operator's login is fine: it is gatewayd's token the mirror turned down.
+        text = (
+            f"{getattr(e, 'url', '') or 'the mirror'} refused the control plane's token: "
+            f"{e.message} (set mirror.admin_token_file and read_token_file in server.yaml "
+            "to that mirror's tokens)"
+        )
     return GRPCError(_STATUS.get(code, Status.INTERNAL), text)
 
 

@@ -1,4 +1,4 @@
-"""The control plane's mirrors: probed, ordered up first, called in turn, tokens read from files."""
+"""The control plane's mirrors (real mirror daemons): probed, ordered up first, called in turn."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import pytest
 from gatewayd.mirrors.set import DOWN, UNKNOWN, UP, MirrorSet
 from llmgw.mirror.client import MirrorError, MirrorUnreachable
 from llmgw.mirror.config import MirrorsConfig
-from tests.gatewayd.mirrors.wire_fake import ADMIN, READ, WireFake
 
 
 def _dead_url() -> str:
@@ -19,45 +18,52 @@ def _dead_url() -> str:
         return f"http://127.0.0.1:{s.getsockname()[1]}"
 
 
-@pytest.fixture
-async def fake():
-    async with WireFake() as f:
-        yield f
+def _set(m, *urls: str, **tokens) -> MirrorSet:
+    tokens.setdefault("read_token", m.read_token)
+    tokens.setdefault("admin_token", m.admin_token)
+    return MirrorSet(MirrorsConfig(urls=list(urls)), **tokens)
 
 
-async def test_a_mirror_is_unknown_until_probed_then_up_with_what_it_told(fake):
-    fake.hold("org/tiny", "c" * 40, {"a": b"x" * 10})
-    mirrors = MirrorSet(MirrorsConfig(urls=[fake.url]), read_token=READ, admin_token=ADMIN)
+async def test_a_mirror_is_unknown_until_probed_then_up_with_what_it_told(mirror):
+    mirror.put_model("org/tiny", {"a": b"x" * 10})
+    mirrors = _set(mirror, mirror.url)
     try:
         (state,) = mirrors.states()
         assert state.state == UNKNOWN and state.checked_at is None
         await mirrors.probe_once()
         assert state.state == UP and state.reason == ""
         assert state.info.revisions == 1 and state.info.used_bytes == 10
-        assert mirrors.first_up() == fake.url
+        assert mirrors.first_up() == mirror.url
     finally:
         await mirrors.aclose()
-    # The probe reads with the read token, never the admin one.
-    assert fake.seen[-1].authorization == f"Bearer {READ}"
 
 
-async def test_a_mirror_that_does_not_answer_is_down_with_why_and_ordered_last(fake):
-    dead = _dead_url()
-    mirrors = MirrorSet(MirrorsConfig(urls=[dead, fake.url]), read_token=READ, admin_token=ADMIN)
+async def test_the_probe_needs_only_the_read_token(mirror):
+    mirrors = _set(mirror, mirror.url, admin_token="")
     try:
-        assert mirrors.ordered() == [dead, fake.url]  # config order while unknown
+        await mirrors.probe_once()
+        assert mirrors.states()[0].state == UP
+    finally:
+        await mirrors.aclose()
+
+
+async def test_a_mirror_that_does_not_answer_is_down_with_why_and_ordered_last(mirror):
+    dead = _dead_url()
+    mirrors = _set(mirror, dead, mirror.url)
+    try:
+        assert mirrors.ordered() == [dead, mirror.url]  # config order while unknown
         await mirrors.probe_once()
         down, up = mirrors.states()
         assert down.state == DOWN and "did not answer" in down.reason
         assert up.state == UP
-        assert mirrors.ordered() == [fake.url, dead]
-        assert mirrors.first_up() == fake.url
+        assert mirrors.ordered() == [mirror.url, dead]
+        assert mirrors.first_up() == mirror.url
     finally:
         await mirrors.aclose()
 
 
-async def test_a_mirror_refusing_the_read_token_is_down_saying_so(fake):
-    mirrors = MirrorSet(MirrorsConfig(urls=[fake.url]), read_token="wrong", admin_token=ADMIN)
+async def test_a_mirror_refusing_the_read_token_is_down_saying_so(mirror):
+    mirrors = _set(mirror, mirror.url, read_token="wrong", admin_token="")
     try:
         await mirrors.probe_once()
         (state,) = mirrors.states()
@@ -66,34 +72,35 @@ async def test_a_mirror_refusing_the_read_token_is_down_saying_so(fake):
         await mirrors.aclose()
 
 
-async def test_a_call_falls_through_to_the_next_mirror_that_answers(fake):
+async def test_a_call_falls_through_to_the_next_mirror_that_answers(mirror):
+    mirror.put_model("org/tiny", {"a": b"x" * 10})
     dead = _dead_url()
-    mirrors = MirrorSet(MirrorsConfig(urls=[dead, fake.url]), read_token=READ, admin_token=ADMIN)
+    mirrors = _set(mirror, dead, mirror.url)
     try:
         served_by, du = await mirrors.call(lambda m: m.du())
-        assert served_by == fake.url and du.max_bytes == 10 << 30
+        assert served_by == mirror.url and du.used_bytes == 10
         # The one that did not answer is marked down without waiting for a probe.
         assert mirrors.states()[0].state == DOWN
     finally:
         await mirrors.aclose()
 
 
-async def test_a_refusal_is_the_answer_and_no_other_mirror_is_asked():
-    async with WireFake() as first, WireFake() as second:
-        cfg = MirrorsConfig(urls=[first.url, second.url])
-        mirrors = MirrorSet(cfg, read_token=READ, admin_token=ADMIN)
-        try:
-            with pytest.raises(MirrorError) as refused:
-                await mirrors.call(lambda m: m.repo("org/absent"))
-            assert refused.value.code == "not_found"
-        finally:
-            await mirrors.aclose()
-        assert second.seen == []
+async def test_a_refusal_is_the_answer_and_no_other_mirror_is_asked(start_mirror):
+    first = await start_mirror()
+    second = await start_mirror()
+    second.put_model("org/absent", {"a": b"x"})  # held there, but the first one answered
+    mirrors = _set(first, first.url, second.url)
+    try:
+        with pytest.raises(MirrorError) as refused:
+            await mirrors.call(lambda m: m.repo("org/absent"))
+        assert refused.value.code == "not_found" and refused.value.url == first.url
+    finally:
+        await mirrors.aclose()
 
 
 async def test_no_mirror_answering_says_which_were_tried():
     dead_a, dead_b = _dead_url(), _dead_url()
-    mirrors = MirrorSet(MirrorsConfig(urls=[dead_a, dead_b]), read_token=READ)
+    mirrors = MirrorSet(MirrorsConfig(urls=[dead_a, dead_b]), read_token="r")
     try:
         with pytest.raises(MirrorUnreachable) as down:
             await mirrors.call(lambda m: m.info())
@@ -102,18 +109,18 @@ async def test_no_mirror_answering_says_which_were_tried():
         await mirrors.aclose()
 
 
-async def test_tokens_are_read_from_their_files_and_again_when_they_change(fake, tmp_path):
+async def test_tokens_are_read_from_their_files_and_again_when_they_change(mirror, tmp_path):
     read_file = tmp_path / "mirror-read-token"
     read_file.write_text("old\n")
-    mirrors = MirrorSet(MirrorsConfig(urls=[fake.url]), read_token=read_file, admin_token=ADMIN)
+    mirrors = _set(mirror, mirror.url, read_token=read_file)
     try:
         assert mirrors.read_token == "old"
         await mirrors.probe_once()
         assert mirrors.states()[0].state == DOWN
-        read_file.write_text(READ + "\n")
+        read_file.write_text(mirror.read_token + "\n")
         # A new file (another inode, another time) as `server init --mirror` writes it.
         os.utime(read_file, ns=(1, 1))
         await mirrors.probe_once()
-        assert mirrors.states()[0].state == UP and mirrors.read_token == READ
+        assert mirrors.states()[0].state == UP and mirrors.read_token == mirror.read_token
     finally:
         await mirrors.aclose()
