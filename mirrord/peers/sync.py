@@ -30,8 +30,8 @@ from pydantic import ValidationError
 from llmgw.errors import LlmgwError
 from llmgw.mirror.config import MirrorTls
 from llmgw.mirror.wire import Peer, State
-from mirrord.peers.copy import PeerCopier
-from mirrord.peers.plan import Copy, plan_sync
+from mirrord.peers.copy import CopyRefused, PeerCopier
+from mirrord.peers.plan import Copy, Key, key_of, plan_sync
 from mirrord.peers.state import PeerBook
 from mirrord.peers.tls import peer_client
 from mirrord.store import MirrorStore
@@ -43,6 +43,9 @@ STATE_TIMEOUT_S = 15.0
 # Per read while copying a file: a peer that stops sending for this long has gone.
 COPY_READ_TIMEOUT_S = 60.0
 CONNECT_TIMEOUT_S = 5.0
+# A copy refused for its bytes (not the peer's digest) is tried again after this long,
+# or when this mirror restarts: a spoilt 1 GB file is not fetched every interval.
+REFUSED_RETRY_S = 3600.0
 
 
 class PeerDown(LlmgwError):
@@ -81,6 +84,8 @@ class PeerSync:
         self._pass_lock = asyncio.Lock()
         self._copy_lock = asyncio.Lock()
         self._notices: set[asyncio.Task[None]] = set()
+        # (peer, revision) -> (monotonic time to try again, why it was refused).
+        self._refused: dict[tuple[str, Key], tuple[float, str]] = {}
         # Passes finished so far, for whoever waits on the next one (wait_passes).
         self.passes = 0
         self._passed = asyncio.Condition()
@@ -220,8 +225,17 @@ class PeerSync:
             still = plan_sync(self.store.state(), peer.model_copy(update={"revisions": [rev]}))
             if not still.copies:
                 return ""
+            refused = self._refused.get((url, key_of(rev)))
+            if refused and time.monotonic() < refused[0]:
+                return refused[1]
             try:
                 await self.copier.copy(url, self.token, still.copies[0])
+            except CopyRefused as e:
+                # Its bytes will not change by themselves: not fetched again each interval.
+                reason = f"{rev.repo}@{rev.commit[:12]}: {e}"
+                self._refused[(url, key_of(rev))] = (time.monotonic() + REFUSED_RETRY_S, reason)
+                log.warning("copying %s@%s from %s: %s", rev.repo, rev.commit[:12], url, e)
+                return reason
             except (LlmgwError, OSError) as e:
                 # OSError: this mirror's disk (full, read-only); the next sync tries again.
                 log.warning("copying %s@%s from %s: %s", rev.repo, rev.commit[:12], url, e)

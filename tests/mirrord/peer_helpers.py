@@ -112,8 +112,10 @@ class PeerMirror:
         tls: dict | None = None,
         interval_s: float = 3600,
         peers: tuple[str, ...] = (),
+        max_bytes: int = 0,
     ) -> None:
         self.home = home
+        self.max_bytes = max_bytes
         self.config_peers = list(peers)
         self.interval_s = interval_s
         self.read_token = read_token
@@ -132,6 +134,7 @@ class PeerMirror:
             sync_interval_s=self.interval_s,
             tls=self.tls,
             peers=self.config_peers,
+            max_bytes=self.max_bytes,
         )
         self.daemon = MirrorDaemon(
             cfg, Paths.under(self.home), read_token=self.read_token, admin_token=self.admin_token

@@ -141,6 +141,11 @@ async def test_a_copy_whose_bytes_are_not_the_peers_digest_is_refused_and_nothin
     assert "refused" in peer.reason and "model.gguf" in peer.reason
     assert not b.store.has_blob(big.sha256)
     assert list(b.store.incoming_dir.glob("peer-*")) == []
+    # Not fetched again at the next pass (a spoilt file does not mend itself).
+    before = b.link.bytes_back
+    await b.peers.sync_once()
+    assert b.link.bytes_back - before < 20_000
+    assert b.peers.peers()[0].reason == peer.reason
 
 
 async def test_a_copy_cut_midway_resumes_from_the_byte_reached(pair):
@@ -236,3 +241,23 @@ async def test_a_mirror_reads_its_peers_every_interval_without_being_told(tmp_pa
     finally:
         await b.stop()
         await a.stop()
+
+
+async def test_a_copy_past_the_quota_is_refused_before_a_byte_saying_what_to_remove(tmp_path):
+    token = secrets.token_urlsafe(16)
+    a = await PeerMirror(tmp_path / "a", token).start()
+    b = await PeerMirror(tmp_path / "b", token, max_bytes=100_000).start()
+    link = await Link(a.port).start()
+    try:
+        await b.add_peer(link.url)
+        await a.add(REPO, files(b"1", size=300_000))
+        before = link.bytes_back
+        await b.peers.sync_once()
+        [peer] = b.peers.peers()
+        assert peer.state == "behind" and "quota" in peer.reason
+        assert b.held() == set()
+        assert link.bytes_back - before < 20_000  # the state only, no file
+    finally:
+        await b.stop()
+        await a.stop()
+        await link.close()
