@@ -195,8 +195,11 @@ class HfPlaces:
         """
         failures: list[Failure] = []
         last: HubError | None = None
-        for place in list(self.order):
-            async with place.hub(client, retries, backoff_s) as hub:
+        order = list(self.order)
+        for n, place in enumerate(order):
+            # Retries only on the last place: with another to ask, moving on is quicker.
+            tries = retries if n == len(order) - 1 else 0
+            async with place.hub(client, tries, backoff_s) as hub:
                 try:
                     return await question(hub)
                 except (RepoNotFound, RevisionNotFound, EntryNotFound) as e:
