@@ -196,7 +196,8 @@ class WeightsFetcher:
             return await self._repo(source, sha256, allow_pickle, places, on_progress, on_origin)
         file = check_name(source.file_name, "the file name")
         if source.kind == "hf":
-            hf_url(source)  # its name parts checked
+            for part in [*source.location.split("/"), *source.file.split("/")]:
+                check_name(part, "the Hugging Face name part")
             origins: list[Origin] = places.origins(source.location, source.revision, source.file)
         else:
             origins = [Origin.plain(source.location)]
