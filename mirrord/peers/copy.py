@@ -113,7 +113,7 @@ class PeerCopier:
         if have > f.size:
             part.unlink()
             have = 0
-        if have == f.size:
+        if have == f.size and part.exists():
             done = await asyncio.to_thread(_hash_into, part, hashlib.sha256())
             if done.hexdigest() == f.sha256:
                 return part
@@ -123,11 +123,12 @@ class PeerCopier:
         if have:
             headers["Range"] = f"bytes={have}-"
         h = hashlib.sha256()
+        resumed_at = 0
         try:
             async with self.client.stream("GET", url, headers=headers) as resp:
                 if resp.status_code == 206 and _range_start(resp) == have:
                     h = await asyncio.to_thread(_hash_into, part, h)
-                    mode = "ab"
+                    resumed_at, mode = have, "ab"
                 elif resp.status_code == 200:
                     have, mode = 0, "wb"
                 else:
@@ -154,6 +155,13 @@ class PeerCopier:
         got = h.hexdigest()
         if have != f.size or got != f.sha256:
             part.unlink(missing_ok=True)
+            if resumed_at:
+                # The part kept from an earlier try may be what was wrong: not the peer's
+                # fault until a whole fetch says so.
+                raise CopyFailed(
+                    f"{f.path} resumed at byte {resumed_at} is not the file the peer lists",
+                    hint="the next sync fetches it whole",
+                )
             raise CopyRefused(
                 f"the peer served {f.path} with {have} bytes of sha256 {got[:16]}…, "
                 f"not the {f.size} bytes of sha256 {f.sha256[:16]}… its state lists: "

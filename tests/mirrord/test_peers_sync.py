@@ -34,7 +34,7 @@ async def pair(tmp_path):
 
 async def test_an_add_on_one_mirror_appears_on_its_peer_with_its_time_refs_and_bytes(pair):
     a, b = pair
-    content = files(b"1")
+    content = {**files(b"1"), "empty.txt": b""}
     rev = await a.add(REPO, content)
     # No sync called here: A tells B of its change, and B's loop takes it.
     await b.until(lambda: (REPO, rev.commit) in b.held())
