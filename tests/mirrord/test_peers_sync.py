@@ -261,3 +261,25 @@ async def test_a_copy_past_the_quota_is_refused_before_a_byte_saying_what_to_rem
         await b.stop()
         await a.stop()
         await link.close()
+
+
+async def test_three_mirrors_in_a_chain_pass_additions_and_removals_along_it(tmp_path):
+    # A - B - C, A and C not peers: what A adds or removes reaches C through B.
+    token = secrets.token_urlsafe(16)
+    a = await PeerMirror(tmp_path / "a", token).start()
+    b = await PeerMirror(tmp_path / "b", token).start()
+    c = await PeerMirror(tmp_path / "c", token).start()
+    try:
+        await a.add_peer(b.url)
+        await b.add_peer(a.url)
+        await b.add_peer(c.url)
+        await c.add_peer(b.url)
+        rev = await a.add(REPO, files(b"1"))
+        # A tells B; B, having copied it, tells C.
+        await c.until(lambda: (REPO, rev.commit) in c.held())
+        await a.rm(REPO, rev.commit)
+        await c.until(lambda: (REPO, rev.commit) not in c.held())
+        assert (REPO, rev.commit) not in b.held()
+    finally:
+        for m in (c, b, a):
+            await m.stop()
