@@ -35,7 +35,7 @@ PEER_COLUMNS = ("PEER", "STATE", "LAG", "BEHIND", "LAST SYNC", "REASON")
 FILE_COLUMNS = ("PATH", "SIZE", "SHA256", "LFS", "PICKLE")
 
 NO_MIRRORS = (
-    "No mirrors: the cluster fetches weights from where each model's source points. "
+    "This cluster has no mirror: nodes fetch weights from where each model's source points. "
     "Run one: llmgw mirror serve (or llmgw up --mirror), then list it in server.yaml mirror.urls."
 )
 NO_REVISIONS = "The mirror holds nothing yet. Add a model: llmgw ctl mirror add hf:ORG/NAME@main"
@@ -99,11 +99,11 @@ def eta_text(p: MirrorPullView) -> str:
 
 
 def lag_text(lag_s: float) -> str:
-    """How far behind a peer's copy is: "in step" under a second, "never" when never synced."""
+    """How long since everything a peer held was known here: "never" when never synced."""
     if lag_s < 0:
         return "never"
     if lag_s < 1:
-        return "in step"
+        return "< 1 s"
     return duration_text(lag_s)
 
 

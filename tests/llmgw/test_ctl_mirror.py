@@ -261,4 +261,4 @@ def test_rm_targets_and_figures_read_as_people_write_them():
         "0 B",
         "512 B",
     ]
-    assert lag_text(-1) == "never" and lag_text(0.2) == "in step" and lag_text(95) == "1m 35s"
+    assert lag_text(-1) == "never" and lag_text(0.2) == "< 1 s" and lag_text(95) == "1m 35s"

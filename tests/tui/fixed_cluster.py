@@ -25,10 +25,17 @@ from proto.llmgw.v1 import (
     ListBatchesReply,
     ListEnginesReply,
     ListKeysReply,
+    ListMirrorsReply,
     ListModelsReply,
     ListNodesReply,
     ListReplicasReply,
     ListTenantsReply,
+    MirrorDuReply,
+    MirrorPeersReply,
+    MirrorPeerView,
+    MirrorPullView,
+    MirrorRevisionView,
+    MirrorView,
     ModelFacts,
     ModelProfile,
     ModelSpec,
@@ -460,6 +467,117 @@ BATCHES = ListBatchesReply(
 )
 
 
+MIRROR_URL = "http://mirror-1.lab:7080"
+_GB = 10**9
+
+
+def _held(repo: str, commit: str, size: float, files: int, at: str, **kw) -> MirrorRevisionView:
+    return MirrorRevisionView(
+        kind=kw.pop("kind", "model"),
+        repo=repo,
+        commit=commit,
+        refs=kw.pop("refs", ["main"]),
+        size_bytes=int(size * _GB),
+        files=files,
+        added_at=_at(at),
+        source=kw.pop("source", f"hf:{repo}@main via https://huggingface.co"),
+        **kw,
+    )
+
+
+HELD = [
+    _held(
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "0e9e39f249a16976918f6564b8830bc894c89659",
+        16.1,
+        11,
+        "10:41:07",
+    ),
+    _held("BAAI/bge-m3", "5617a9f61b028005a4858fdac845db406aefb181", 2.27, 9, "10:12:55"),
+    _held(
+        "google/gemma-3-270m-gguf", "8d7b4a5e1a6f37c0ee6fc7f1c9c4d3b2a1f0e9d8", 0.253, 3, "09:30:20"
+    ),
+    _held(
+        "llama-b6043-bin-ubuntu-x64.zip",
+        "1c1e7e5f0d5cf0b7a6e2d8a9e3b0f6c4d2a1b9e8f7c6d5e4b3a2f1e0d9c8b7a6",
+        0.021,
+        1,
+        "09:05:44",
+        kind="engine",
+        refs=[],
+        source="https://github.com/ggml-org/llama.cpp/releases/download/b6043/…",
+    ),
+]
+MIRRORS = ListMirrorsReply(
+    mirrors=[
+        MirrorView(
+            url=MIRROR_URL,
+            state="up",
+            version="0.1.0",
+            mirror_id="m-7f3a",
+            checked_at=_at("13:59:50"),
+            used_bytes=int(18.6 * _GB),
+            max_bytes=500 * _GB,
+            free_disk_bytes=int(1210 * _GB),
+            revisions=4,
+        ),
+        MirrorView(
+            url="http://mirror-2.lab:7080",
+            state="down",
+            reason="connection refused",
+            checked_at=_at("13:59:50"),
+        ),
+    ],
+    served_by=MIRROR_URL,
+    revisions=HELD,
+    pulls=[
+        MirrorPullView(
+            pull_id="pull-3c1d",
+            source="hf:Qwen/Qwen3-8B@main",
+            repo="Qwen/Qwen3-8B",
+            commit="9c925d64d72725edaf899c6cb9c377fd0709d9c5",
+            state="fetching",
+            file="model-00003-of-00005.safetensors",
+            bytes_done=int(7.2 * _GB),
+            bytes_total=int(16.4 * _GB),
+            rate_bytes_s=112_000_000,
+            eta_s=82,
+            files_done=8,
+            files_total=14,
+            started_at=_at("13:58:40"),
+        ),
+    ],
+)
+MIRROR_DU = MirrorDuReply(
+    served_by=MIRROR_URL,
+    used_bytes=int(18.6 * _GB),
+    max_bytes=500 * _GB,
+    free_disk_bytes=int(1210 * _GB),
+    unreferenced_bytes=41_000_000,
+    revisions=sorted(HELD, key=lambda r: -r.size_bytes),
+)
+MIRROR_PEERS = MirrorPeersReply(
+    served_by=MIRROR_URL,
+    peers=[
+        MirrorPeerView(
+            url="http://mirror-2.lab:7080",
+            state="down",
+            lag_s=1840,
+            behind=0,
+            last_sync_at=_at("13:29:10"),
+            reason="connection refused",
+        ),
+        MirrorPeerView(
+            url="https://mirror.dc2.lab:7080",
+            state="in_step",
+            lag_s=0.4,
+            behind=0,
+            last_sync_at=_at("13:59:58"),
+        ),
+    ],
+)
+
+
 class FixedAdmin:
     """Answers as ``AdminClient`` does, always with the replies above; changes nothing."""
 
@@ -521,6 +639,15 @@ class FixedAdmin:
 
     async def get_batch(self, batch_id: str) -> BatchView:
         return next(b for b in BATCHES.batches if b.id == batch_id)
+
+    async def list_mirrors(self) -> ListMirrorsReply:
+        return MIRRORS
+
+    async def mirror_disk_usage(self) -> MirrorDuReply:
+        return MIRROR_DU
+
+    async def list_mirror_peers(self) -> MirrorPeersReply:
+        return MIRROR_PEERS
 
     async def watch(self, topics: list[str]) -> AsyncIterator[WatchEvent]:
         await asyncio.Event().wait()  # nothing changes in a fixed cluster

@@ -378,6 +378,12 @@ async def open_batches(pilot: Pilot) -> None:
     await until(pilot, lambda: "nightly-eval" in plain(pane.content))
 
 
+async def open_mirror(pilot: Pilot) -> None:
+    await _mode(pilot, "i", "MirrorScreen", "#revisions")
+    peers = pilot.app.screen.query_one("#peers", DataTable)
+    await until(pilot, lambda: peers.row_count > 0)
+
+
 async def open_node_overview(pilot: Pilot) -> None:
     await until(pilot, lambda: getattr(pilot.app.screen, "facts", None) is not None)
     await pilot.pause()
@@ -446,6 +452,7 @@ SCENES = [
     Scene("keys", "cluster", "Keys & tenancy (k)", open_keys),
     Scene("usage", "cluster", "Usage (u)", open_usage),
     Scene("batches", "cluster", "Batches (b)", open_batches),
+    Scene("mirror", "cluster", "Mirror (i)", open_mirror),
     Scene("node-overview", "node", "Node console: Overview (o)", open_node_overview),
     Scene("node-agent-yaml", "node", "Node console: agent.yaml (y)", open_agent_yaml),
     Scene("setup-parts", "setup", "Setup: the parts", open_setup_parts),

@@ -231,6 +231,7 @@ MODE_OF = {
     "LimitsDialog": "keys",
     "UsageScreen": "usage",
     "BatchesScreen": "batches",
+    "MirrorScreen": "mirror",
 }
 SCREEN_OF_MODE = {MODE_OF[name]: name for name in MODE_OF if name.endswith("Screen")}
 

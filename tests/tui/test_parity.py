@@ -36,7 +36,7 @@ import typer
 
 from llmgw.cli.main import app as llmgw_cli
 from tests.cluster_fixture import running_cluster, wait_for
-from tests.tui import parity_batches
+from tests.tui import parity_batches, parity_mirror
 from tests.tui.parity_actions import ACTIONS as KIT_ACTIONS
 from tests.tui.parity_kit import (
     READY_ATTEMPTS,
@@ -57,8 +57,8 @@ from tui.app import LlmgwApp
 from tui.parity import PARITY, Item, Mirror
 
 # How each screen is opened and compared, and each action performed and read back.
-SCREENS = {**KIT_SCREENS, **parity_batches.SCREENS}
-ACTIONS = {**KIT_ACTIONS, **parity_batches.ACTIONS}
+SCREENS = {**KIT_SCREENS, **parity_batches.SCREENS, **parity_mirror.SCREENS}
+ACTIONS = {**KIT_ACTIONS, **parity_batches.ACTIONS, **parity_mirror.ACTIONS}
 
 # -- the declarations themselves ----------------------------------------------------
 
@@ -137,8 +137,17 @@ async def live(tmp_path_factory):
     restart ready; parity-scale and parity-rm with no replicas; Acme/ml/search with two
     keys; usage of the last hours. Then spare-node (to cordon and drain) and retired-node
     (cordoned, to remove), joined once the models run elsewhere; two batches through
-    the Batch API (one completed, one waiting on a model placed nowhere)."""
-    async with running_cluster(tmp_path_factory.mktemp("parity")) as cluster:
+    the Batch API (one completed, one waiting on a model placed nowhere); a real mirror
+    (with a peer) holding small repositories pulled from a fake hub through gatewayd."""
+    tmp = tmp_path_factory.mktemp("parity")
+
+    def with_mirror(cfg) -> None:
+        cfg.mirror = mirrors.settings()
+
+    async with (
+        parity_mirror.Mirrors(tmp / "mirrors") as mirrors,
+        running_cluster(tmp, configure=with_mirror) as cluster,
+    ):
         point_the_cli_at(cluster)
         agents: dict[str, asyncio.Event] = {}
 
@@ -173,6 +182,7 @@ async def live(tmp_path_factory):
             await admin.cordon_node("retired-node")
             # Batches through the Batch API: one completed, one waiting (to cancel).
             batches = await parity_batches.make_batches(cluster, admin)
+            await mirrors.fill(admin)
         await record(
             cluster,
             usage_row(SEARCH, "sim-chat", timedelta(minutes=10)),
