@@ -141,7 +141,7 @@ async def install_llmgw(
         if not ran.ok:
             said = mirror.redact(ran.output) if mirror is not None else ran.output
             if mirror is not None and pip_missing(said):
-                raise missing_wheel_error(mirror, [pip_missing(said)])
+                raise missing_wheel_error(mirror, [pip_missing(said)], said)
             raise OnboardError(
                 f"pip could not install llmgw on {shell.target.host}: {said[-1200:]}",
                 hint=(

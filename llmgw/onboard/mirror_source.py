@@ -102,6 +102,11 @@ class MirrorIndex:
     def pip_conf(self, ca_file: str = "") -> str:
         """pip's configuration: this index only (no PyPI), the cluster CA for HTTPS."""
         lines = ["[global]", f"index-url = {self.index_url}"]
+        if not self.https:
+            # pip ignores a plain-HTTP index on any host but localhost unless told to trust
+            # it; the cluster's own mirror is, and pip still checks each wheel's sha256
+            # from the index page.
+            lines.append(f"trusted-host = {urlsplit(self.url).netloc}")
         if ca_file:
             lines.append(f"cert = {ca_file}")
         return "\n".join(lines) + "\n"
@@ -235,10 +240,17 @@ def llamacpp_requirement(metadata: str, cpu_flags: list[str], wheel_files: list[
     return None
 
 
-def missing_wheel_error(index: MirrorIndex, projects: list[str]) -> OnboardError:
+def missing_wheel_error(
+    index: MirrorIndex, projects: list[str], pip_said: str = ""
+) -> OnboardError:
+    """A dependency the mirror lacks; ``pip_said``: pip's own words, when it was pip that found it."""
+    said = ""
+    if pip_said:
+        lines = [ln.strip() for ln in pip_said.strip().splitlines() if ln.strip()]
+        said = "; pip said: " + " / ".join(lines[-4:])
     return OnboardError(
-        f"the mirror {index.url} holds no wheel of {', '.join(projects)}, which llmgw needs "
-        "(the node installs from the mirror only, not PyPI)",
+        f"the mirror {index.url} holds no wheel of {', '.join(projects)} for the node, which "
+        f"llmgw needs (the node installs from the mirror only, not PyPI){said}",
         hint=WHEELS_HINT,
     )
 

