@@ -202,6 +202,10 @@ def progress_line(p: MirrorPullView) -> Text:
     if p.state == "failed":
         line.append(f": {p.error}", style="red")
         return line
+    if p.bytes_total <= 0 and p.state not in PULL_ENDED:
+        # Queued or resolving: nothing to count yet.
+        line.append(f"  ({p.pull_id})" if p.pull_id else "", style="dim")
+        return line
     line.append("  ")
     line.append_text(progress_text(p))
     if p.files_total:

@@ -46,6 +46,7 @@ from tui.screens.mirror import revision_key
 HELD = ("parity/tiny-a", "parity/tiny-b")
 ADDED = "parity/tiny-added"
 REMOVED = "parity/tiny-removed"
+PICKLED = "parity/pickled"
 
 
 @dataclass
@@ -57,13 +58,17 @@ class Mirrors:
     daemons: list[MirrorDaemon] = field(default_factory=list)
     read_token: str = field(default_factory=lambda: secrets.token_urlsafe(24))
     admin_token: str = field(default_factory=lambda: secrets.token_urlsafe(24))
+    # Mirror A's quota (0: none).
+    max_bytes: int = 0
 
     async def start(self) -> Self:
         await self.hub.__aenter__()
         for i, name in enumerate((*HELD, ADDED, REMOVED)):
             self.hub.add_repo(name, make_tiny_repo(seed=i).files)
+        # What a pull refuses unless the add allows it: a pickle file beside the config.
+        self.hub.add_repo(PICKLED, {"config.json": b"{}", "pytorch_model.bin": b"\x80\x04N."})
         b = await self._daemon("b", upstream="")
-        await self._daemon("a", upstream=self.hub.url, peers=[b.url])
+        await self._daemon("a", upstream=self.hub.url, peers=[b.url], max_bytes=self.max_bytes)
         return self
 
     async def _daemon(self, name: str, **settings) -> MirrorDaemon:
