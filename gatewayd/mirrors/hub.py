@@ -13,6 +13,8 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+import httpx
+
 from gatewayd.mirrors.set import MirrorSet
 from llmgw.hub import (
     EntryNotFound,
@@ -23,6 +25,7 @@ from llmgw.hub import (
     RepoNotFound,
     RevisionNotFound,
 )
+from llmgw.hub.client import TIMEOUT_S
 
 log = logging.getLogger(__name__)
 
@@ -64,8 +67,22 @@ async def read_through(
             return await fn(hub)
     missing: list[str] = []
     silent: list[str] = []
+    timeout_s = client.pop("timeout_s", TIMEOUT_S)
+    headers = {"User-Agent": "llmgw"}
+    if token := mirrors.read_token:
+        headers["Authorization"] = f"Bearer {token}"
     for url in mirrors.ordered():
-        async with HubClient(url, token=mirrors.read_token, **client) as hub:
+        # A pool of its own per mirror: the mirror's certificate is checked against the
+        # cluster's CA, and the read token goes to that mirror only.
+        async with (
+            httpx.AsyncClient(
+                follow_redirects=True,
+                timeout=httpx.Timeout(timeout_s),
+                verify=mirrors.verify,
+                headers=headers,
+            ) as http,
+            HubClient(url, client=http, **client) as hub,
+        ):
             try:
                 return await fn(hub)
             except _MISSING as e:
@@ -75,7 +92,7 @@ async def read_through(
                 silent.append(f"{url}: {e.message}")
     if allow_internet:
         log.info("no mirror holds %s@%s; the model may use the hub at %s", repo, revision, hub_url)
-        async with HubClient(hub_url, **client) as hub:
+        async with HubClient(hub_url, timeout_s=timeout_s, **client) as hub:
             return await fn(hub)
     if not missing:
         raise HubUnreachable(

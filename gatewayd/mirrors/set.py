@@ -89,12 +89,9 @@ class MirrorSet:
         self._states = {u: MirrorState(u) for u in cfg.urls}
         self._read = _token(read_token)
         self._admin = _token(admin_token)
-        self._client = httpx.AsyncClient(
-            timeout=httpx.Timeout(TIMEOUT_S),
-            verify=verify,
-            headers={"User-Agent": "llmgw"},
-            follow_redirects=False,
-        )
+        self._verify = verify
+        # Made at the first call: a control plane without mirrors never opens one.
+        self._client: httpx.AsyncClient | None = None
         self._probed = asyncio.Event()
 
     @classmethod
@@ -139,17 +136,25 @@ class MirrorSet:
     def client(self, url: str) -> MirrorClient:
         """A client of one mirror on the shared connection pool (closing it keeps the pool)."""
         return MirrorClient(
-            url, read_token=self._read.read(), admin_token=self._admin.read(), client=self._client
+            url, read_token=self._read.read(), admin_token=self._admin.read(), client=self.http
         )
 
     @property
     def http(self) -> httpx.AsyncClient:
-        """The shared pool, for hub-API reads through a mirror (llmgw.hub.HubClient)."""
+        """The shared connection pool of management calls."""
+        if self._client is None:
+            self._client = httpx.AsyncClient(
+                timeout=httpx.Timeout(TIMEOUT_S),
+                verify=self._verify,
+                headers={"User-Agent": "llmgw"},
+                follow_redirects=False,
+            )
         return self._client
 
-    def hub_headers(self) -> dict[str, str]:
-        token = self._read.read()
-        return {"Authorization": f"Bearer {token}"} if token else {}
+    @property
+    def verify(self) -> ssl.SSLContext | bool:
+        """How an HTTPS mirror's certificate is checked (the cluster's CA too)."""
+        return self._verify
 
     # -- probing ------------------------------------------------------------------------
 
@@ -170,7 +175,7 @@ class MirrorSet:
             url,
             read_token=self._read.read(),
             admin_token=self._admin.read(),
-            client=self._client,
+            client=self.http,
         )
         try:
             async with asyncio.timeout(PROBE_TIMEOUT_S):
@@ -229,7 +234,9 @@ class MirrorSet:
         )
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
 
 
 def _token(value: str | Path) -> _Token:
