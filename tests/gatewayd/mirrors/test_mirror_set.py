@@ -10,6 +10,8 @@ import pytest
 from gatewayd.mirrors.set import DOWN, UNKNOWN, UP, MirrorSet
 from llmgw.mirror.client import MirrorError, MirrorUnreachable
 from llmgw.mirror.config import MirrorsConfig
+from llmgw.paths import Paths
+from llmgw.setup.cluster_init import init_server
 
 
 def _dead_url() -> str:
@@ -124,3 +126,30 @@ async def test_tokens_are_read_from_their_files_and_again_when_they_change(mirro
         assert mirrors.states()[0].state == UP and mirrors.read_token == mirror.read_token
     finally:
         await mirrors.aclose()
+
+
+async def test_an_https_mirror_is_trusted_by_the_clusters_ca(tmp_path, start_mirror):
+    paths = Paths.under(tmp_path / "cp")
+    init_server(paths, hosts=["localhost", "127.0.0.1"])
+    # The mirror shows a certificate the cluster's CA signed (here: the control plane's own).
+    m = await start_mirror(tls={"cert": str(paths.server_cert), "key": str(paths.server_key)})
+    assert m.url.startswith("https://")
+    admin_file = tmp_path / "admin"
+    admin_file.write_text(m.admin_token)
+    read_file = tmp_path / "read"
+    read_file.write_text(m.read_token)
+    cfg = MirrorsConfig(urls=[m.url], read_token_file=str(read_file))
+    mirrors = MirrorSet.from_config(cfg, paths, admin_token=admin_file)
+    try:
+        await mirrors.probe_once()
+        assert mirrors.states()[0].state == UP, mirrors.states()[0].reason
+        assert (await mirrors.call(lambda c: c.du()))[1].used_bytes == 0
+    finally:
+        await mirrors.aclose()
+    # Without the cluster's CA the same mirror is not trusted.
+    plain = MirrorSet(cfg, read_token=m.read_token)
+    try:
+        await plain.probe_once()
+        assert plain.states()[0].state == DOWN and "certificate" in plain.states()[0].reason.lower()
+    finally:
+        await plain.aclose()
