@@ -84,6 +84,10 @@ class _Date:
         return self._value
 
 
+# How long a connection's close may wait for the client's side of it.
+CLOSE_WAIT_S = 5.0
+
+
 class HttpServer:
     """The server: ``await start()`` binds, ``close()`` ends it and its connections."""
 
@@ -110,6 +114,8 @@ class HttpServer:
         self._server: asyncio.Server | None = None
         self._conns: set[asyncio.Task] = set()
         self._date = _Date()
+        # Set by close(): connections are then dropped, not wound down politely.
+        self._closing = False
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(
@@ -126,6 +132,7 @@ class HttpServer:
         if self._server is None:
             return
         self._server.close()
+        self._closing = True
         for task in list(self._conns):
             task.cancel()
         if self._conns:
@@ -156,9 +163,16 @@ class HttpServer:
             pass  # the server is closing
         finally:
             self._conns.discard(task)
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
+            if self._closing:
+                # A TLS close waits for the client's close_notify, which a client
+                # holding a keep-alive connection never sends: a stopping mirror
+                # would wait 30 s per connection.
+                writer.transport.abort()
+            else:
+                writer.close()
+                with contextlib.suppress(Exception):
+                    async with asyncio.timeout(CLOSE_WAIT_S):
+                        await writer.wait_closed()
 
     async def _requests(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer_cert = None
