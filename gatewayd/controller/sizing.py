@@ -181,7 +181,10 @@ class Sizing:
                 precision=profile.precision,
             )
             return on_cards_asked(plan, profile)
-        return stated_plan(model, profile, self.problem(model))
+        mirrored = self.mirrors is not None and self.mirrors.enabled
+        return stated_plan(
+            model, profile, self.problem(model), asked="the mirrors" if mirrored else "the hub"
+        )
 
 
 def on_cards_asked(plan: Plan, profile: Profile) -> Plan:
@@ -205,11 +208,16 @@ def on_cards_asked(plan: Plan, profile: Profile) -> Plan:
     )
 
 
-def stated_plan(model: Model, profile: Profile, problem: str = "") -> Plan:
-    """A plan from the profile's own words, when the weights cannot be read here."""
+def stated_plan(
+    model: Model, profile: Profile, problem: str = "", *, asked: str = "the hub"
+) -> Plan:
+    """A plan from the profile's own words, when the weights cannot be read here.
+
+    ``asked``: where the facts were looked for ("the hub", "the mirrors").
+    """
     note = "the model's size is unknown to the control plane; sized from its profile"
     if problem:
-        note += f" (the hub: {problem})"
+        note += f" ({asked}: {problem})"
     layouts: list[Layout] = []
     if not profile.cpu:
         need = profile.gpu

@@ -89,7 +89,11 @@ async def test_none_of_the_mirrors_holding_it_is_refused_with_the_command_that_a
         await mirrors.aclose()
     assert "llmgw ctl mirror add hf:org/absent@main" in refused.value.message
     assert "allow_internet" in refused.value.hint
-    assert any("llmgw ctl mirror add hf:org/absent@main" in n for n in plan.notes)
+    assert any(
+        "(the mirrors: none of the cluster's mirrors holds org/absent@main" in n
+        and "llmgw ctl mirror add hf:org/absent@main" in n
+        for n in plan.notes
+    )
     assert hub.requests == []
 
 
