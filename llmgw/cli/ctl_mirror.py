@@ -142,8 +142,9 @@ def add(
         )
     except LlmgwError as e:
         raise _failed(e) from None
+    held: list[MirrorRevisionView] = []
     try:
-        last = asyncio.run(_follow(request, json=json))
+        last = asyncio.run(_follow(request, held, json=json))
     except LlmgwError as e:
         raise _failed(e) from None
     except KeyboardInterrupt:
@@ -158,16 +159,23 @@ def add(
         raise _failed(LlmgwError(f"the add of {pull.source} failed: {pull.error}"))
     if json:
         return
-    if last.revision is not None:
-        output.stdout.print(held_text(last.revision))
-        output.stdout.print(f"[dim]{next_step(last.revision)}[/dim]")
+    if held:
+        # A folder of wheels is held as one revision a wheel, each said as it came.
+        for r in held:
+            output.stdout.print(held_text(r))
+        output.stdout.print(f"[dim]{next_step(held[-1])}[/dim]")
     elif pull is not None:
         output.stdout.print(progress_line(pull))
         output.stdout.print("[dim]Follow it: llmgw ctl mirror list[/dim]")
 
 
-async def _follow(request: MirrorAddRequest, *, json: bool) -> MirrorProgress | None:
-    """Print each MirrorProgress (a line of JSON, or the bar); return the last one."""
+async def _follow(
+    request: MirrorAddRequest, held: list[MirrorRevisionView], *, json: bool
+) -> MirrorProgress | None:
+    """Print each MirrorProgress (a line of JSON, or the bar); return the last one.
+
+    The revisions the add left held are appended to ``held`` as they come.
+    """
     last: MirrorProgress | None = None
     async with AdminClient.from_paths(resolve()) as client:
         if json:
@@ -188,6 +196,8 @@ async def _follow(request: MirrorAddRequest, *, json: bool) -> MirrorProgress | 
         with bar:
             task = bar.add_task(request.source, total=None, rate="-", eta="?", files="")
             async for last in client.add_to_mirror(request):
+                if last.revision is not None:
+                    held.append(last.revision)
                 p = last.pull
                 if p is None:
                     continue

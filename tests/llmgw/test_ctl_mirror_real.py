@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import zipfile
 
 import pytest
 from typer.testing import CliRunner
@@ -136,3 +137,27 @@ async def test_an_add_past_the_quota_is_refused_naming_what_to_remove(tmp_path):
             assert second.exit_code != 0
             said = " ".join(second.stderr.split())
             assert "quota" in said and f"llmgw ctl mirror rm {HELD[0]}@" in said, said
+
+
+async def test_a_folder_of_wheels_is_held_one_revision_a_wheel_each_said(cluster, tmp_path):
+    # Guards: only the last wheel of a folder said as held (the others' revisions came
+    # on progress messages of their own and were dropped).
+    c, _ = cluster
+    wheels = tmp_path / "wheelhouse"
+    wheels.mkdir()
+    for name in ("demo_a-1.0-py3-none-any.whl", "demo_b-2.0-py3-none-any.whl"):
+        project, version = name.split("-")[:2]
+        with zipfile.ZipFile(wheels / name, "w") as z:
+            z.writestr(f"{project}/__init__.py", "")
+            z.writestr(
+                f"{project}-{version}.dist-info/METADATA",
+                f"Metadata-Version: 2.1\nName: {project}\nVersion: {version}\n",
+            )
+    res = await ctl(c, "mirror", "add", str(wheels), "--wheels")
+    assert res.exit_code == 0, res.output
+    held = [line for line in res.stdout.splitlines() if line.startswith("Held: ")]
+    assert len(held) == 2 and "demo_a-1.0" in held[0] and "demo_b-2.0" in held[1], res.stdout
+    listed = json.loads((await ctl(c, "mirror", "list", "--json")).stdout)
+    assert sorted(r["repo"] for r in listed["revisions"] if r["kind"] == "wheel") == sorted(
+        p.name for p in wheels.iterdir()
+    )
