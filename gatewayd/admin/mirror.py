@@ -33,7 +33,7 @@ from gatewayd.mirrors.views import (
 )
 from llmgw.errors import LlmgwError
 from llmgw.mirror import wire
-from llmgw.mirror.client import MirrorClient, MirrorError
+from llmgw.mirror.client import MirrorClient, MirrorError, MirrorUnreachable
 from llmgw.mirror.names import NameRefused, check_repo
 from proto.llmgw.v1 import (
     ListMirrorsReply,
@@ -122,7 +122,16 @@ class MirrorAdmin:
         reply = ListMirrorsReply(mirrors=[mirror_view(s) for s in mirrors.states()])
 
         async def held(m: MirrorClient) -> tuple[list[wire.Revision], list[wire.Pull]]:
-            return await m.revisions(), await m.pulls()
+            revisions = await m.revisions()
+            try:
+                pulls = await m.pulls()
+            except MirrorUnreachable:
+                raise
+            except MirrorError as e:
+                # Pulls need the admin token; what is held needs only the read one.
+                log.warning("mirror %s would not list its pulls: %s", m.url, e.message)
+                pulls = []
+            return revisions, pulls
 
         try:
             served_by, (revisions, pulls) = await mirrors.call(held)
@@ -155,7 +164,7 @@ class MirrorAdmin:
                     f"(see: llmgw ctl mirror show {name})",
                 )
         revisions.sort(key=lambda r: r.added_unix, reverse=True)
-        files = revisions[0].files or [] if revisions else []
+        files = (revisions[0].files or []) if revisions else []
         return MirrorRepoView(
             repo=name,
             served_by=served_by,
