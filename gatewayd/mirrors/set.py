@@ -92,7 +92,6 @@ class MirrorSet:
         self._verify = verify
         # Made at the first call: a control plane without mirrors never opens one.
         self._client: httpx.AsyncClient | None = None
-        self._probed = asyncio.Event()
 
     @classmethod
     def from_config(cls, cfg: MirrorsConfig, paths: Paths, *, admin_token: str | Path) -> MirrorSet:
@@ -161,13 +160,6 @@ class MirrorSet:
     async def probe_once(self) -> None:
         """Ask every mirror at once what it holds; each answer or silence sets its state."""
         await asyncio.gather(*(self._probe(u) for u in self.cfg.urls))
-        self._probed.set()
-
-    async def wait_probed(self, timeout_s: float = PROBE_TIMEOUT_S + 1) -> None:
-        """Until the first round of probes is in (planning right after a start needs it)."""
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(timeout_s):
-                await self._probed.wait()
 
     async def _probe(self, url: str) -> None:
         state = self._states[url]
