@@ -42,6 +42,9 @@ log = logging.getLogger(__name__)
 TIMEOUT_S = 30.0
 # Uploads are read from disk and sent in pieces this big.
 CHUNK_BYTES = 1 << 20
+# An upload's answer comes once the mirror has checked and kept the whole file:
+# minutes for a large one. Connecting and each piece sent stay bounded.
+UPLOAD_TIMEOUT = httpx.Timeout(TIMEOUT_S, read=600.0)
 SHA256_HEADER = "X-Llmgw-Sha256"
 
 _M = TypeVar("_M", bound=BaseModel)
@@ -252,7 +255,7 @@ class MirrorClient:
             auth="admin",
             content=body,
             headers=headers,
-            timeout=None,
+            timeout=UPLOAD_TIMEOUT,
         )
 
     async def commit_upload(self, upload_id: str, req: wire.CommitRequest) -> wire.Revision:
@@ -333,7 +336,7 @@ class MirrorClient:
             auth="admin",
             content=read_chunks(path, progress),
             headers=headers,
-            timeout=None,
+            timeout=UPLOAD_TIMEOUT,
         )
 
     # -- HTTP ------------------------------------------------------------------------
