@@ -384,6 +384,15 @@ async def open_mirror(pilot: Pilot) -> None:
     await until(pilot, lambda: peers.row_count > 0)
 
 
+async def open_mirror_add(pilot: Pilot) -> None:
+    await open_mirror(pilot)
+    await pilot.press("a")
+    await until(pilot, lambda: _on(pilot, "MirrorAddDialog"))
+    pilot.app.screen.query_one("#add-source", Input).value = "hf:Qwen/Qwen3-8B@main"
+    pilot.app.screen.query_one("#add-include", Input).value = "*.safetensors"
+    await pilot.pause()
+
+
 async def open_node_overview(pilot: Pilot) -> None:
     await until(pilot, lambda: getattr(pilot.app.screen, "facts", None) is not None)
     await pilot.pause()
@@ -453,6 +462,7 @@ SCENES = [
     Scene("usage", "cluster", "Usage (u)", open_usage),
     Scene("batches", "cluster", "Batches (b)", open_batches),
     Scene("mirror", "cluster", "Mirror (i)", open_mirror),
+    Scene("mirror-add", "cluster", "Add to the mirror (a on Mirror)", open_mirror_add),
     Scene("node-overview", "node", "Node console: Overview (o)", open_node_overview),
     Scene("node-agent-yaml", "node", "Node console: agent.yaml (y)", open_agent_yaml),
     Scene("setup-parts", "setup", "Setup: the parts", open_setup_parts),
