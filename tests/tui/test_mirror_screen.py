@@ -175,3 +175,26 @@ async def test_no_mirror_up_is_said_on_the_status_line_and_add_is_dimmed(server)
 def test_globs_are_taken_apart_as_the_command_takes_them_one_by_one():
     assert split_globs("*.gguf, *.json  tokenizer*") == ["*.gguf", "*.json", "tokenizer*"]
     assert split_globs("  ") == []
+
+
+async def test_an_add_cut_off_by_gatewayd_going_away_says_the_mirror_goes_on():
+    # Guards: a followed add whose stream was cut left the screen "adding…" for good.
+    service = FakeMirrorService()
+    service.gate = asyncio.Event()
+    server = await FakeAdminServer(service=service).start()
+    try:
+        async with server.client() as client:
+            app = LlmgwApp(client, first_screen="mirror")
+            async with app.run_test(size=SIZE) as pilot:
+                await wait_until(pilot, lambda: len(rows(app, "#revisions")) == 2)
+                await pilot.press("a")
+                await wait_until(pilot, lambda: isinstance(app.screen, MirrorAddDialog))
+                app.screen.query_one("#add-source", Input).value = "hf:acme/fresh"
+                await pilot.click("#form-ok")
+                await wait_until(pilot, lambda: "50%" in text(app, "#action-line"))
+                await server.stop()
+                await wait_until(pilot, lambda: "was cut" in text(app, "#action-line"))
+                assert "llmgw ctl mirror list" in " ".join(text(app, "#action-line").split())
+                await wait_until(pilot, lambda: not app.screen.adding)
+    finally:
+        await server.stop()
