@@ -19,12 +19,11 @@ from pathlib import Path
 from llmgw.onboard.events import Clock, OnboardError, StepEvent
 from llmgw.onboard.layout import NodeLayout
 from llmgw.onboard.mirror_source import (
-    WHEELS_HINT,
     MirrorIndex,
     llamacpp_requirement,
     missing_projects,
     missing_wheel_error,
-    pip_missing,
+    pip_failure,
     requires,
     wheel_metadata,
 )
@@ -139,15 +138,12 @@ async def install_llmgw(
     for argv in (first, [*pip, "--force-reinstall", "--no-deps", staged]):
         ran = await shell.run(argv, env=env or None, timeout_s=PIP_TIMEOUT_S)
         if not ran.ok:
-            said = mirror.redact(ran.output) if mirror is not None else ran.output
-            if mirror is not None and pip_missing(said):
-                raise missing_wheel_error(mirror, [pip_missing(said)], said)
+            if mirror is not None:
+                raise pip_failure(mirror, shell.target.host, ran.output)
             raise OnboardError(
-                f"pip could not install llmgw on {shell.target.host}: {said[-1200:]}",
+                f"pip could not install llmgw on {shell.target.host}: {ran.output[-1200:]}",
                 hint=(
-                    WHEELS_HINT
-                    if mirror is not None
-                    else "the wheelhouse must hold every dependency for the node's Python and "
+                    "the wheelhouse must hold every dependency for the node's Python and "
                     "architecture (pip download -d DIR llmgw-…whl)"
                     if wheelhouse
                     else "the node must reach PyPI, or give --wheelhouse DIR with every dependency"

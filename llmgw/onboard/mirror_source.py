@@ -52,6 +52,11 @@ _NOT_LINUX = re.compile(
     r"(sys_platform|platform_system)\s*==\s*['\"](win32|darwin|cygwin|Windows|Darwin)['\"]"
 )
 _NO_MATCH = re.compile(r"No matching distribution found for ([A-Za-z0-9._-]+)")
+# What pip prints when it never got an answer from the index (it then finds "no versions").
+_UNREACHED = re.compile(
+    r"NewConnectionError|Connection refused|Network is unreachable|No route to host|"
+    r"Name or service not known|Temporary failure in name resolution|timed out"
+)
 
 
 def project_name(name: str) -> str:
@@ -259,3 +264,26 @@ def pip_missing(output: str) -> str:
     """The project pip found no wheel of, in its own words, or ""."""
     m = _NO_MATCH.search(output)
     return m.group(1) if m else ""
+
+
+def pip_failure(index: MirrorIndex, host: str, output: str) -> OnboardError:
+    """pip's failure on the node in plain words: the mirror out of the node's reach, a wheel
+    it lacks, or pip's own last lines. ``output`` is redacted here."""
+    said = index.redact(output)
+    lines = [ln.strip() for ln in said.strip().splitlines() if ln.strip()]
+    if _UNREACHED.search(said):
+        where = urlsplit(index.url).netloc
+        return OnboardError(
+            f"the node {host} cannot reach the mirror's index {index.shown}; pip said: "
+            + " / ".join(lines[-3:]),
+            hint=f"let the node reach {where} (a firewall, or the mirror listening on another "
+            "address: mirror.yaml listen), or give node add --wheelhouse DIR",
+        )
+    missing = pip_missing(said)
+    if missing:
+        return missing_wheel_error(index, [missing], said)
+    return OnboardError(
+        f"pip could not install llmgw on {host} from the mirror's index {index.shown}: "
+        + said[-1200:],
+        hint=WHEELS_HINT,
+    )

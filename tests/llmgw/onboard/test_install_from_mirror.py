@@ -17,6 +17,7 @@ from llmgw.onboard.mirror_source import (
     for_node,
     llamacpp_requirement,
     missing_projects,
+    pip_failure,
     requires,
     wheel_metadata,
 )
@@ -208,3 +209,23 @@ async def test_a_mirror_refusing_the_read_token_says_so(tmp_path, cp_paths, mirr
     name_mirror(cp_paths, [mirror.url], "not-the-token")
     events, _ = await run_add(tmp_path, cp_paths, Scenario())
     assert "refused the read token" in failed(events).detail
+
+
+def test_pip_failing_to_reach_the_mirror_is_said_as_that_not_as_a_missing_wheel() -> None:
+    # Guards the words: pip that never reached the index reports "no versions" of the
+    # first requirement, which read as a wheel the mirror lacks.
+    index = MirrorIndex("http://10.0.0.5:7080", "t0ken")
+    said = (
+        "Looking in indexes: http://llmgw:t0ken@10.0.0.5:7080/simple/\n"
+        "WARNING: Retrying ... NewConnectionError('Failed to establish a new connection: "
+        "[Errno 113] No route to host')\n"
+        "ERROR: Could not find a version that satisfies the requirement xllamacpp (from versions: none)\n"
+        "ERROR: No matching distribution found for xllamacpp\n"
+    )
+    e = pip_failure(index, "gpu-1", said)
+    assert "gpu-1 cannot reach the mirror's index http://10.0.0.5:7080/simple/" in e.message
+    assert "10.0.0.5:7080" in e.hint and "t0ken" not in e.message + e.hint
+    lacking = pip_failure(
+        index, "gpu-1", said.replace("NewConnectionError", "").replace("No route to host", "")
+    )
+    assert "holds no wheel of xllamacpp" in lacking.message
