@@ -100,6 +100,7 @@ class Agent:
             self.data_dir,
             self.engines,
             engine_user=cfg.engine_user or None,
+            engine_host=cfg.engines_listen,
             # hf: weights come from a StartShard's mirrors, and from agent.yaml's
             # hub where there are none or the model may reach the internet.
             fetcher=WeightsFetcher(

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Protocol
 
 from agentd.engines import ShardSpec, adapter_for
+from agentd.engines.base import LOOPBACK
 from agentd.supervisor import LaunchSpec, ShardEvent, Supervisor
 from agentd.weights import WeightsFetcher
 from llmgw.errors import LlmgwError
@@ -63,9 +64,10 @@ def gpu_fraction(per_gpu_bytes: int, card_totals: list[int]) -> float:
     return min(share, MAX_GPU_FRACTION)
 
 
-def free_port() -> int:
+def free_port(host: str = LOOPBACK) -> int:
+    """A port free on ``host``, where the engine will listen."""
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((host, 0))
         return s.getsockname()[1]
 
 
@@ -78,7 +80,10 @@ class ShardRunner:
         fetcher: WeightsFetcher | None = None,
         supervisor: Supervisor | None = None,
         engine_user: str | None = None,
+        engine_host: str = LOOPBACK,
     ):
+        # Where engines listen (agent.yaml engine_host; see AgentConfig.engines_listen).
+        self.engine_host = engine_host
         self.fetcher = fetcher or WeightsFetcher(data_dir / "weights")
         self.supervisor = supervisor or Supervisor(
             data_dir / "shards", data_dir / "output", self._on_event, run_as=engine_user
@@ -147,7 +152,7 @@ class ShardRunner:
                 model_path = await self._fetch(msg, status)
             self._set(status, "installing", f"getting {msg.engine} ready")
             executable, engine_env = await self._ensure_engine(msg, status)
-            port = msg.port or free_port()
+            port = msg.port or free_port(self.engine_host)
             adapter = adapter_for(msg.engine, executable)
             cmd = adapter.command(self.shard_spec(msg, model_path, port))
             status.port = port
@@ -181,6 +186,7 @@ class ShardRunner:
             model_name=msg.model,
             model_path=model_path,
             port=port,
+            host=self.engine_host,
             context_length=msg.context_length * max(msg.slots, 1)
             if msg.engine == "llama.cpp"
             else msg.context_length,

@@ -415,6 +415,18 @@ class AgentConfig(_Strict):
     labels: dict[str, str] = Field(default_factory=dict)
     # Where hf: weights are fetched from (a StartShard's mirror_url wins).
     hub_url: str = HF_HUB_URL
+    # The address engines listen on. "" : loopback when every control plane
+    # is on this machine (`llmgw up`), else every interface — the gateway
+    # reaches a replica at the node's address, and each engine takes only
+    # requests carrying its engine key.
+    engine_host: str = ""
+
+    @property
+    def engines_listen(self) -> str:
+        if self.engine_host:
+            return self.engine_host
+        hosts = {split_host_port(a)[0] for a in self.control_planes}
+        return "127.0.0.1" if hosts <= {"127.0.0.1", "localhost", "::1"} else "0.0.0.0"
 
     @field_validator("hub_url")
     @classmethod

@@ -49,18 +49,6 @@ READY_WITHIN_S = 60.0
 SERVED_WITHIN_S = 300.0
 # An address on the internet (pypi.org's): the node must have no way there.
 OUTSIDE = ("151.101.0.223", 443)
-# A chat completion from the engine, asked inside the namespace: argv port, key, model.
-ASK = """
-import json, sys, urllib.request
-port, key, model = sys.argv[1:4]
-body = {"model": model, "max_tokens": 4, "messages": [{"role": "user", "content": "Hi"}]}
-req = urllib.request.Request(
-    f"http://127.0.0.1:{port}/v1/chat/completions",
-    data=json.dumps(body).encode(),
-    headers={"authorization": f"Bearer {key}", "content-type": "application/json"},
-)
-print(urllib.request.urlopen(req, timeout=120).read().decode())
-"""
 
 
 def llamacpp_requirements() -> list[str]:
@@ -246,9 +234,27 @@ def test_node_add_without_pypi_installs_llmgw_and_llama_cpp_from_the_mirror_and_
             what="gemma-on-node ready on the node",
         )
         assert replica["node_id"] == NODE_ID
-        key = (plane.home / "etc" / "secrets" / "engine-key").read_text().strip()
-        # Asked on the node itself: engines listen on the node's loopback.
-        port = int(replica["endpoint"].rsplit(":", 1)[1])
-        answer = node_host.exec("python3", "-c", ASK, str(port), key, replica["model"])
-        assert answer.returncode == 0, answer.stderr
-        assert json.loads(answer.stdout)["usage"]["completion_tokens"] > 0
+        # Asked through the gateway, as a user would: it reaches the engine at the
+        # node's address (engines of a node whose control plane is elsewhere
+        # listen on every interface and take only the engine key).
+        assert replica["endpoint"].startswith(f"http://{node_host.node_address}:"), replica
+        for made in (
+            ("org", "create", "acme"),
+            ("team", "create", "acme/ml"),
+            ("project", "create", "acme/ml/chat"),
+        ):
+            res = plane.llmgw("ctl", *made, "--json")
+            assert res.returncode == 0, res.stderr
+        created = plane.llmgw("ctl", "keys", "create", "--project", "acme/ml/chat", "--json")
+        assert created.returncode == 0, created.stderr
+        secret = json.loads(created.stdout)["secret"]
+        status = json.loads(plane.llmgw("ctl", "status", "--json").stdout)
+        answer = httpx.post(
+            f"{status['gateway_url']}/chat/completions",
+            headers={"Authorization": f"Bearer {secret}"},
+            json={"model": "gemma-on-node", "max_tokens": 4,
+                  "messages": [{"role": "user", "content": "Hi"}]},
+            timeout=120,
+        )  # fmt: skip
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["usage"]["completion_tokens"] > 0
