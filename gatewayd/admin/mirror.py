@@ -116,6 +116,9 @@ class MirrorAdmin:
     # -- what the mirrors hold ----------------------------------------------------------
 
     async def list_mirrors(self, message: ListMirrorsRequest) -> ListMirrorsReply:
+        if self._mirrors is None or not self._mirrors.enabled:
+            # A cluster without a mirror is a fact to list, not a failure.
+            return ListMirrorsReply()
         mirrors = self._set()
         # Asked now: an operator listing mirrors wants their state, not the last probe's.
         await mirrors.probe_once()

@@ -81,11 +81,15 @@ async def test_status_and_list_show_each_mirror_with_its_state_then_what_the_fir
     assert [(m.url, m.state) for m in status.mirrors] == [(dead, "down"), (mirror.url, "up")]
 
 
-async def test_a_cluster_without_mirrors_says_how_to_have_one(tmp_path):
+async def test_a_cluster_without_mirrors_lists_none_and_refuses_an_add_saying_how_to_have_one(
+    tmp_path,
+):
     async with running_cluster(tmp_path) as c, c.admin() as admin:
-        with pytest.raises(UsageError, match="set mirror.urls in server.yaml"):
-            await admin.list_mirrors()
+        listed = await admin.list_mirrors()
+        assert list(listed.mirrors) == [] and list(listed.revisions) == []
         assert list((await admin.status()).mirrors) == []
+        with pytest.raises(UsageError, match="set mirror.urls in server.yaml"):
+            await admin.mirror_disk_usage()
 
 
 async def test_an_add_from_the_hub_is_followed_to_the_pinned_revision(tmp_path, hub, start_mirror):
