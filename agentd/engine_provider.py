@@ -76,6 +76,8 @@ def pyenv_source(msg) -> PyEnvSource:
         requirements=dict(msg.requirements),
         python=msg.python or "3.12",
         index_url=msg.index_url or pyenv.PYPI,
+        mirror_urls=tuple(msg.mirror_urls),
+        mirror_token=msg.mirror_token,
     )
 
 

@@ -31,10 +31,11 @@ import re
 import shutil
 import sys
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Protocol
+from urllib.parse import quote, urlsplit
 
 from agentd.provision.llamacpp import (
     Installation,
@@ -136,6 +137,11 @@ class PyEnvSource:
     # The index to resolve from: PyPI, or a mirror of it that keeps PyPI's
     # upload times (PEP 700), which --exclude-newer reads.
     index_url: str = PYPI
+    # The cluster's model mirrors, tried in order before index_url: their
+    # package index (<mirror>/simple/) holds the recipe's wheels, each pinned by
+    # its hash, so neither PyPI's upload times nor PyTorch's index are asked.
+    mirror_urls: tuple[str, ...] = ()
+    mirror_token: str = field(default="", repr=False)
 
 
 @dataclass(frozen=True)
@@ -338,8 +344,16 @@ def uv_commands(
     build: CudaBuild,
     pins: list[tuple[str, str]],
     index_url: str = PYPI,
+    *,
+    from_mirror: bool = False,
 ) -> list[list[str]]:
-    """The two command lines that build the environment, exactly."""
+    """The two command lines that build the environment, exactly.
+
+    ``from_mirror``: the index is a cluster mirror's, given to uv in its
+    environment (UV_INDEX_URL, credentials and all: never on a command line);
+    every pin's hash holds it to the recipe, and the mirror's times of adding
+    are not PyPI's upload times, so there is no --exclude-newer.
+    """
     make = [uv, "venv", "--no-config", "--relocatable", "--python", source.python, str(venv)]
     install = [
         uv,
@@ -349,18 +363,23 @@ def uv_commands(
         "--python",
         str(venv / "bin" / "python"),
         "--require-hashes",
-        "--exclude-newer",
-        exclude_newer(source.released),
-        "--index-url",
-        index_url,
     ]
+    if not from_mirror:
+        install += ["--exclude-newer", exclude_newer(source.released), "--index-url", index_url]
     # PyTorch's own index only where a pin asks for its build ("torch==2.5.1+cu118"):
     # a pin without the local label would otherwise match PyTorch's file,
-    # whose hash is not the PyPI one.
-    if any(version.endswith(f"+{build.tag}") for _, version in pins):
+    # whose hash is not the PyPI one. A mirror holds those wheels itself.
+    if not from_mirror and any(version.endswith(f"+{build.tag}") for _, version in pins):
         install += ["--extra-index-url", PYTORCH_INDEX.format(tag=build.tag)]
     install += ["-r", str(requirements_file)]
     return [make, install]
+
+
+def mirror_index(mirror_url: str, token: str) -> str:
+    """A mirror's package index as uv reads it, the read token as the password."""
+    parts = urlsplit(mirror_url)
+    auth = f"llmgw:{quote(token, safe='')}@" if token else ""
+    return f"{parts.scheme}://{auth}{parts.netloc}{parts.path.rstrip('/')}/simple/"
 
 
 def uv_env(engines_dir: Path, base: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -424,17 +443,42 @@ async def install_python_engine(
     try:
         venv, req = scratch / "venv", scratch / "requirements.txt"
         req.write_text(text)
-        make, install = uv_commands(
-            uv, venv, req, source, build, pins, index_url or source.index_url or PYPI
-        )
         env = uv_env(engines_dir)
         label = f"{spec.label} {version} ({build.tag})"
-        if say:
-            say(f"making a Python {source.python} environment for {label}")
-        await _run(runner, make, env, VENV_TIMEOUT_S, "uv venv")
-        if say:
-            say(f"installing {label} with uv: {len(pins)} pinned packages")
-        await _run(runner, install, env, INSTALL_TIMEOUT_S, "uv pip install")
+        origins = [(m, mirror_index(m, source.mirror_token)) for m in source.mirror_urls]
+        origins.append(("", index_url or source.index_url or PYPI))
+        failed: list[str] = []
+        for i, (mirror, index) in enumerate(origins):
+            make, install = uv_commands(
+                uv, venv, req, source, build, pins, index, from_mirror=bool(mirror)
+            )
+            run_env = {**env, "UV_INDEX_URL": index} if mirror else env
+            if i == 0:
+                if say:
+                    say(f"making a Python {source.python} environment for {label}")
+                await _run(runner, make, env, VENV_TIMEOUT_S, "uv venv")
+            where = f" from the mirror {urlsplit(mirror).netloc}" if mirror else ""
+            if say:
+                say(f"installing {label} with uv{where}: {len(pins)} pinned packages")
+            try:
+                await _run(runner, install, run_env, INSTALL_TIMEOUT_S, "uv pip install")
+            except InstallError as e:
+                if source.mirror_token:
+                    # uv masks credentials in URLs it prints; never trust that alone.
+                    e.message = e.message.replace(source.mirror_token, "***")
+                if i + 1 == len(origins):
+                    if failed:
+                        raise InstallError(
+                            e.message + "; before that, " + "; ".join(failed),
+                            hint="put the recipe's wheels on a mirror "
+                            "(llmgw ctl mirror add DIR --wheels), or let the node reach PyPI",
+                        ) from None
+                    raise
+                failed.append(f"the mirror {urlsplit(mirror).netloc}: {e.message}")
+                log.warning("%s: %s; trying the next index", label, failed[-1])
+                continue
+            source_words_where = mirror
+            break
         check_args = ["-c", CHECK_CODE.format(dist=spec.dist)]
         python = venv / "bin" / "python"
         out = await _run(runner, [str(python), *check_args], env, CHECK_TIMEOUT_S, "the check")
@@ -444,7 +488,9 @@ async def install_python_engine(
                 f"the new environment holds {spec.dist} {got or '(none)'}, not {version}"
             )
         source_words = (
-            f"PyPI as of {exclude_newer(source.released)}, {build.tag} (CUDA {build.cuda})"
+            f"the mirror {urlsplit(source_words_where).netloc}, {build.tag} (CUDA {build.cuda})"
+            if source_words_where
+            else f"PyPI as of {exclude_newer(source.released)}, {build.tag} (CUDA {build.cuda})"
         )
         publish(
             scratch,

@@ -447,9 +447,10 @@ class Reconciler:
         return {"mirror_urls": self.mirrors.ordered(), "mirror_token": self.mirrors.read_token}
 
     def _install_message(self, release: EngineRelease) -> InstallEngine:
-        """A recipe's InstallEngine; an archive pinned by sha256 is tried on the mirrors first."""
+        """A recipe's InstallEngine; an archive pinned by sha256, or a Python environment
+        pinned by its hashes, is tried on the mirrors first."""
         msg = install_message(release)
-        if msg.sha256 and (args := self._mirror_args()):
+        if (msg.sha256 or msg.source == "pyenv") and (args := self._mirror_args()):
             msg.mirror_urls, msg.mirror_token = args["mirror_urls"], args["mirror_token"]
         return msg
 

@@ -285,3 +285,71 @@ async def test_the_real_runner_says_so_when_uv_is_not_installed():
 async def test_the_real_runner_stops_a_command_that_runs_past_its_time():
     with pytest.raises(InstallError, match="sleep 5 did not finish in 0.2 s"):
         await SubprocessRunner().run(["sleep", "5"], timeout_s=0.2)
+
+
+MIRRORED = PyEnvSource(
+    released=RELEASED,
+    requirements=OFFERED,
+    mirror_urls=("http://10.0.0.5:7080", "http://10.0.0.6:7080"),
+    mirror_token="s3cret",
+)
+
+
+async def test_an_environment_comes_from_the_clusters_mirror_with_the_token_kept_off_the_command_line(
+    tmp_path,
+):
+    # Guards a node without PyPI: the recipe's wheels, each pinned by its hash,
+    # come from the mirror's index; PyPI's upload times and PyTorch's index are not asked.
+    runner = FakeRunner()
+    said: list[str] = []
+
+    inst = await install_python_engine(
+        "vllm", "0.6.3", "", MIRRORED, tmp_path, A100_R525, runner=runner, min_free_bytes=0,
+        say=said.append,
+    )  # fmt: skip
+
+    s = scratch_of(runner)
+    assert runner.commands[1] == [
+        "uv", "pip", "install", "--no-config",
+        "--python", f"{s}/venv/bin/python",
+        "--require-hashes",
+        "-r", f"{s}/requirements.txt",
+    ]  # fmt: skip
+    assert runner.envs[1]["UV_INDEX_URL"] == "http://llmgw:s3cret@10.0.0.5:7080/simple/"
+    assert not any("s3cret" in " ".join(c) for c in runner.commands)
+    assert inst.source == "the mirror 10.0.0.5:7080, cu118 (CUDA 11.8)"
+    assert any("from the mirror 10.0.0.5:7080" in w for w in said)
+
+
+async def test_a_mirror_without_the_wheels_hands_over_to_the_next_then_to_pypi(tmp_path):
+    class FailingOnMirrors(FakeRunner):
+        async def run(self, argv, *, env=None, timeout_s=None):
+            if "UV_INDEX_URL" in (env or {}) and list(argv)[1:3] == ["pip", "install"]:
+                self.commands.append([str(a) for a in argv])
+                self.envs.append(dict(env))
+                return RunResult(1, "error: no wheel of torch==2.4.0 at http://llmgw:s3cret@x\n")
+            return await super().run(argv, env=env, timeout_s=timeout_s)
+
+    runner = FailingOnMirrors()
+    inst = await install_python_engine(
+        "vllm", "0.6.3", "", MIRRORED, tmp_path, H100_R550, runner=runner, min_free_bytes=0
+    )
+    installs = [e.get("UV_INDEX_URL", "") for c, e in zip(runner.commands, runner.envs, strict=True)
+                if c[1:3] == ["pip", "install"]]  # fmt: skip
+    assert installs == [
+        "http://llmgw:s3cret@10.0.0.5:7080/simple/",
+        "http://llmgw:s3cret@10.0.0.6:7080/simple/",
+        "",
+    ]
+    assert inst.source.startswith("PyPI as of")
+
+
+async def test_every_index_failing_names_each_without_the_token(tmp_path):
+    runner = FakeRunner(fail_install="error: no wheel of vllm at http://llmgw:s3cret@m/simple/")
+    with pytest.raises(InstallError) as e:
+        await install_python_engine(
+            "vllm", "0.6.3", "", MIRRORED, tmp_path, H100_R550, runner=runner, min_free_bytes=0
+        )
+    assert "the mirror 10.0.0.5:7080" in e.value.message and "10.0.0.6:7080" in e.value.message
+    assert "s3cret" not in e.value.message
+    assert "llmgw ctl mirror add DIR --wheels" in e.value.hint

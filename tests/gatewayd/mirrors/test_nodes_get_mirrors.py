@@ -122,3 +122,21 @@ async def test_a_local_model_is_started_without_mirrors(mirror, tmp_path):
         await mirrors.aclose()
     (start,) = [m.start_shard for m in sent if m.start_shard is not None]
     assert list(start.weights.mirror_urls) == [] and start.weights.mirror_token == ""
+
+
+async def test_a_python_engine_recipe_is_sent_with_the_mirrors_too(mirror, tmp_path):
+    # Its wheels are pinned by their hashes, so a mirror's index may serve them.
+    from llmgw.engines.builtin_recipes import builtin_releases
+
+    mirrors = MirrorSet(MirrorsConfig(urls=[mirror.url]), read_token=mirror.read_token)
+    sent: list[ControlMessage] = []
+    store, _, reconciler = await _cluster(tmp_path, mirrors, sent)
+    try:
+        await mirrors.probe_once()
+        vllm = next(r for r in builtin_releases() if r.engine == "vllm")
+        msg = reconciler._install_message(vllm)
+    finally:
+        await store.close()
+        await mirrors.aclose()
+    assert msg.source == "pyenv"
+    assert list(msg.mirror_urls) == [mirror.url] and msg.mirror_token == mirror.read_token
