@@ -148,3 +148,37 @@ def test_the_wheel_made_here_is_a_wheel(tmp_path):
     name, data = make_wheel("x", "1")
     Path(tmp_path / name).write_bytes(data)
     assert zipfile.ZipFile(tmp_path / name).testzip() is None
+
+
+async def test_uv_installs_a_hash_pinned_requirement_from_the_index_given_in_its_environment(
+    mirror, tmp_path
+):
+    # What a node does for vLLM and SGLang (agentd/provision/pyenv.py): uv with the
+    # mirror's index in UV_INDEX_URL, every requirement held to its hash.
+    uv = Path(sys.executable).with_name("uv")
+    name, data = make_wheel("hashed-pkg", "0.3.0")
+    mirror.put_artifact("wheel", name, data)
+    req = tmp_path / "requirements.txt"
+    req.write_text(f"hashed-pkg==0.3.0 --hash=sha256:{hashlib.sha256(data).hexdigest()}\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("UV_", "PIP_", "VIRTUAL_ENV"))}
+    env |= {"UV_INDEX_URL": _index(mirror), "UV_CACHE_DIR": str(tmp_path / "uv-cache")}
+
+    async def run(*args: str) -> tuple[int, str]:
+        proc = await asyncio.create_subprocess_exec(
+            str(uv), *args, env=env, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )  # fmt: skip
+        out, _ = await proc.communicate()
+        return proc.returncode, out.decode(errors="replace")
+
+    venv = tmp_path / "venv"
+    code, out = await run("venv", "--no-config", "--python", sys.executable, str(venv))
+    assert code == 0, out
+    code, out = await run(
+        "pip", "install", "--no-config", "--python", str(venv / "bin" / "python"),
+        "--require-hashes", "-r", str(req),
+    )  # fmt: skip
+    assert code == 0, out
+    assert mirror.read_token not in out
+    found = list((venv / "lib").glob("python3*/site-packages/hashed_pkg/__init__.py"))
+    assert found and found[0].read_text() == "VERSION = '0.3.0'\n"
