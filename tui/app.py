@@ -37,9 +37,8 @@ from llmgw.admin_client import AdminClient
 from llmgw.errors import AdminUnauthenticated, AdminUnreachable, LlmgwError
 from llmgw.paths import Paths
 from proto.llmgw.v1 import WatchEvent
-from tui.screens.batched import Flag
-from tui.screens.batches import BatchesScreen
-from tui.screens.cluster_feed import (
+from tui.screens.batches.batches import BatchesScreen
+from tui.screens.cluster.cluster_feed import (
     SLOW_READ_EVERY_S,
     TOPICS,
     ClusterChanged,
@@ -49,6 +48,8 @@ from tui.screens.cluster_feed import (
     read_cluster,
     read_counters,
 )
+from tui.screens.cluster.overview import OverviewScreen
+from tui.screens.cluster.summary import ClusterSummary
 from tui.screens.common import (
     WATCH_RETRY_FIRST_S,
     WATCH_RETRY_MAX_S,
@@ -56,15 +57,14 @@ from tui.screens.common import (
     describe,
     follow_watch,
 )
-from tui.screens.keys import KeysScreen
-from tui.screens.mirror import MirrorScreen
-from tui.screens.models import ModelsScreen
-from tui.screens.nodes import NodesScreen
-from tui.screens.overview import OverviewScreen
-from tui.screens.replicas import ReplicasScreen
+from tui.screens.keys.keys import KeysScreen
+from tui.screens.keys.usage import UsageScreen
+from tui.screens.live import Flag
+from tui.screens.mirror.mirror import MirrorScreen
+from tui.screens.models.models import ModelsScreen
+from tui.screens.models.replicas import ReplicasScreen
+from tui.screens.nodes.nodes import NodesScreen
 from tui.screens.shell import SCREENS
-from tui.screens.summary import ClusterSummary
-from tui.screens.usage import UsageScreen
 
 ClientSource = AdminClient | Callable[[], AdminClient]
 DARK, LIGHT = "textual-dark", "textual-light"

@@ -32,9 +32,10 @@ from textual.app import App
 from textual.binding import Binding
 from textual.screen import Screen
 
-# Where the cluster console's screens live. The node console (tui.node) and
-# setup (tui.setup) read this machine, not the control plane: no ctl command
-# mirrors them.
+# Where the cluster console's screens live; a package's subpackages are walked
+# too (tui.screens.nodes, tui.screens.keys …), so a screen in any of them must be
+# declared. The node console (tui.node) and setup (tui.setup) read this
+# machine, not the control plane: no ctl command mirrors them.
 CONSOLE_MODULES = ("tui.app",)
 CONSOLE_PACKAGES = ("tui.screens",)
 
@@ -228,7 +229,7 @@ def console_classes() -> list[type]:
     modules = [importlib.import_module(m) for m in CONSOLE_MODULES]
     for name in CONSOLE_PACKAGES:
         package = importlib.import_module(name)
-        for info in pkgutil.iter_modules(package.__path__, f"{name}."):
+        for info in pkgutil.walk_packages(package.__path__, f"{name}."):
             modules.append(importlib.import_module(info.name))
     found: dict[str, type] = {}
     for module in modules:

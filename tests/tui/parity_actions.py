@@ -60,7 +60,7 @@ from tests.tui.parity_kit import (
     until,
 )
 from tui.parity import PARITY, Item
-from tui.screens.add_node import steps_table
+from tui.screens.nodes.add_node import steps_table
 
 # -- actions: perform through the pilot, read back with the command ------------------------
 

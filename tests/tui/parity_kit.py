@@ -54,10 +54,16 @@ from tests.cluster_fixture import Cluster
 from tui import parity
 from tui.app import LlmgwApp
 from tui.parity import PARITY, Item
-from tui.screens.node_pane import node_pane
-from tui.screens.overview import gpu_memory, gpus_card, models_card, nodes_card, warnings_body
-from tui.screens.replicas import ReplicaDetails, replica_body
-from tui.screens.summary import ClusterSummary
+from tui.screens.cluster.overview import (
+    gpu_memory,
+    gpus_card,
+    models_card,
+    nodes_card,
+    warnings_body,
+)
+from tui.screens.cluster.summary import ClusterSummary
+from tui.screens.models.replicas import ReplicaDetails, replica_body
+from tui.screens.nodes.node_pane import node_pane
 
 SIZE = (160, 48)
 SEARCH = "Acme/ml/search"

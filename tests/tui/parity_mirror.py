@@ -40,7 +40,7 @@ from tests.tui.parity_kit import (
     until,
 )
 from tui.parity import Item
-from tui.screens.mirror import revision_key
+from tui.screens.mirror.mirror import revision_key
 
 # Held from the start; one added through the dialog; one removed through the screen.
 HELD = ("parity/tiny-a", "parity/tiny-b")

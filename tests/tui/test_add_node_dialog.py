@@ -21,7 +21,7 @@ from tests.llmgw.onboard.fake_node import Scenario, start_fake_node, stop_fake_n
 from tests.tui.fake_admin import FakeAdminServer
 from tests.tui.pilot_kit import text, wait_until
 from tui.app import LlmgwApp
-from tui.screens.add_node import AddNodeDialog
+from tui.screens.nodes.add_node import AddNodeDialog
 
 SIZE = (120, 40)
 

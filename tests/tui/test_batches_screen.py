@@ -10,8 +10,8 @@ from tests.tui.fake_admin import FakeAdminServer, batch
 from tests.tui.parity_kit import plain
 from tests.tui.pilot_kit import text, wait_until
 from tui.app import LlmgwApp
-from tui.screens.batches import BatchesScreen
-from tui.screens.key_dialogs import Confirm
+from tui.screens.batches.batches import BatchesScreen
+from tui.screens.keys.key_dialogs import Confirm
 
 SIZE = (160, 48)
 

@@ -9,7 +9,7 @@ from llmgw.present.keyfmt import key_cells, tenant_line
 from tests.cluster_fixture import running_cluster
 from tests.tui.test_nodes_screen import SIZE, wait_until
 from tui.app import LlmgwApp
-from tui.screens.key_dialogs import (
+from tui.screens.keys.key_dialogs import (
     Confirm,
     KeyDialog,
     LevelDialog,
@@ -18,7 +18,7 @@ from tui.screens.key_dialogs import (
     RotateDialog,
     SecretShown,
 )
-from tui.screens.keys import KeysScreen
+from tui.screens.keys.keys import KeysScreen
 
 SEARCH = "Acme/ml/search"
 

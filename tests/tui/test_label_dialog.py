@@ -11,8 +11,8 @@ from textual.widgets import Input
 from tests.tui.fake_admin import FakeAdminServer, node
 from tests.tui.pilot_kit import text, wait_until
 from tui.app import LlmgwApp
-from tui.screens.label_dialog import LabelDialog
-from tui.screens.nodes import NodesScreen
+from tui.screens.nodes.label_dialog import LabelDialog
+from tui.screens.nodes.nodes import NodesScreen
 
 SIZE = (120, 40)
 

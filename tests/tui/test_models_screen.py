@@ -22,10 +22,10 @@ from proto.llmgw.v1 import GpuNeed, ModelProfile, ModelSpec, PlanModelRequest
 from tests.cluster_fixture import Cluster, running_cluster, wait_for
 from tests.tui.test_nodes_screen import SIZE, wait_until
 from tui.app import LlmgwApp
-from tui.screens.models import ConfirmRemove, ExplainPlacement, ModelsScreen, ScaleDialog
-from tui.screens.nodes import NodesScreen
-from tui.screens.replicas import ReplicasScreen
-from tui.screens.serve import ServeDialog
+from tui.screens.models.models import ConfirmRemove, ExplainPlacement, ModelsScreen, ScaleDialog
+from tui.screens.models.replicas import ReplicasScreen
+from tui.screens.models.serve import ServeDialog
+from tui.screens.nodes.nodes import NodesScreen
 
 # A replica of the sim engine is ready in a second or two; 30 s covers a loaded machine.
 READY_TRIES = 600

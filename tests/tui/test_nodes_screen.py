@@ -17,8 +17,8 @@ from llmgw.present.nodefmt import NO_NODES, node_cells
 from proto.llmgw.v1 import ReplicaView
 from tests.tui.fake_admin import FakeAdminServer, free_port, node
 from tui.app import LlmgwApp, run_console
-from tui.screens.node_pane import drain_of, node_pane
-from tui.screens.nodes import NodeDetails, NodesScreen
+from tui.screens.nodes.node_pane import drain_of, node_pane
+from tui.screens.nodes.nodes import NodeDetails, NodesScreen
 
 SIZE = (120, 40)
 

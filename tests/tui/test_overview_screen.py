@@ -17,16 +17,16 @@ from tests.tui.fake_admin import free_port
 from tests.tui.test_models_screen import READY_TRIES, sim_model
 from tests.tui.test_nodes_screen import SIZE, wait_until
 from tui.app import DARK, LIGHT, LlmgwApp
-from tui.screens.batches import BatchesScreen
-from tui.screens.keys import KeysScreen
-from tui.screens.mirror import MirrorScreen
-from tui.screens.models import ModelsScreen
-from tui.screens.nodes import NodesScreen
-from tui.screens.overview import OverviewScreen
-from tui.screens.replicas import ReplicasScreen
+from tui.screens.batches.batches import BatchesScreen
+from tui.screens.cluster.overview import OverviewScreen
+from tui.screens.cluster.summary import ClusterSummary
+from tui.screens.keys.keys import KeysScreen
+from tui.screens.keys.usage import UsageScreen
+from tui.screens.mirror.mirror import MirrorScreen
+from tui.screens.models.models import ModelsScreen
+from tui.screens.models.replicas import ReplicasScreen
+from tui.screens.nodes.nodes import NodesScreen
 from tui.screens.shell import SCREENS
-from tui.screens.summary import ClusterSummary
-from tui.screens.usage import UsageScreen
 
 SCREEN_OF = {
     "overview": OverviewScreen,

@@ -7,15 +7,15 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from textual.widgets import DataTable, Select, Sparkline, Static
 
-import tui.screens.usage as usage_screen
+import tui.screens.keys.usage as usage_screen
 from gatewayd.gateway.metering.usage import UsageRow, UsageWriter
 from llmgw.present.usagefmt import usage_cells
 from tests.cluster_fixture import Cluster, running_cluster
 from tests.tui.test_nodes_screen import SIZE, wait_until
 from tui.app import LlmgwApp
-from tui.screens.keys import KeysScreen
-from tui.screens.nodes import NodesScreen
-from tui.screens.usage import UsageScreen
+from tui.screens.keys.keys import KeysScreen
+from tui.screens.keys.usage import UsageScreen
+from tui.screens.nodes.nodes import NodesScreen
 
 SEARCH, CHAT = "Acme/ml/search", "Acme/ml/chat"
 

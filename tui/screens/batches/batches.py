@@ -38,9 +38,9 @@ from llmgw.present.batchfmt import (
     counts,
 )
 from proto.llmgw.v1 import BatchView, ListBatchesReply
-from tui.screens.batched import LiveRows, selected_key, show_text
 from tui.screens.common import AdminFailed, Refused, describe, show_worker_error
-from tui.screens.key_dialogs import Confirm
+from tui.screens.keys.key_dialogs import Confirm
+from tui.screens.live import LiveRows, selected_key, show_text
 from tui.screens.shell import KeyFooter, ShellHeader
 
 # 2 s: a batch of sim requests moves by hundreds a second; the bar should

@@ -45,7 +45,7 @@ from llmgw.present.keyfmt import (
 )
 from proto.llmgw.v1 import KeyView, TenantView
 from tui.screens.common import AdminFailed, Refused, describe, show_worker_error
-from tui.screens.key_dialogs import (
+from tui.screens.keys.key_dialogs import (
     Confirm,
     KeyDialog,
     LevelDialog,

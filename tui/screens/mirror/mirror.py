@@ -54,10 +54,10 @@ from proto.llmgw.v1 import (
     MirrorRemoveReply,
     MirrorRevisionView,
 )
-from tui.screens.batched import LiveRows, selected_key, show_text
 from tui.screens.common import AdminFailed, Refused, describe, show_worker_error
-from tui.screens.key_dialogs import Confirm
-from tui.screens.mirror_add import MirrorAddDialog
+from tui.screens.keys.key_dialogs import Confirm
+from tui.screens.live import LiveRows, selected_key, show_text
+from tui.screens.mirror.mirror_add import MirrorAddDialog
 from tui.screens.shell import KeyFooter, ShellHeader
 
 # 3 s: a pull's row moves while one watches; a screen left open asks no more than this.

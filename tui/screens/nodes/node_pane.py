@@ -21,7 +21,7 @@ from llmgw.present.nodefmt import node_state
 from llmgw.present.opsfmt import host_warnings
 from proto.llmgw.v1 import EngineView, NodeView, ReplicaView
 from tui.screens.bars import memory_bar, progress
-from tui.screens.summary import HOLDING
+from tui.screens.cluster.summary import HOLDING
 
 ENGINE_STYLE = {"installed": "green", "installing": "yellow", "failed": "red", "skipped": "dim"}
 

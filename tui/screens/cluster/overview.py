@@ -6,7 +6,7 @@ errors per second — then every node's GPU memory as bars, then the warnings
 of the last hour with what to do about each.
 
 It draws the ``ClusterSummary`` the app keeps current (``tui.screens.
-cluster_feed``): the same replies ``llmgw ctl status``, ``nodes``, ``models``
+cluster.cluster_feed``): the same replies ``llmgw ctl status``, ``nodes``, ``models``
 and ``warnings`` print, followed live through ``Watch``. It reads nothing
 itself.
 """
@@ -24,9 +24,9 @@ from textual.widgets import Static
 from llmgw.present.nodefmt import NO_NODES
 from llmgw.present.opsfmt import NO_WARNINGS, warning_line
 from tui.screens.bars import bar, gib, memory_bar
-from tui.screens.batched import show_text
+from tui.screens.cluster.summary import ClusterSummary
+from tui.screens.live import show_text
 from tui.screens.shell import KeyFooter, ShellHeader
-from tui.screens.summary import ClusterSummary
 
 CARDS = ("nodes", "gpus", "models", "requests")
 # An overview, not a list: the Nodes screen has every node (its table draws only

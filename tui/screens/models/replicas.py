@@ -47,10 +47,10 @@ from llmgw.present.modelfmt import (
 from llmgw.present.opsfmt import restart_text
 from proto.llmgw.v1 import ListReplicasReply, ReplicaView, RestartReplicaReply, WatchEvent
 from tui.screens.bars import bar
-from tui.screens.batched import DrawLater, Flag, LiveRows, selected_key, show_text
-from tui.screens.cluster_feed import ClusterRead
+from tui.screens.cluster.cluster_feed import ClusterRead
 from tui.screens.common import AdminFailed, Refused, describe, show_worker_error
-from tui.screens.key_dialogs import Confirm
+from tui.screens.keys.key_dialogs import Confirm
+from tui.screens.live import DrawLater, Flag, LiveRows, selected_key, show_text
 from tui.screens.shell import KeyFooter, ShellHeader
 
 log = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 """The Nodes screen: every node and its state, live — what ``llmgw ctl nodes`` prints.
 
 Its rows are the nodes of the same ``list_nodes()`` reply the command prints
-(read by the app with the rest of the cluster, ``tui.screens.cluster_feed``),
+(read by the app with the rest of the cluster, ``tui.screens.cluster.cluster_feed``),
 drawn with the same cell helpers (``llmgw.present.nodefmt``), and the app's one admin
 ``Watch`` keeps them current: a row changes the moment its node does. Under
 the table, a pane shows the selected node's GPUs with memory bars and the
@@ -40,11 +40,11 @@ from llmgw.errors import LlmgwError
 from llmgw.present.nodefmt import NO_NODES, NODE_COLUMNS, node_cells, node_details
 from llmgw.present.opsfmt import removed_node_text
 from proto.llmgw.v1 import EngineView, ListNodesReply, NodeView, ReplicaView, WatchEvent
-from tui.screens.batched import DrawLater, Flag, LiveRows, selected_key, show_text
-from tui.screens.cluster_feed import ClusterRead
+from tui.screens.cluster.cluster_feed import ClusterRead
 from tui.screens.common import AdminFailed, describe, show_worker_error
-from tui.screens.node_actions import NodeActed, NodeActionFailed, NodeActions, NodeRemoved
-from tui.screens.node_pane import Drain, drain_of, node_pane, replicas_on
+from tui.screens.live import DrawLater, Flag, LiveRows, selected_key, show_text
+from tui.screens.nodes.node_actions import NodeActed, NodeActionFailed, NodeActions, NodeRemoved
+from tui.screens.nodes.node_pane import Drain, drain_of, node_pane, replicas_on
 from tui.screens.shell import KeyFooter, ShellHeader
 
 log = logging.getLogger(__name__)

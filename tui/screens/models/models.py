@@ -49,10 +49,10 @@ from proto.llmgw.v1 import (
     RemoveModelReply,
     WatchEvent,
 )
-from tui.screens.batched import DrawLater, Flag, LiveRows, selected_key, show_text
-from tui.screens.cluster_feed import ClusterRead
+from tui.screens.cluster.cluster_feed import ClusterRead
 from tui.screens.common import AdminFailed, describe, show_worker_error
-from tui.screens.serve import ServeDialog
+from tui.screens.live import DrawLater, Flag, LiveRows, selected_key, show_text
+from tui.screens.models.serve import ServeDialog
 from tui.screens.shell import KeyFooter, ShellHeader
 
 log = logging.getLogger(__name__)

@@ -38,7 +38,7 @@ from llmgw.onboard.flow import control_planes_for
 from llmgw.onboard.words import ADD_STEPS, event_lines, event_rows, step_number
 from llmgw.paths import ENV_HOME, Paths
 from tui.screens.common import describe, show_worker_error
-from tui.screens.serve import whole_number
+from tui.screens.models.serve import whole_number
 from tui.screens.shell import KeyFooter
 
 NEEDS_CONTROL_PLANE = (

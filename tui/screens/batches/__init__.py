@@ -1,0 +1,1 @@
+"""The Batches screen: the Batch API's batches and their progress."""

@@ -1,0 +1,1 @@
+"""The Mirror screen and its Add dialog."""

@@ -1,0 +1,1 @@
+"""The Models and Replicas screens, and the Serve dialog that adds a model."""
