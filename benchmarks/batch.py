@@ -53,7 +53,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from llmgw.admin_client import AdminClient
-from llmgw.cli.bench_load import machine, percentile
+from llmgw.cli.ctl.bench_load import machine, percentile
 from llmgw.config import BandConfig, dump_yaml, load_server_config
 from llmgw.errors import LlmgwError
 from llmgw.fsutil import write_atomic

@@ -33,8 +33,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from llmgw.cli import bench_load as load
-from llmgw.cli import ctl_bench as bench
+from llmgw.cli.ctl import bench
+from llmgw.cli.ctl import bench_load as load
 from llmgw.errors import LlmgwError
 
 LITELLM_KEY_ENV = "LLMGW_BENCH_ENGINE_KEY"

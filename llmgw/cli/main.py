@@ -8,16 +8,16 @@ from pathlib import Path
 
 import typer
 
+# Each ctl module adds its commands to the ctl group as it is imported (ruff flags
+# only the last of these as unused: they all bind the one name `llmgw`).
+import llmgw.cli.ctl.batches
+import llmgw.cli.ctl.keys
+import llmgw.cli.ctl.mirror
+import llmgw.cli.ctl.models
+import llmgw.cli.ctl.tenancy
+import llmgw.cli.ctl.usage  # noqa: F401
 from llmgw import __version__
-from llmgw.cli import (  # noqa: F401  (they add their commands)
-    ctl,
-    ctl_batches,
-    ctl_keys,
-    ctl_mirror,
-    ctl_models,
-    ctl_tenancy,
-    ctl_usage,
-)
+from llmgw.cli.ctl.app import app as ctl_app
 from llmgw.cli.doctor_cmd import doctor
 from llmgw.cli.init_cmds import node_cert, server_init
 from llmgw.cli.mirror_cmds import app as mirror_app
@@ -35,7 +35,7 @@ server_app = typer.Typer(help="The control plane (gatewayd).")
 node_app = typer.Typer(help="Nodes: certificates and onboarding.", no_args_is_help=True)
 app.add_typer(server_app, name="server")
 app.add_typer(node_app, name="node")
-app.add_typer(ctl.app, name="ctl")
+app.add_typer(ctl_app, name="ctl")
 app.add_typer(mirror_app, name="mirror")
 server_app.command(
     "init", help="Create the cluster CA, certificates, admin token and server.yaml."

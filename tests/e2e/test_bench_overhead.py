@@ -12,7 +12,7 @@ import json
 import typer
 from typer.testing import CliRunner
 
-from llmgw.cli.ctl_bench import bench_app
+from llmgw.cli.ctl.bench import bench_app
 
 STEP_FIGURES = {
     "mode",

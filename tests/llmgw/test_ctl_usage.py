@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import pytest
 
 from llmgw.catalog.price import format_micros as money
-from llmgw.cli.ctl_usage import period
+from llmgw.cli.ctl.usage import period
 from llmgw.errors import UsageError
 from llmgw.present.usagefmt import sparkline
 

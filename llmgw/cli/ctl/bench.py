@@ -2,7 +2,7 @@
 
 An engine that answers at once, a gateway per mode in front of it, and the
 same open-loop load straight to the engine and through the gateway, rate by
-rate (``llmgw.cli.bench_load``). Reports, per rate and mode, the latency
+rate (``llmgw.cli.ctl.bench_load``). Reports, per rate and mode, the latency
 added at p50 and p99, failures, the rate achieved and the gateway's CPU
 seconds per 1,000 requests; with ``--stream`` also the time to first token
 added.
@@ -28,7 +28,7 @@ from llmgw.errors import LlmgwError, UsageError
 from llmgw.present import output
 
 if TYPE_CHECKING:
-    from llmgw.cli.bench_load import OverheadReport, Step
+    from llmgw.cli.ctl.bench_load import OverheadReport, Step
 
 # bench_load is imported where it is used: it brings aiohttp, a tenth of a
 # second that every other llmgw command would wait for.
@@ -147,7 +147,7 @@ async def run_overhead(
     paths: list[str] | None = None,
 ) -> OverheadReport:
     """Start the engine and the gateways, measure every rate on every mode, stop them."""
-    from llmgw.cli.bench_load import (
+    from llmgw.cli.ctl.bench_load import (
         ANSWER_TOKENS,
         Endpoint,
         OverheadReport,

@@ -8,9 +8,9 @@ import typer
 import yaml
 from pydantic import ValidationError
 
-import llmgw.cli.render_models  # noqa: F401  (registers the renderers)
+import llmgw.cli.ctl.render_models  # noqa: F401  (registers the renderers)
 from llmgw.catalog import Model
-from llmgw.cli.ctl import JsonOpt, app, call
+from llmgw.cli.ctl.app import JsonOpt, app, call
 from llmgw.errors import UsageError
 from llmgw.labels import parse_assignments
 from llmgw.present import output

@@ -21,7 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from llmgw.admin_client import AdminClient
-from llmgw.cli.ctl import JsonOpt, app, call
+from llmgw.cli.ctl.app import JsonOpt, app, call
 from llmgw.errors import ExitCode, LlmgwError, UsageError
 from llmgw.paths import resolve
 from llmgw.present import output

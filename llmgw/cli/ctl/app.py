@@ -14,9 +14,9 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-import llmgw.cli.render  # noqa: F401  (registers the renderers)
+import llmgw.cli.ctl.render  # noqa: F401  (registers the renderers)
 from llmgw.admin_client import AdminClient
-from llmgw.cli.ctl_bench import bench_app
+from llmgw.cli.ctl.bench import bench_app
 from llmgw.errors import LlmgwError, UsageError
 from llmgw.labels import check_keys, parse_assignments
 from llmgw.paths import resolve

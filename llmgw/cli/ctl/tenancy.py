@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from llmgw.cli.ctl import JsonOpt, app, call
+from llmgw.cli.ctl.app import JsonOpt, app, call
 from llmgw.errors import UsageError
 from llmgw.present import output
 from llmgw.present.keyfmt import (
