@@ -1,5 +1,3 @@
-
-
 def test_engines_listen_on_loopback_only_when_every_control_plane_is_on_this_machine():
     # Guards engines bound to 127.0.0.1 on a node whose control plane is elsewhere:
     # the gateway routes to the node's address and was refused.
