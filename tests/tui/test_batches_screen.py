@@ -11,7 +11,7 @@ from tests.tui.parity_kit import plain
 from tests.tui.pilot_kit import text, wait_until
 from tui.app import LlmgwApp
 from tui.screens.batches.batches import BatchesScreen
-from tui.screens.keys.key_dialogs import Confirm
+from tui.screens.dialogs import Confirm
 
 SIZE = (160, 48)
 

@@ -9,8 +9,8 @@ from llmgw.present.keyfmt import key_cells, tenant_line
 from tests.cluster_fixture import running_cluster
 from tests.tui.test_nodes_screen import SIZE, wait_until
 from tui.app import LlmgwApp
+from tui.screens.dialogs import Confirm
 from tui.screens.keys.key_dialogs import (
-    Confirm,
     KeyDialog,
     LevelDialog,
     LimitsDialog,

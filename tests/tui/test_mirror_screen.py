@@ -23,7 +23,7 @@ from tests.tui.fake_mirror import (
 )
 from tests.tui.pilot_kit import text, wait_until
 from tui.app import LlmgwApp
-from tui.screens.keys.key_dialogs import Confirm
+from tui.screens.dialogs import Confirm
 from tui.screens.mirror.mirror import MirrorScreen, revision_key
 from tui.screens.mirror.mirror_add import MirrorAddDialog, split_globs
 

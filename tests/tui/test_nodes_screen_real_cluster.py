@@ -14,7 +14,7 @@ from tests.cluster_fixture import running_cluster, wait_for
 from tests.tui.test_models_screen import READY_TRIES, sim_model
 from tests.tui.test_nodes_screen import SIZE, rows, state_of, table, wait_until
 from tui.app import LlmgwApp
-from tui.screens.keys.key_dialogs import Confirm
+from tui.screens.dialogs import Confirm
 from tui.screens.nodes.nodes import NodesScreen
 
 

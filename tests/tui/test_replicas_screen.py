@@ -18,7 +18,7 @@ from tests.tui.test_models_screen import (  # cpu_cluster: the "cluster" fixture
 )
 from tests.tui.test_nodes_screen import SIZE, wait_until
 from tui.app import LlmgwApp
-from tui.screens.keys.key_dialogs import Confirm
+from tui.screens.dialogs import Confirm
 from tui.screens.models.replicas import ReplicaChanged, ReplicaDetails, ReplicasScreen, replica_body
 
 

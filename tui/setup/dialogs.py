@@ -36,7 +36,7 @@ from llmgw.setup.plan import (
     validation_text,
 )
 from llmgw.setup.words import PART_HELP, PART_TITLES
-from tui.screens.keys.key_dialogs import FormDialog
+from tui.screens.dialogs import FormDialog
 
 
 def _build(model, **fields):

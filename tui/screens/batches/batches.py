@@ -39,7 +39,7 @@ from llmgw.present.batchfmt import (
 )
 from proto.llmgw.v1 import BatchView, ListBatchesReply
 from tui.screens.common import AdminFailed, Refused, describe, show_worker_error
-from tui.screens.keys.key_dialogs import Confirm
+from tui.screens.dialogs import Confirm
 from tui.screens.live import LiveRows, selected_key, show_text
 from tui.screens.shell import KeyFooter, ShellHeader
 

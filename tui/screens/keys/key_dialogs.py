@@ -4,13 +4,14 @@ Each form checks what was typed with the command's own parsers
 (``llmgw.present.keyfmt``) and is dismissed with what the admin call needs, or None
 on Escape; the screen makes the call. A mistake stays in the form, in the
 command's words, with the fields as typed. ``SecretShown`` shows a new
-key's secret, the one time it is ever shown.
+key's secret, the one time it is ever shown. The form and the question every
+screen shares are in ``tui/screens/dialogs.py``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, TypeVar
+from typing import ClassVar
 
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -33,10 +34,8 @@ from llmgw.present.keyfmt import (
     secret_text,
 )
 from proto.llmgw.v1 import KeyView, LimitsView, TenantView
-from tui.screens.common import describe
+from tui.screens.dialogs import FormDialog
 from tui.screens.shell import KeyFooter
-
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -67,69 +66,6 @@ class LimitsEdit:
 
     limits: LimitsView
     clear: list[str]
-
-
-class FormDialog(ModalScreen[T | None]):
-    """A box of fields with OK and Cancel; Enter in a field is OK, Escape cancels.
-
-    Subclasses compose their fields in ``fields`` and turn them into the
-    dismissal value in ``result``, raising UsageError for what cannot be sent.
-    """
-
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
-    OK_LABEL = "OK"
-    HELP = "Enter confirms · Esc cancels"
-
-    def __init__(self, title: str) -> None:
-        super().__init__()
-        self.form_title = title
-
-    def compose(self) -> ComposeResult:
-        with Vertical(id="form-box", classes="dialog form"):
-            yield from self.fields()
-            yield Static(self.HELP, id="form-status", classes="dialog-status")
-            with Horizontal(classes="dialog-buttons"):
-                yield Button(self.OK_LABEL, variant="primary", id="form-ok")
-                yield Button("Cancel", id="form-cancel")
-        yield KeyFooter()
-
-    def fields(self) -> ComposeResult:
-        yield from ()
-
-    def result(self) -> T | None:
-        raise NotImplementedError
-
-    def on_mount(self) -> None:
-        self.query_one("#form-box").border_title = self.form_title
-
-    def field(self, selector: str) -> str:
-        return self.query_one(selector, Input).value.strip()
-
-    def say(self, text: str, *, error: bool = False) -> None:
-        status = self.query_one("#form-status", Static)
-        status.update(text)
-        status.set_class(error, "-error")
-
-    def on_button_pressed(self, event: Button.Pressed) -> None:
-        if event.button.id == "form-ok":
-            self.action_submit()
-        elif event.button.id == "form-cancel":
-            self.action_cancel()
-
-    def on_input_submitted(self, event: Input.Submitted) -> None:
-        event.stop()
-        self.action_submit()
-
-    def action_submit(self) -> None:
-        try:
-            value = self.result()
-        except UsageError as e:
-            self.say(describe(e), error=True)
-            return
-        self.dismiss(value)
-
-    def action_cancel(self) -> None:
-        self.dismiss(None)
 
 
 class LevelDialog(FormDialog[NewLevel]):
@@ -364,43 +300,7 @@ class SecretShown(ModalScreen[None]):
         self.notify("Copied the secret to the clipboard (where the terminal allows it).")
 
 
-class Confirm(ModalScreen[bool]):
-    """Asks before something that cannot be undone; y or the button confirms."""
-
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("y", "confirm", "Yes"),
-        Binding("escape", "cancel", "Cancel"),
-    ]
-
-    def __init__(self, title: str, question: str, yes: str) -> None:
-        super().__init__()
-        self._title, self._question, self._yes = title, question, yes
-
-    def compose(self) -> ComposeResult:
-        with Vertical(id="confirm-box", classes="dialog"):
-            yield Static(self._question)
-            with Horizontal(classes="dialog-buttons"):
-                yield Button(self._yes, variant="error", id="confirm-yes")
-                yield Button("Cancel", id="confirm-no")
-        yield KeyFooter()
-
-    def on_mount(self) -> None:
-        self.query_one("#confirm-box").border_title = self._title
-        # The safe answer has the focus: Enter alone changes nothing.
-        self.query_one("#confirm-no", Button).focus()
-
-    def on_button_pressed(self, event: Button.Pressed) -> None:
-        self.dismiss(event.button.id == "confirm-yes")
-
-    def action_confirm(self) -> None:
-        self.dismiss(True)
-
-    def action_cancel(self) -> None:
-        self.dismiss(False)
-
-
 __all__ = [
-    "Confirm",
     "KeyDialog",
     "LevelDialog",
     "LimitsDialog",

@@ -45,8 +45,8 @@ from llmgw.present.keyfmt import (
 )
 from proto.llmgw.v1 import KeyView, TenantView
 from tui.screens.common import AdminFailed, Refused, describe, show_worker_error
+from tui.screens.dialogs import Confirm
 from tui.screens.keys.key_dialogs import (
-    Confirm,
     KeyDialog,
     LevelDialog,
     LimitsDialog,

@@ -55,7 +55,7 @@ from proto.llmgw.v1 import (
     MirrorRevisionView,
 )
 from tui.screens.common import AdminFailed, Refused, describe, show_worker_error
-from tui.screens.keys.key_dialogs import Confirm
+from tui.screens.dialogs import Confirm
 from tui.screens.live import LiveRows, selected_key, show_text
 from tui.screens.mirror.mirror_add import MirrorAddDialog
 from tui.screens.shell import KeyFooter, ShellHeader

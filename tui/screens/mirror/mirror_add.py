@@ -13,7 +13,7 @@ from textual.widgets import Checkbox, Input, Label
 
 from llmgw.present.mirrorfmt import add_request
 from proto.llmgw.v1 import MirrorAddRequest
-from tui.screens.keys.key_dialogs import FormDialog
+from tui.screens.dialogs import FormDialog
 
 
 def split_globs(text: str) -> list[str]:

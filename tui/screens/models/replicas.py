@@ -49,7 +49,7 @@ from proto.llmgw.v1 import ListReplicasReply, ReplicaView, RestartReplicaReply, 
 from tui.screens.bars import bar
 from tui.screens.cluster.cluster_feed import ClusterRead
 from tui.screens.common import AdminFailed, Refused, describe, show_worker_error
-from tui.screens.keys.key_dialogs import Confirm
+from tui.screens.dialogs import Confirm
 from tui.screens.live import DrawLater, Flag, LiveRows, selected_key, show_text
 from tui.screens.shell import KeyFooter, ShellHeader
 

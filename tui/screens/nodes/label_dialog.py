@@ -16,7 +16,7 @@ from textual.widgets import Input, Label, Static
 from llmgw.errors import UsageError
 from llmgw.labels import check_keys, labels_text, parse_assignments
 from proto.llmgw.v1 import NodeView
-from tui.screens.keys.key_dialogs import FormDialog
+from tui.screens.dialogs import FormDialog
 
 
 @dataclass(frozen=True)

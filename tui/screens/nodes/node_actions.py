@@ -23,7 +23,7 @@ from llmgw.admin_client import AdminClient
 from llmgw.errors import LlmgwError
 from proto.llmgw.v1 import NodeView, RemoveNodeReply
 from tui.screens.common import Refused
-from tui.screens.keys.key_dialogs import Confirm
+from tui.screens.dialogs import Confirm
 from tui.screens.nodes.add_node import AddNodeDialog
 from tui.screens.nodes.label_dialog import LabelChange, LabelDialog
 from tui.screens.nodes.node_pane import replicas_on
