@@ -28,7 +28,7 @@ from llmgw.mirror.wire import (
 )
 from tests.fakes.hub import FakeHub
 from tests.fakes.tiny_repo import make_tiny_repo
-from tests.mirrord.test_http_files import make_wheel
+from tests.mirrord.api.test_http_files import make_wheel
 
 
 def _error(r: httpx.Response, status: int, code: str) -> ErrorBody:
