@@ -11,12 +11,13 @@ from agentd.engines.vllm import check_width, offline_env, precision_args, safete
 # line for every user of the node to read. This launcher takes it from the
 # environment, unsets it, and adds the flag to sys.argv inside the process,
 # where /proc/<pid>/cmdline does not see it. Child processes SGLang spawns
-# get their settings through a pipe, not their command line.
+# get their settings through a pipe, not their command line. The key goes as
+# --api-key=KEY: a key starting with "-" would otherwise be read as an option.
 LAUNCHER = (
     "import os, runpy, sys\n"
     "key = os.environ.pop('LLMGW_ENGINE_KEY', '')\n"
     "if key:\n"
-    "    sys.argv += ['--api-key', key]\n"
+    "    sys.argv.append('--api-key=' + key)\n"
     "runpy.run_module('sglang.launch_server', run_name='__main__', alter_sys=True)\n"
 )
 

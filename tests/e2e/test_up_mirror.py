@@ -53,10 +53,20 @@ def test_up_with_a_mirror_sets_it_up_names_it_to_the_cluster_and_restarts_it_whe
         # Killed, it is started again, as its service would be.
         first = wait_until(lambda: _mirror_child(proc), timeout_s=30)
         first.send_signal(signal.SIGKILL)
-        again = wait_until(
-            lambda: (c := _mirror_child(proc)) and c.pid != first.pid and _healthy(url) and c,
-            timeout_s=60,
-        )
+        try:
+            again = wait_until(
+                lambda: (c := _mirror_child(proc)) and c.pid != first.pid and _healthy(url) and c,
+                timeout_s=60,
+            )
+        except AssertionError as e:
+            log = (home / "run" / "log" / "mirror.log").read_text(errors="replace")
+            children = []
+            for c in proc.children():
+                try:
+                    children.append((c.pid, c.status(), c.cmdline()[-3:]))
+                except psutil.Error as gone:
+                    children.append((c.pid, type(gone).__name__))
+            raise AssertionError(f"{e}; up's children {children}; mirror.log:\n{log[-3000:]}")
         assert again.is_running()
         assert (home / "run" / "log" / "mirror.log").stat().st_size > 0
     finally:

@@ -169,3 +169,26 @@ async def test_a_flag_the_engine_does_not_have_ends_it_with_exit_2_as_argparse_d
     _, err = await proc.communicate()
     assert proc.returncode == 2
     assert b"unrecognized arguments: --tensor-parallel-sizes" in err
+
+
+def test_a_key_that_starts_with_a_dash_reaches_sglang_as_the_value_of_api_key(monkeypatch):
+    # Guards a failure one start in 64 had: a token_urlsafe key beginning with "-"
+    # after "--api-key" was read by SGLang's argparse as an option of its own.
+    import argparse
+    import runpy
+    import sys
+
+    from agentd.engines.sglang import LAUNCHER
+
+    seen = {}
+
+    def launch(name, run_name, alter_sys):
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--api-key")
+        seen["key"] = parser.parse_args(sys.argv[1:]).api_key
+
+    monkeypatch.setattr(runpy, "run_module", launch)
+    monkeypatch.setenv("LLMGW_ENGINE_KEY", "-starts-with-a-dash")
+    monkeypatch.setattr(sys, "argv", ["-c"])
+    exec(LAUNCHER, {})  # noqa: S102 (the launcher is the code under test)
+    assert seen["key"] == "-starts-with-a-dash"
