@@ -67,6 +67,22 @@ if ! command -v ip >/dev/null; then
   fi
 fi
 
+# The mirror's benchmark serves the same file beside nginx; its smoke test needs both.
+if ! [ -x /usr/sbin/nginx ] || ! command -v curl >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "== installing nginx-light and curl for the mirror benchmark's smoke test (no service started)"
+    policy=/usr/sbin/policy-rc.d
+    own_policy=
+    if [ ! -e "$policy" ]; then
+      printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod 755 "$policy" && own_policy=1
+    fi
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light curl >/dev/null
+    if [ -n "$own_policy" ]; then rm -f "$policy"; fi
+  else
+    echo "nginx or curl is missing; the mirror benchmark's smoke test will be skipped" >&2
+  fi
+fi
+
 echo "== generated code matches proto/*.proto"
 gen=$(mktemp -d)
 trap 'rm -rf "$gen"' EXIT
