@@ -72,6 +72,41 @@ class DrawLater:
             self.refresh_bindings()  # type: ignore[attr-defined]
 
 
+class Rereads:
+    """A Screen mixin for a screen that reads its whole list: it defines ``load()``.
+
+    It reads again on the r key (``reload``), every ``reread_every(seconds)``
+    while shown (a screen in another mode keeps its last answer), and at once
+    when it comes back from another mode — not when one of its own dialogs
+    closes: the action the dialog led to reads again when it is answered.
+    """
+
+    _under_dialog = False
+
+    def load(self) -> None:  # pragma: no cover - every screen using the mixin defines it
+        raise NotImplementedError
+
+    def reread_every(self, seconds: float) -> None:
+        self.set_interval(seconds, self._reread_tick)  # type: ignore[attr-defined]
+
+    def on_screen_suspend(self) -> None:
+        # A dialog of this screen over it, or another mode in its place?
+        self._under_dialog = self in self.app.screen_stack  # type: ignore[attr-defined]
+
+    def on_screen_resume(self) -> None:
+        if not self._under_dialog:
+            self.load()
+        self._under_dialog = False
+
+    def reload(self) -> None:
+        """Read it all again now (the r key)."""
+        self.load()
+
+    def _reread_tick(self) -> None:
+        if self.is_current:  # type: ignore[attr-defined]
+            self.load()
+
+
 class Flag:
     """At most one "something changed" message waiting for a screen at a time.
 

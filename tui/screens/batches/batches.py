@@ -40,7 +40,7 @@ from llmgw.present.batchfmt import (
 from proto.llmgw.v1 import BatchView, ListBatchesReply
 from tui.screens.common import AdminFailed, Refused, describe, show_worker_error
 from tui.screens.dialogs import Confirm
-from tui.screens.live import LiveRows, selected_key, show_text
+from tui.screens.live import LiveRows, Rereads, selected_key, show_text
 from tui.screens.shell import KeyFooter, ShellHeader
 
 # 2 s: a batch of sim requests moves by hundreds a second; the bar should
@@ -70,7 +70,7 @@ class CancelRefused(Refused):
     """gatewayd refused the cancel (the batch is gone or has finished), or was not reached."""
 
 
-class BatchesScreen(Screen[None]):
+class BatchesScreen(Rereads, Screen[None]):
     """Batches newest first with their progress; the selected one in full under them."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -83,7 +83,6 @@ class BatchesScreen(Screen[None]):
         self._rows: LiveRows[BatchView] = LiveRows(COLUMN_KEYS, batch_cells)
         # "No batches" only once gatewayd said so, never while it cannot be reached.
         self._loaded = False
-        self._under_dialog = False
 
     def compose(self) -> ComposeResult:
         yield ShellHeader("batches")
@@ -101,27 +100,7 @@ class BatchesScreen(Screen[None]):
         self.query_one("#batches-empty").display = False
         self.query_one("#action-line").display = False
         self.query_one("#batches", DataTable).focus()
-        self.set_interval(REFRESH_S, self._tick)
-
-    def on_screen_suspend(self) -> None:
-        # A dialog of this screen over it, or another mode in its place?
-        self._under_dialog = self in self.app.screen_stack
-
-    def on_screen_resume(self) -> None:
-        # Back from another mode: read at once. Back from the cancel's question:
-        # the cancel reads again when it is answered.
-        if not self._under_dialog:
-            self.load()
-        self._under_dialog = False
-
-    def reload(self) -> None:
-        """Read the batches again now (the r key)."""
-        self.load()
-
-    def _tick(self) -> None:
-        # Only while shown: a screen in another mode keeps its last answer.
-        if self.is_current:
-            self.load()
+        self.reread_every(REFRESH_S)
 
     # -- what is selected ----------------------------------------------------------
 

@@ -58,6 +58,7 @@ from tui.screens.keys.key_dialogs import (
     RotateDialog,
     SecretShown,
 )
+from tui.screens.live import Rereads
 from tui.screens.shell import KeyFooter, ShellHeader
 
 # DataTable column keys: the command's headings, lower case ("key", "last_used", …).
@@ -97,8 +98,11 @@ class ActionRefused(Refused):
     """gatewayd refused a change, or could not be asked."""
 
 
-class KeysScreen(Screen[None]):
-    """The org/team/project tree on the left, the keys of the level under its cursor beside it."""
+class KeysScreen(Rereads, Screen[None]):
+    """The org/team/project tree on the left, the keys of the level under its cursor beside it.
+
+    Nothing announces key changes, so coming back from another mode reads them (Rereads).
+    """
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("a", "new_level", "New level"),
@@ -122,7 +126,6 @@ class KeysScreen(Screen[None]):
         self._want_key: str | None = None
         # The level whose keys the table shows now (it follows the tree's cursor).
         self.shown_path: str | None = None
-        self._under_dialog = False
 
     def compose(self) -> ComposeResult:
         yield ShellHeader("keys")
@@ -142,21 +145,6 @@ class KeysScreen(Screen[None]):
     def on_mount(self) -> None:
         self.query_one("#keys-empty").display = False
         self.query_one("#tenants", Tree).focus()
-
-    def on_screen_suspend(self) -> None:
-        # A dialog of this screen over it, or another mode in its place?
-        self._under_dialog = self in self.app.screen_stack
-
-    def on_screen_resume(self) -> None:
-        # Back from another mode: nothing announces key changes, so read them.
-        # Back from a dialog: a change it led to reads them when it is made.
-        if not self._under_dialog:
-            self.load()
-        self._under_dialog = False
-
-    def reload(self) -> None:
-        """Read the tree and the keys again (the r key)."""
-        self.load()
 
     # -- what is selected ----------------------------------------------------------
 

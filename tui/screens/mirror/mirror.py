@@ -56,7 +56,7 @@ from proto.llmgw.v1 import (
 )
 from tui.screens.common import AdminFailed, Refused, describe, show_worker_error
 from tui.screens.dialogs import Confirm
-from tui.screens.live import LiveRows, selected_key, show_text
+from tui.screens.live import LiveRows, Rereads, selected_key, show_text
 from tui.screens.mirror.mirror_add import MirrorAddDialog
 from tui.screens.shell import KeyFooter, ShellHeader
 
@@ -110,7 +110,7 @@ class RemoveRefused(Refused):
     """gatewayd or the mirror refused the removal, or was not reached."""
 
 
-class MirrorScreen(Screen[None]):
+class MirrorScreen(Rereads, Screen[None]):
     """Mirrors and their state; the revisions held, pulls, disk and peers of the first up."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -128,7 +128,6 @@ class MirrorScreen(Screen[None]):
         self._pulls: LiveRows = LiveRows(keys_of(PULL_COLUMNS), pull_cells)
         self._peers: LiveRows = LiveRows(keys_of(PEER_COLUMNS), peer_cells)
         self._read: MirrorRead | None = None
-        self._under_dialog = False
         # The add being followed: one at a time from this screen (others go on in the mirror).
         self.adding = False
 
@@ -158,23 +157,7 @@ class MirrorScreen(Screen[None]):
         for name in ("action-line", "mirror-disk", "revisions-empty", "pulls", "peers-empty"):
             self.query_one(f"#{name}").display = False
         self.query_one("#revisions", DataTable).focus()
-        self.set_interval(REFRESH_S, self._tick)
-
-    def on_screen_suspend(self) -> None:
-        self._under_dialog = self in self.app.screen_stack
-
-    def on_screen_resume(self) -> None:
-        if not self._under_dialog:
-            self.load()
-        self._under_dialog = False
-
-    def reload(self) -> None:
-        """Read the mirrors again now (the r key)."""
-        self.load()
-
-    def _tick(self) -> None:
-        if self.is_current:
-            self.load()
+        self.reread_every(REFRESH_S)
 
     # -- what is selected ----------------------------------------------------------------
 
