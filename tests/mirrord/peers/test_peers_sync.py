@@ -140,7 +140,7 @@ async def test_a_copy_whose_bytes_are_not_the_peers_digest_is_refused_and_nothin
     assert peer.state == "behind" and peer.behind == 1
     assert "refused" in peer.reason and "model.gguf" in peer.reason
     assert not b.store.has_blob(big.sha256)
-    assert list(b.store.incoming_dir.glob("peer-*")) == []
+    assert list(b.store.incoming_dir.glob("pull-*")) == []
     # Not fetched again at the next pass (a spoilt file does not mend itself).
     before = b.link.bytes_back
     await b.peers.sync_once()
@@ -155,7 +155,7 @@ async def test_a_copy_cut_midway_resumes_from_the_byte_reached(pair):
     await b.peers.sync_once()
     assert b.held() == set()
     big = next(f for f in rev.files if f.path == "model.gguf")
-    part = b.store.incoming_dir / f"peer-{big.sha256}.part"
+    part = b.store.incoming_dir / f"pull-{big.sha256}"
     reached = part.stat().st_size
     assert 0 < reached < 2_000_000
     b.link.mend()
@@ -164,7 +164,7 @@ async def test_a_copy_cut_midway_resumes_from_the_byte_reached(pair):
     assert b.held() == {(REPO, rev.commit)}
     # Only the rest of the file came again (and the state, a few KB), not all of it.
     assert b.link.bytes_back - before < 2_000_000 - reached + 20_000
-    assert list(b.store.incoming_dir.glob("peer-*")) == []
+    assert list(b.store.incoming_dir.glob("pull-*")) == []
 
 
 async def test_a_peer_that_is_down_does_not_stop_the_others(pair):
