@@ -21,6 +21,7 @@ from pydantic import (
 )
 
 from llmgw.errors import ConfigError
+from llmgw.mcp.config import McpConfig
 from llmgw.mirror.config import MirrorsConfig
 from llmgw.paths import Paths
 
@@ -356,6 +357,8 @@ class ServerConfig(_Strict):
     batches: BatchesConfig = BatchesConfig()
     # The cluster's model mirrors (llmgw mirror serve), tried in order.
     mirror: MirrorsConfig = MirrorsConfig()
+    # The MCP gateway: /mcp on the gateway port (llmgw/mcp/config.py).
+    mcp: McpConfig = McpConfig()
     # The Hugging Face hub (or a mirror laid out like it) hf: sources are
     # pinned and planned from: config.json and safetensors headers, never weights.
     hub_url: str = HF_HUB_URL

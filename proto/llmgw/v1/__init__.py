@@ -44,6 +44,10 @@ __all__ = (
     "ListEnginesRequest",
     "ListKeysReply",
     "ListKeysRequest",
+    "ListMcpGrantsReply",
+    "ListMcpGrantsRequest",
+    "ListMcpServersReply",
+    "ListMcpServersRequest",
     "ListMirrorsReply",
     "ListMirrorsRequest",
     "ListModelsReply",
@@ -54,6 +58,15 @@ __all__ = (
     "ListReplicasRequest",
     "ListTenantsReply",
     "ListTenantsRequest",
+    "McpGrantReply",
+    "McpGrantRequest",
+    "McpGrantView",
+    "McpServerRequest",
+    "McpServerView",
+    "McpTestReply",
+    "McpUsageGroup",
+    "McpUsageReply",
+    "McpUsageRequest",
     "MirrorAddRequest",
     "MirrorDuReply",
     "MirrorDuRequest",
@@ -81,9 +94,11 @@ __all__ = (
     "PlacementReply",
     "PlanModelRequest",
     "PlanReply",
+    "PutMcpServerRequest",
     "PutModelRequest",
     "Register",
     "Registered",
+    "RemoveMcpServerReply",
     "RemoveModelReply",
     "RemoveNodeReply",
     "RemoveNodeRequest",
@@ -947,6 +962,48 @@ default_message_pool.register_message("llmgw.v1", "ListKeysRequest", ListKeysReq
 
 
 @dataclass(eq=False, repr=False)
+class ListMcpGrantsReply(betterproto2.Message):
+    grants: "list[McpGrantView]" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, repeated=True)
+
+
+default_message_pool.register_message("llmgw.v1", "ListMcpGrantsReply", ListMcpGrantsReply)
+
+
+@dataclass(eq=False, repr=False)
+class ListMcpGrantsRequest(betterproto2.Message):
+    who: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    Only grants that reach this level or key (its own and those above it); "" all.
+    """
+
+    server: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+
+
+default_message_pool.register_message("llmgw.v1", "ListMcpGrantsRequest", ListMcpGrantsRequest)
+
+
+@dataclass(eq=False, repr=False)
+class ListMcpServersReply(betterproto2.Message):
+    servers: "list[McpServerView]" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, repeated=True)
+
+    endpoint: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    The endpoint agents are pointed at, e.g. http://10.0.0.5:8080/mcp.
+    """
+
+
+default_message_pool.register_message("llmgw.v1", "ListMcpServersReply", ListMcpServersReply)
+
+
+@dataclass(eq=False, repr=False)
+class ListMcpServersRequest(betterproto2.Message):
+    pass
+
+
+default_message_pool.register_message("llmgw.v1", "ListMcpServersRequest", ListMcpServersRequest)
+
+
+@dataclass(eq=False, repr=False)
 class ListMirrorsReply(betterproto2.Message):
     mirrors: "list[MirrorView]" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, repeated=True)
 
@@ -1043,6 +1100,218 @@ class ListTenantsRequest(betterproto2.Message):
 
 
 default_message_pool.register_message("llmgw.v1", "ListTenantsRequest", ListTenantsRequest)
+
+
+@dataclass(eq=False, repr=False)
+class McpGrantReply(betterproto2.Message):
+    grant: "McpGrantView | None" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, optional=True)
+
+    changed: "bool" = betterproto2.field(2, betterproto2.TYPE_BOOL)
+    """
+    True when the grant was made or removed; false when it was already so.
+    """
+
+    still_granted_by: "list[str]" = betterproto2.field(3, betterproto2.TYPE_STRING, repeated=True)
+    """
+    On revoke: other grants that still give WHO the tool (from levels above), in words.
+    """
+
+
+default_message_pool.register_message("llmgw.v1", "McpGrantReply", McpGrantReply)
+
+
+@dataclass(eq=False, repr=False)
+class McpGrantRequest(betterproto2.Message):
+    """
+    WHO is ORG, ORG/TEAM, ORG/TEAM/PROJECT or a key id; WHAT is SERVER or SERVER.TOOL.
+    """
+
+    who: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    what: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+
+
+default_message_pool.register_message("llmgw.v1", "McpGrantRequest", McpGrantRequest)
+
+
+@dataclass(eq=False, repr=False)
+class McpGrantView(betterproto2.Message):
+    scope: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    org:Acme, team:Acme/ml, project:Acme/ml/search or key:key_…
+    """
+
+    target: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    SERVER (all its tools) or SERVER.TOOL.
+    """
+
+    created_at: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+
+
+default_message_pool.register_message("llmgw.v1", "McpGrantView", McpGrantView)
+
+
+@dataclass(eq=False, repr=False)
+class McpServerRequest(betterproto2.Message):
+    name: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+
+default_message_pool.register_message("llmgw.v1", "McpServerRequest", McpServerRequest)
+
+
+@dataclass(eq=False, repr=False)
+class McpServerView(betterproto2.Message):
+    """
+    ---- MCP ----------------------------------------------------------------
+
+    A company MCP server as the gateway serves it; credentials appear only as header names.
+    """
+
+    name: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    url: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+
+    transport: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    "streamable_http" or "sse" (an address ending in /sse is taken as SSE).
+    """
+
+    description: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+
+    enabled: "bool" = betterproto2.field(5, betterproto2.TYPE_BOOL)
+
+    header_names: "list[str]" = betterproto2.field(6, betterproto2.TYPE_STRING, repeated=True)
+    """
+    Headers sent as given (names only here) and headers kept sealed (names only).
+    """
+
+    sealed_header_names: "list[str]" = betterproto2.field(
+        7, betterproto2.TYPE_STRING, repeated=True
+    )
+
+    timeout_s: "float" = betterproto2.field(8, betterproto2.TYPE_DOUBLE)
+
+    rate_per_minute: "int" = betterproto2.field(9, betterproto2.TYPE_INT32)
+    """
+    Calls a minute per caller; 0: no limit.
+    """
+
+    breaker: "str" = betterproto2.field(10, betterproto2.TYPE_STRING)
+    """
+    "closed", "open" or "half_open".
+    """
+
+    breaker_reason: "str" = betterproto2.field(11, betterproto2.TYPE_STRING)
+    """
+    Why the breaker opened (the last failure), "" when closed.
+    """
+
+    state: "str" = betterproto2.field(12, betterproto2.TYPE_STRING)
+    """
+    "ok", "off" (disabled), "failing" (breaker open) or "unknown" (not called yet).
+    """
+
+    tools: "list[str]" = betterproto2.field(13, betterproto2.TYPE_STRING, repeated=True)
+    """
+    Tools last seen from it, bare names; empty until first listed or tested.
+    """
+
+    created_at: "str" = betterproto2.field(14, betterproto2.TYPE_STRING)
+
+    updated_at: "str" = betterproto2.field(15, betterproto2.TYPE_STRING)
+
+    builtin: "bool" = betterproto2.field(16, betterproto2.TYPE_BOOL)
+    """
+    True for llmgw:admin, the built-in read-only server.
+    """
+
+    grants: "list[McpGrantView]" = betterproto2.field(17, betterproto2.TYPE_MESSAGE, repeated=True)
+    """
+    Grants that name this server: scope (org:A, team:A/t, project:A/t/p, key:key_…) and target.
+    """
+
+
+default_message_pool.register_message("llmgw.v1", "McpServerView", McpServerView)
+
+
+@dataclass(eq=False, repr=False)
+class McpTestReply(betterproto2.Message):
+    name: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    ok: "bool" = betterproto2.field(2, betterproto2.TYPE_BOOL)
+
+    error: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    In plain words: what failed (connect refused, 401 from the server, timeout, …).
+    """
+
+    tools: "list[str]" = betterproto2.field(4, betterproto2.TYPE_STRING, repeated=True)
+
+    protocol_version: "str" = betterproto2.field(5, betterproto2.TYPE_STRING)
+    """
+    "2026-07-28" or the session-based version the server agreed to.
+    """
+
+    latency_ms: "float" = betterproto2.field(6, betterproto2.TYPE_DOUBLE)
+
+
+default_message_pool.register_message("llmgw.v1", "McpTestReply", McpTestReply)
+
+
+@dataclass(eq=False, repr=False)
+class McpUsageGroup(betterproto2.Message):
+    group: "dict[str, str]" = betterproto2.field(
+        1,
+        betterproto2.TYPE_MAP,
+        map_meta=betterproto2.map_meta(betterproto2.TYPE_STRING, betterproto2.TYPE_STRING),
+    )
+
+    calls: "int" = betterproto2.field(2, betterproto2.TYPE_INT64)
+
+    errors: "int" = betterproto2.field(3, betterproto2.TYPE_INT64)
+
+    latency_ms_avg: "float" = betterproto2.field(4, betterproto2.TYPE_DOUBLE)
+
+    latency_ms_p99: "float" = betterproto2.field(5, betterproto2.TYPE_DOUBLE)
+
+    bytes_in: "int" = betterproto2.field(6, betterproto2.TYPE_INT64)
+
+    bytes_out: "int" = betterproto2.field(7, betterproto2.TYPE_INT64)
+
+
+default_message_pool.register_message("llmgw.v1", "McpUsageGroup", McpUsageGroup)
+
+
+@dataclass(eq=False, repr=False)
+class McpUsageReply(betterproto2.Message):
+    groups: "list[McpUsageGroup]" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, repeated=True)
+
+    calls: "int" = betterproto2.field(2, betterproto2.TYPE_INT64)
+
+
+default_message_pool.register_message("llmgw.v1", "McpUsageReply", McpUsageReply)
+
+
+@dataclass(eq=False, repr=False)
+class McpUsageRequest(betterproto2.Message):
+    by: "list[str]" = betterproto2.field(1, betterproto2.TYPE_STRING, repeated=True)
+    """
+    Group by any of: server, tool, key, project, status.
+    """
+
+    from_: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+
+    to: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+
+    server: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+
+    key_id: "str" = betterproto2.field(5, betterproto2.TYPE_STRING)
+
+    project: "str" = betterproto2.field(6, betterproto2.TYPE_STRING)
+
+
+default_message_pool.register_message("llmgw.v1", "McpUsageRequest", McpUsageRequest)
 
 
 @dataclass(eq=False, repr=False)
@@ -1732,6 +2001,50 @@ default_message_pool.register_message("llmgw.v1", "PlanReply", PlanReply)
 
 
 @dataclass(eq=False, repr=False)
+class PutMcpServerRequest(betterproto2.Message):
+    """
+    Add (create = true) or change a server. On change only the fields named in
+    `set` are changed ("url", "description", "headers", "secret_headers",
+    "timeout_s", "rate_per_minute", "enabled"); "headers"/"secret_headers"
+    replace every header of their kind.
+    """
+
+    name: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    create: "bool" = betterproto2.field(2, betterproto2.TYPE_BOOL)
+
+    set: "list[str]" = betterproto2.field(3, betterproto2.TYPE_STRING, repeated=True)
+
+    url: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+
+    description: "str" = betterproto2.field(5, betterproto2.TYPE_STRING)
+
+    headers: "dict[str, str]" = betterproto2.field(
+        6,
+        betterproto2.TYPE_MAP,
+        map_meta=betterproto2.map_meta(betterproto2.TYPE_STRING, betterproto2.TYPE_STRING),
+    )
+
+    secret_headers: "dict[str, str]" = betterproto2.field(
+        7,
+        betterproto2.TYPE_MAP,
+        map_meta=betterproto2.map_meta(betterproto2.TYPE_STRING, betterproto2.TYPE_STRING),
+    )
+    """
+    Header name -> value, sealed in the store (a bearer file becomes Authorization: Bearer …).
+    """
+
+    timeout_s: "float" = betterproto2.field(8, betterproto2.TYPE_DOUBLE)
+
+    rate_per_minute: "int" = betterproto2.field(9, betterproto2.TYPE_INT32)
+
+    enabled: "bool" = betterproto2.field(10, betterproto2.TYPE_BOOL)
+
+
+default_message_pool.register_message("llmgw.v1", "PutMcpServerRequest", PutMcpServerRequest)
+
+
+@dataclass(eq=False, repr=False)
 class PutModelRequest(betterproto2.Message):
     spec: "ModelSpec | None" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, optional=True)
 
@@ -1791,6 +2104,19 @@ class Registered(betterproto2.Message):
 
 
 default_message_pool.register_message("llmgw.v1", "Registered", Registered)
+
+
+@dataclass(eq=False, repr=False)
+class RemoveMcpServerReply(betterproto2.Message):
+    name: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    grants_removed: "int" = betterproto2.field(2, betterproto2.TYPE_INT32)
+    """
+    Grants that named it, removed with it.
+    """
+
+
+default_message_pool.register_message("llmgw.v1", "RemoveMcpServerReply", RemoveMcpServerReply)
 
 
 @dataclass(eq=False, repr=False)
@@ -3381,6 +3707,174 @@ class AdminServiceStub(betterproto2_grpclib.ServiceStub):
             metadata=metadata,
         )
 
+    async def list_mcp_servers(
+        self,
+        message: "ListMcpServersRequest | None" = None,
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "ListMcpServersReply":
+        """
+        The MCP gateway (llmgw ctl mcp …, the console's MCP screen).
+        """
+
+        if message is None:
+            message = ListMcpServersRequest()
+
+        return await self._unary_unary(
+            "/llmgw.v1.AdminService/ListMcpServers",
+            message,
+            ListMcpServersReply,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def get_mcp_server(
+        self,
+        message: "McpServerRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "McpServerView":
+
+        return await self._unary_unary(
+            "/llmgw.v1.AdminService/GetMcpServer",
+            message,
+            McpServerView,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def put_mcp_server(
+        self,
+        message: "PutMcpServerRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "McpServerView":
+
+        return await self._unary_unary(
+            "/llmgw.v1.AdminService/PutMcpServer",
+            message,
+            McpServerView,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def remove_mcp_server(
+        self,
+        message: "McpServerRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "RemoveMcpServerReply":
+
+        return await self._unary_unary(
+            "/llmgw.v1.AdminService/RemoveMcpServer",
+            message,
+            RemoveMcpServerReply,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def test_mcp_server(
+        self,
+        message: "McpServerRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "McpTestReply":
+
+        return await self._unary_unary(
+            "/llmgw.v1.AdminService/TestMcpServer",
+            message,
+            McpTestReply,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def grant_mcp(
+        self,
+        message: "McpGrantRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "McpGrantReply":
+
+        return await self._unary_unary(
+            "/llmgw.v1.AdminService/GrantMcp",
+            message,
+            McpGrantReply,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def revoke_mcp(
+        self,
+        message: "McpGrantRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "McpGrantReply":
+
+        return await self._unary_unary(
+            "/llmgw.v1.AdminService/RevokeMcp",
+            message,
+            McpGrantReply,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def list_mcp_grants(
+        self,
+        message: "ListMcpGrantsRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "ListMcpGrantsReply":
+
+        return await self._unary_unary(
+            "/llmgw.v1.AdminService/ListMcpGrants",
+            message,
+            ListMcpGrantsReply,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def mcp_usage(
+        self,
+        message: "McpUsageRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "McpUsageReply":
+
+        return await self._unary_unary(
+            "/llmgw.v1.AdminService/McpUsage",
+            message,
+            McpUsageReply,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
 
 class AgentServiceStub(betterproto2_grpclib.ServiceStub):
     async def connect(
@@ -3592,6 +4086,45 @@ class AdminServiceBase(betterproto2_grpclib.ServiceBase):
         raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
 
     async def remove_mirror_peer(self, message: "MirrorPeerRequest") -> "MirrorPeersReply":
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def list_mcp_servers(self, message: "ListMcpServersRequest") -> "ListMcpServersReply":
+        """
+        The MCP gateway (llmgw ctl mcp …, the console's MCP screen).
+        """
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def get_mcp_server(self, message: "McpServerRequest") -> "McpServerView":
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def put_mcp_server(self, message: "PutMcpServerRequest") -> "McpServerView":
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def remove_mcp_server(self, message: "McpServerRequest") -> "RemoveMcpServerReply":
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def test_mcp_server(self, message: "McpServerRequest") -> "McpTestReply":
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def grant_mcp(self, message: "McpGrantRequest") -> "McpGrantReply":
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def revoke_mcp(self, message: "McpGrantRequest") -> "McpGrantReply":
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def list_mcp_grants(self, message: "ListMcpGrantsRequest") -> "ListMcpGrantsReply":
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def mcp_usage(self, message: "McpUsageRequest") -> "McpUsageReply":
 
         raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
 
@@ -3968,6 +4501,78 @@ class AdminServiceBase(betterproto2_grpclib.ServiceBase):
         response = await self.remove_mirror_peer(request)
         await stream.send_message(response)
 
+    async def __rpc_list_mcp_servers(
+        self, stream: "grpclib.server.Stream[ListMcpServersRequest, ListMcpServersReply]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.list_mcp_servers(request)
+        await stream.send_message(response)
+
+    async def __rpc_get_mcp_server(
+        self, stream: "grpclib.server.Stream[McpServerRequest, McpServerView]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.get_mcp_server(request)
+        await stream.send_message(response)
+
+    async def __rpc_put_mcp_server(
+        self, stream: "grpclib.server.Stream[PutMcpServerRequest, McpServerView]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.put_mcp_server(request)
+        await stream.send_message(response)
+
+    async def __rpc_remove_mcp_server(
+        self, stream: "grpclib.server.Stream[McpServerRequest, RemoveMcpServerReply]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.remove_mcp_server(request)
+        await stream.send_message(response)
+
+    async def __rpc_test_mcp_server(
+        self, stream: "grpclib.server.Stream[McpServerRequest, McpTestReply]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.test_mcp_server(request)
+        await stream.send_message(response)
+
+    async def __rpc_grant_mcp(
+        self, stream: "grpclib.server.Stream[McpGrantRequest, McpGrantReply]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.grant_mcp(request)
+        await stream.send_message(response)
+
+    async def __rpc_revoke_mcp(
+        self, stream: "grpclib.server.Stream[McpGrantRequest, McpGrantReply]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.revoke_mcp(request)
+        await stream.send_message(response)
+
+    async def __rpc_list_mcp_grants(
+        self, stream: "grpclib.server.Stream[ListMcpGrantsRequest, ListMcpGrantsReply]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.list_mcp_grants(request)
+        await stream.send_message(response)
+
+    async def __rpc_mcp_usage(
+        self, stream: "grpclib.server.Stream[McpUsageRequest, McpUsageReply]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.mcp_usage(request)
+        await stream.send_message(response)
+
     def __mapping__(self) -> "dict[str, grpclib.const.Handler]":
         return {
             "/llmgw.v1.AdminService/Status": grpclib.const.Handler(
@@ -4245,6 +4850,60 @@ class AdminServiceBase(betterproto2_grpclib.ServiceBase):
                 grpclib.const.Cardinality.UNARY_UNARY,
                 MirrorPeerRequest,
                 MirrorPeersReply,
+            ),
+            "/llmgw.v1.AdminService/ListMcpServers": grpclib.const.Handler(
+                self.__rpc_list_mcp_servers,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                ListMcpServersRequest,
+                ListMcpServersReply,
+            ),
+            "/llmgw.v1.AdminService/GetMcpServer": grpclib.const.Handler(
+                self.__rpc_get_mcp_server,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                McpServerRequest,
+                McpServerView,
+            ),
+            "/llmgw.v1.AdminService/PutMcpServer": grpclib.const.Handler(
+                self.__rpc_put_mcp_server,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                PutMcpServerRequest,
+                McpServerView,
+            ),
+            "/llmgw.v1.AdminService/RemoveMcpServer": grpclib.const.Handler(
+                self.__rpc_remove_mcp_server,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                McpServerRequest,
+                RemoveMcpServerReply,
+            ),
+            "/llmgw.v1.AdminService/TestMcpServer": grpclib.const.Handler(
+                self.__rpc_test_mcp_server,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                McpServerRequest,
+                McpTestReply,
+            ),
+            "/llmgw.v1.AdminService/GrantMcp": grpclib.const.Handler(
+                self.__rpc_grant_mcp,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                McpGrantRequest,
+                McpGrantReply,
+            ),
+            "/llmgw.v1.AdminService/RevokeMcp": grpclib.const.Handler(
+                self.__rpc_revoke_mcp,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                McpGrantRequest,
+                McpGrantReply,
+            ),
+            "/llmgw.v1.AdminService/ListMcpGrants": grpclib.const.Handler(
+                self.__rpc_list_mcp_grants,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                ListMcpGrantsRequest,
+                ListMcpGrantsReply,
+            ),
+            "/llmgw.v1.AdminService/McpUsage": grpclib.const.Handler(
+                self.__rpc_mcp_usage,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                McpUsageRequest,
+                McpUsageReply,
             ),
         }
 
