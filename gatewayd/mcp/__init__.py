@@ -1,0 +1,1 @@
+"""The MCP gateway: /mcp on the gateway port, the company MCP servers behind it."""
