@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gatewayd.store.base import Store
+from gatewayd.store.mcp_records import McpCallRow, McpGrantRecord, McpServerRecord
 from gatewayd.store.postgres.store import PostgresStore, mask_dsn
 from gatewayd.store.records import (
     HeartbeatRow,
@@ -30,6 +31,9 @@ __all__ = [
     "USAGE_DIMENSIONS",
     "HeartbeatRow",
     "KeyRecord",
+    "McpCallRow",
+    "McpGrantRecord",
+    "McpServerRecord",
     "ModelRecord",
     "NodeRecord",
     "PostgresStore",

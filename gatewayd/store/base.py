@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Protocol
 
 from gatewayd.store.batch_records import BatchProgress, BatchRecord, FileRecord
+from gatewayd.store.mcp_records import McpCallRow, McpGrantRecord, McpServerRecord
 from gatewayd.store.records import (
     HeartbeatRow,
     KeyRecord,
@@ -230,3 +231,50 @@ class Store(Protocol):
 
     async def expire_responses(self, now: datetime) -> int:
         """Forget every response expired by ``now``; how many."""
+
+    # ---- the MCP gateway: company servers, sealed credentials, grants, calls -----
+
+    async def put_mcp_server(self, rec: McpServerRecord, new_secrets: dict[str, bytes]) -> None:
+        """In one transaction: add or replace the server (its created_at stays), add the
+        new sealed secrets (ref -> sealed bytes), and delete every sealed secret no
+        server refers to any more."""
+
+    async def get_mcp_server(self, name: str) -> McpServerRecord | None: ...
+
+    async def list_mcp_servers(self) -> list[McpServerRecord]:
+        """Every company MCP server, ordered by name."""
+
+    async def delete_mcp_server(self, name: str) -> int | None:
+        """In one transaction: remove the server, its grants (SERVER and SERVER.TOOL) and
+        its sealed secrets; how many grants went (None: no such server)."""
+
+    async def get_sealed_secrets(self, refs: Sequence[str]) -> dict[str, bytes]:
+        """Ref -> sealed bytes for those of ``refs`` that are stored."""
+
+    async def list_sealed_secret_refs(self) -> list[str]:
+        """Every sealed secret's ref, ordered."""
+
+    async def add_mcp_grant(self, scope: str, target: str, at: datetime) -> bool:
+        """Let ``scope`` call ``target``; False when that grant was there already."""
+
+    async def remove_mcp_grant(self, scope: str, target: str) -> bool:
+        """False when there was no such grant."""
+
+    async def list_mcp_grants(self) -> list[McpGrantRecord]:
+        """Every grant, ordered by scope, then target."""
+
+    async def record_mcp_calls(self, rows: Sequence[McpCallRow]) -> None:
+        """Write a batch of call rows in one transaction."""
+
+    async def list_mcp_calls(
+        self,
+        *,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        server: str = "",
+        key_id: str = "",
+        project: str = "",
+        limit: int = 100_000,
+    ) -> list[McpCallRow]:
+        """Call rows in [since, until) (either end open when None), of one server, key
+        or project when given (exact), oldest first, at most ``limit``."""

@@ -20,6 +20,7 @@ from gatewayd.store.migrate import Migration, load_migrations, migrations_dir, r
 from gatewayd.store.postgres.batches import PostgresBatches
 from gatewayd.store.postgres.catalog import PostgresCatalog, _aware
 from gatewayd.store.postgres.keys import PostgresKeys
+from gatewayd.store.postgres.mcp import PostgresMcp
 from gatewayd.store.postgres.responses import PostgresResponses
 from gatewayd.store.postgres.revoked import PostgresRevoked
 from gatewayd.store.postgres.tenants import PostgresTenants
@@ -135,6 +136,7 @@ class PostgresStore(
     PostgresRevoked,
     PostgresBatches,
     PostgresResponses,
+    PostgresMcp,
 ):
     """The store in a PostgreSQL database."""
 

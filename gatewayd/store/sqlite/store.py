@@ -23,6 +23,7 @@ from gatewayd.store.sqlite.batches import SqliteBatches
 from gatewayd.store.sqlite.catalog import SqliteCatalog
 from gatewayd.store.sqlite.codec import _from_text, _json, _to_text
 from gatewayd.store.sqlite.keys import SqliteKeys
+from gatewayd.store.sqlite.mcp import SqliteMcp
 from gatewayd.store.sqlite.responses import SqliteResponses
 from gatewayd.store.sqlite.revoked import SqliteRevoked
 from gatewayd.store.sqlite.tenants import SqliteTenants
@@ -92,6 +93,7 @@ class SqliteStore(
     SqliteRevoked,
     SqliteBatches,
     SqliteResponses,
+    SqliteMcp,
 ):
     """The store in one SQLite file, in WAL mode."""
 
