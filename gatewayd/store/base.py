@@ -276,5 +276,6 @@ class Store(Protocol):
         project: str = "",
         limit: int = 100_000,
     ) -> list[McpCallRow]:
-        """Call rows in [since, until) (either end open when None), of one server, key
-        or project when given (exact), oldest first, at most ``limit``."""
+        """Call rows in [since, until) (either end open when None), of one server or key
+        when given, oldest first, at most ``limit``. ``project`` takes that path and all
+        beneath it (an org or team path works), as ``usage_groups`` does."""

@@ -169,6 +169,10 @@ async def test_call_rows_filter_by_time_server_key_and_project(store: Store):
     assert minutes(await store.list_mcp_calls(server="wiki")) == [1]
     assert minutes(await store.list_mcp_calls(key_id="key_bb")) == [2]
     assert minutes(await store.list_mcp_calls(project="Acme/ops/infra")) == [3]
+    # A level takes what is beneath it; Acme/o is no level above Acme/ops.
+    assert minutes(await store.list_mcp_calls(project="Acme/ops")) == [3]
+    assert minutes(await store.list_mcp_calls(project="Acme")) == [0, 1, 2, 3, 4]
+    assert minutes(await store.list_mcp_calls(project="Acme/o")) == []
     assert minutes(
         await store.list_mcp_calls(
             since=T0,

@@ -172,9 +172,13 @@ class PostgresMcp:
             where.append(f"at >= {arg(_aware(since))}")
         if until is not None:
             where.append(f"at < {arg(_aware(until))}")
-        for column, value in (("server", server), ("key_id", key_id), ("project", project)):
+        for column, value in (("server", server), ("key_id", key_id)):
             if value:
                 where.append(f"{column} = {arg(value)}")
+        if project:
+            # The path and all beneath it, as usage_groups takes it (an org or team works).
+            p = arg(project)
+            where.append(f"(project = {p} OR left(project, length({p}) + 1) = {p} || '/')")
         sql = f"SELECT {_CALL_COLUMNS} FROM mcp_calls"
         if where:
             sql += " WHERE " + " AND ".join(where)

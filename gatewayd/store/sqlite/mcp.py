@@ -181,10 +181,14 @@ class SqliteMcp:
         if until is not None:
             where.append("at < ?")
             args.append(_to_text(until))
-        for column, value in (("server", server), ("key_id", key_id), ("project", project)):
+        for column, value in (("server", server), ("key_id", key_id)):
             if value:
                 where.append(f"{column} = ?")
                 args.append(value)
+        if project:
+            # The path and all beneath it, as usage_groups takes it (an org or team works).
+            where.append("(project = ? OR substr(project, 1, length(?) + 1) = ? || '/')")
+            args += [project, project, project]
         sql = f"SELECT {_CALL_COLUMNS} FROM mcp_calls"
         if where:
             sql += " WHERE " + " AND ".join(where)
