@@ -12,6 +12,7 @@ import typer
 # only the last of these as unused: they all bind the one name `llmgw`).
 import llmgw.cli.ctl.batches
 import llmgw.cli.ctl.keys
+import llmgw.cli.ctl.mcp
 import llmgw.cli.ctl.mirror
 import llmgw.cli.ctl.models
 import llmgw.cli.ctl.tenancy

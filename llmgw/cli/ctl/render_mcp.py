@@ -1,0 +1,244 @@
+"""How ``llmgw ctl mcp`` replies look to people (``--json`` prints the replies as they are).
+
+Header values never appear anywhere here: the admin API sends names only, and
+these renderers show what it sends. ``list`` ends with how an agent points at
+``/mcp`` with its own key, as an MCP client's configuration.
+"""
+
+from __future__ import annotations
+
+import json as _json
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from llmgw.errors import LlmgwError
+from llmgw.present.mirrorfmt import size_text
+from llmgw.present.output import renders
+from proto.llmgw.v1 import (
+    ListMcpGrantsReply,
+    ListMcpServersReply,
+    McpGrantReply,
+    McpServerView,
+    McpTestReply,
+    McpUsageReply,
+    RemoveMcpServerReply,
+)
+
+SERVER_COLUMNS = ("NAME", "STATE", "BREAKER", "RATE", "TIMEOUT", "HEADERS", "ADDRESS", "TOOLS")
+GRANT_COLUMNS = ("WHO", "WHAT", "SINCE")
+USAGE_SUMS = ("CALLS", "ERRORS", "AVG MS", "P99 MS", "IN", "OUT")
+NO_SERVERS = (
+    "No company MCP servers yet. Add one: llmgw ctl mcp add NAME --url URL --bearer-file FILE"
+)
+NO_GRANTS = "No grants: no key sees any MCP tool. Give one: llmgw ctl mcp grant WHO SERVER[.TOOL]"
+KEY_PLACEHOLDER = "<your llmgw key>"
+_STATE_STYLE = {"ok": "green", "failing": "red", "off": "dim", "unknown": "yellow"}
+
+
+def client_config(endpoint: str) -> str:
+    """The entry an MCP client (IDE, agent) is given to reach the gateway, as JSON."""
+    entry = {
+        "type": "http",
+        "url": endpoint,
+        "headers": {"Authorization": f"Bearer {KEY_PLACEHOLDER}"},
+    }
+    return _json.dumps({"mcpServers": {"llmgw": entry}}, indent=2)
+
+
+def how_to_connect(endpoint: str) -> Text:
+    where = endpoint or "the gateway's /mcp"
+    return Text.assemble(
+        "Agents and IDEs reach the tools granted to them at ",
+        (where, "bold"),
+        " with their own llmgw key (llmgw ctl keys create), e.g. in an MCP client's config:\n",
+        (client_config(endpoint or "http://GATEWAY:PORT/mcp"), "cyan"),
+        (
+            "\nA key sees only the tools granted to it or to its project, team or organization.",
+            "dim",
+        ),
+    )
+
+
+def headers_text(v: McpServerView) -> str:
+    names = [*v.header_names, *(f"{n} (sealed)" for n in v.sealed_header_names)]
+    return ", ".join(names) or "-"
+
+
+def rate_text(v: McpServerView) -> str:
+    return f"{v.rate_per_minute}/min" if v.rate_per_minute else "-"
+
+
+def timeout_text(v: McpServerView) -> str:
+    return f"{v.timeout_s:g} s" if v.timeout_s else "default"
+
+
+def breaker_text(v: McpServerView) -> str:
+    if v.builtin:
+        return "-"
+    state = (v.breaker or "closed").replace("_", "-")
+    return f"{state}: {v.breaker_reason}" if v.breaker_reason and state != "closed" else state
+
+
+def state_text(v: McpServerView) -> Text:
+    state = v.state or "unknown"
+    return Text(state, style=_STATE_STYLE.get(state, ""))
+
+
+def address_text(v: McpServerView) -> str:
+    if v.builtin:
+        return "built in (read-only)"
+    return f"{v.url} (SSE)" if v.transport == "sse" else v.url
+
+
+def server_cells(v: McpServerView) -> list:
+    tools = str(len(v.tools)) if v.tools else "-"
+    return [
+        v.name,
+        state_text(v),
+        breaker_text(v),
+        rate_text(v),
+        timeout_text(v) if not v.builtin else "-",
+        headers_text(v),
+        address_text(v),
+        tools,
+    ]
+
+
+def grant_line(scope: str, target: str) -> str:
+    return f"{scope} → {target}"
+
+
+@renders(ListMcpServersReply)
+def _servers(reply: ListMcpServersReply):
+    company = [s for s in reply.servers if not s.builtin]
+    t = Table(title=f"MCP servers ({len(company)} and llmgw:admin)", title_justify="left")
+    for col in SERVER_COLUMNS:
+        t.add_column(col, overflow="fold")
+    for v in reply.servers:
+        t.add_row(*server_cells(v))
+    parts: list = [t]
+    if not company:
+        parts.append(Text(NO_SERVERS))
+    parts.append(how_to_connect(reply.endpoint))
+    return Group(*parts)
+
+
+@renders(McpServerView)
+def _server(v: McpServerView):
+    facts = Table.grid(padding=(0, 2))
+    facts.add_column(style="bold")
+    facts.add_column(overflow="fold")
+    rows: list[tuple[str, str | Text]] = [
+        ("name", v.name),
+        ("address", address_text(v)),
+        ("description", v.description or "-"),
+        ("state", state_text(v) if v.enabled or v.builtin else Text("off", style="dim")),
+    ]
+    if not v.builtin:
+        rows += [
+            ("breaker", breaker_text(v)),
+            ("rate", rate_text(v) + (" per key" if v.rate_per_minute else "")),
+            ("timeout", timeout_text(v)),
+            ("headers", ", ".join(v.header_names) or "-"),
+            ("sealed headers", ", ".join(v.sealed_header_names) or "-"),
+        ]
+    unseen = f"not listed yet (llmgw ctl mcp test {v.name})"
+    rows.append(("tools", ", ".join(v.tools) or unseen))
+    rows.append(("grants", "\n".join(grant_line(g.scope, g.target) for g in v.grants) or "none"))
+    if v.created_at:
+        rows.append(("added", v.created_at))
+    if v.updated_at and v.updated_at != v.created_at:
+        rows.append(("changed", v.updated_at))
+    for k, value in rows:
+        facts.add_row(k, value)
+    return facts
+
+
+@renders(McpTestReply)
+def _tested(r: McpTestReply):
+    if not r.ok:
+        return Text(f"{r.name}: {r.error}", style="red")
+    tools = ", ".join(r.tools) if r.tools else "none"
+    version = f", protocol {r.protocol_version}" if r.protocol_version else ""
+    return Text.assemble(
+        ("OK: ", "green"),
+        f"{r.name} answered in {r.latency_ms:.1f} ms{version}; {len(r.tools)} tool(s): {tools}",
+    )
+
+
+def failed_test_error(r: McpTestReply) -> LlmgwError:
+    return LlmgwError(
+        f"{r.name} could not be used: {r.error or 'no reason given'}",
+        hint=f"check its address and credential (llmgw ctl mcp show {r.name});"
+        f" change them with llmgw ctl mcp change {r.name} --url URL --bearer-file FILE",
+    )
+
+
+@renders(RemoveMcpServerReply)
+def _removed(r: RemoveMcpServerReply):
+    grants = f" and {r.grants_removed} grant(s) naming it" if r.grants_removed else ""
+    return Text(f"Removed {r.name}{grants}; its sealed credentials are gone.")
+
+
+def grant_text(r: McpGrantReply, *, revoked: bool) -> Text:
+    g = r.grant
+    what = grant_line(g.scope, g.target) if g else "the grant"
+    if revoked:
+        return Text(f"Revoked {what}." if r.changed else f"There was no grant {what}.")
+    return Text(f"Granted {what}." if r.changed else f"Already granted: {what}.")
+
+
+def grant_hint(name: str) -> str:
+    return (
+        f"Let keys use it: llmgw ctl mcp grant WHO {name} (or {name}.TOOL); WHO is a key id,"
+        " or ORG, ORG/TEAM or ORG/TEAM/PROJECT for every key beneath it"
+    )
+
+
+def granted_step(who: str) -> str:
+    return (
+        f"Its keys see the tools within seconds (tools/list at /mcp).\n"
+        f"Check it: llmgw ctl mcp grants {who}"
+    )
+
+
+def revoked_step(who: str, r: McpGrantReply) -> str:
+    if r.still_granted_by:
+        still = "; ".join(r.still_granted_by)
+        return f"Still given by: {still}\nTake those back too with llmgw ctl mcp revoke WHO WHAT"
+    return f"Its keys stop seeing it within seconds. Check it: llmgw ctl mcp grants {who}"
+
+
+@renders(ListMcpGrantsReply)
+def _grants(reply: ListMcpGrantsReply):
+    if not reply.grants:
+        return Text(NO_GRANTS)
+    t = Table(title=f"MCP grants ({len(reply.grants)})", title_justify="left")
+    for col in GRANT_COLUMNS:
+        t.add_column(col, overflow="fold")
+    for g in reply.grants:
+        t.add_row(g.scope, g.target, g.created_at)
+    return t
+
+
+def usage_table(reply: McpUsageReply, dims: list[str], span: str) -> Table | Text:
+    if not reply.groups:
+        return Text(f"No MCP calls {span}.")
+    t = Table(title=f"MCP calls {span} ({reply.calls})", title_justify="left")
+    for d in dims:
+        t.add_column(d.upper())
+    for col in USAGE_SUMS:
+        t.add_column(col, justify="right")
+    for g in reply.groups:
+        t.add_row(
+            *(g.group.get(d, "") for d in dims),
+            str(g.calls),
+            str(g.errors),
+            f"{g.latency_ms_avg:.1f}",
+            f"{g.latency_ms_p99:.1f}",
+            size_text(g.bytes_in),
+            size_text(g.bytes_out),
+        )
+    return t
