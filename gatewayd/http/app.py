@@ -1,4 +1,4 @@
-"""The HTTP port: /health, /ready, /leader, the client API under /v1 and its OpenAPI document.
+"""The HTTP port: /health, /ready, /leader, the client API under /v1 and its OpenAPI document, /mcp.
 
 /health: the process is up. /leader: 200 on the leader, 503 on a standby
 (load balancers use it). /ready: 200 only when there is somewhere to route a
@@ -15,8 +15,14 @@ from gatewayd.gateway.protocol import openapi
 
 
 def make_app(
-    *, is_leader: Callable[[], bool], routable: Callable[[], tuple[bool, str]], gateway=None
+    *,
+    is_leader: Callable[[], bool],
+    routable: Callable[[], tuple[bool, str]],
+    gateway=None,
+    mcp=None,
 ):
+    """``mcp``: the MCP endpoint's ASGI app (gatewayd/mcp/endpoint), served at /mcp; None: off."""
+
     async def app(scope, receive, send):
         if scope["type"] == "lifespan":
             while True:
@@ -29,6 +35,9 @@ def make_app(
         if scope["type"] != "http":
             return
         path = scope["path"]
+        if path == "/mcp" and mcp is not None:
+            await mcp(scope, receive, send)
+            return
         if path == "/v1/openapi.json":
             await _send(send, 200, openapi.document_bytes())
             return

@@ -1,1 +1,69 @@
-"""The MCP gateway: /mcp on the gateway port, the company MCP servers behind it."""
+"""The MCP gateway: /mcp on the gateway port, the company MCP servers behind it.
+
+``mount`` wires it into a starting gatewayd: the registry of servers and
+grants read from the store, the sealer of their credentials, the upstream
+connections, rate buckets, breakers, accounting and the built-in
+``llmgw:admin`` tools as ``server.mcp`` (an McpRuntime: the admin RPCs use it),
+the ``/mcp`` endpoint (gatewayd/http/app.py routes to it),
+and their background tasks.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gatewayd.mcp.runtime import McpRuntime
+
+
+async def mount(server) -> McpRuntime | None:
+    """Build ``server.mcp`` from ``server.cfg.mcp``, read the servers and grants once, and
+    start its tasks (they are ``server._tasks``: stopped with the server). With
+    ``mcp.enabled: false`` there is none: ``server.mcp`` is None."""
+    # Imported here: importing one part (gatewayd.mcp.protect) must not import them all.
+    from gatewayd.mcp.accounting import McpCallWriter, McpMetrics
+    from gatewayd.mcp.builtin_admin import AdminTools
+    from gatewayd.mcp.endpoint.asgi import McpEndpoint
+    from gatewayd.mcp.protect import Breakers, RateBuckets
+    from gatewayd.mcp.registry import McpRegistry
+    from gatewayd.mcp.runtime import McpRuntime
+    from gatewayd.mcp.seal import Sealer
+    from gatewayd.mcp.upstream import UpstreamPool
+    from llmgw.mcp.names import ADMIN_SERVER
+
+    cfg = server.cfg.mcp
+    if not cfg.enabled:
+        server.mcp = None
+        return None
+    sealer = Sealer.for_paths(server.paths)
+    registry = McpRegistry(server.store, sealer, cfg)
+    await registry.refresh()
+    admin_tools = AdminTools()
+    admin_names = frozenset(t["name"] for t in admin_tools.tools())
+
+    def known(name: str, tool: str) -> bool:
+        # Metric labels come from the registry only: a name a caller made up is "unknown".
+        if name == ADMIN_SERVER:
+            return tool in admin_names
+        return registry.get(name) is not None and tool in registry.tools_seen.get(name, ())
+
+    rt = server.mcp = McpRuntime(
+        cfg=cfg,
+        registry=registry,
+        sealer=sealer,
+        pool=UpstreamPool(
+            get_server=registry.get,
+            headers_for=registry.headers_for,
+            timeout_for=registry.timeout_s,
+            idle_s=cfg.upstream_idle_s,
+        ),
+        rates=RateBuckets(),
+        breakers=Breakers(cfg.breaker_failures, cfg.breaker_open_s),
+        writer=McpCallWriter(server.store),
+        metrics=McpMetrics(server.metrics.registry, known),
+        admin_tools=admin_tools,
+    )
+    rt.endpoint = McpEndpoint(rt, server.keys)
+    registry.on_change(rt.endpoint.tools_changed)
+    server._tasks.extend(rt.start())
+    return rt
