@@ -236,6 +236,7 @@ async def test_add_sends_the_bearer_file_as_a_sealed_header_and_never_prints_it(
     # It ends with the next steps: test it, then grant it.
     assert "Check it: llmgw ctl mcp test hr" in res.stdout
     assert "llmgw ctl mcp grant WHO hr (or hr.TOOL)" in res.stdout
+    assert "How an agent points at /mcp with its own key: llmgw ctl mcp list" in res.stdout
 
 
 async def test_add_json_is_the_admin_reply_and_names_headers_only(home, token_file):

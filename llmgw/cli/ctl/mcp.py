@@ -275,7 +275,10 @@ def add(
     call(
         lambda c: c.put_mcp_server(request),
         json=json,
-        next_step=escape(f"Check it: llmgw ctl mcp test {name}\n{grant_hint(name)}"),
+        next_step=escape(
+            f"Check it: llmgw ctl mcp test {name}\n{grant_hint(name)}\n"
+            "How an agent points at /mcp with its own key: llmgw ctl mcp list"
+        ),
     )
 
 
