@@ -283,8 +283,9 @@ async def test_a_credential_typed_as_a_plain_header_is_refused_without_echoing_i
         assert res.exit_code == ExitCode.USAGE
         assert "looks like a credential" in said(res) and f"--header-file {name}=FILE" in said(res)
         assert TOKEN_VALUE not in res.output
-    res = await ctl(home, "add", "hr", "--url", "http://h/mcp", "--header", "Mcp-Session-Id=x")
-    assert res.exit_code == ExitCode.USAGE and "set by the gateway itself" in said(res)
+    for name in ("Mcp-Session-Id", "X-Llmgw-Key-Id"):
+        res = await ctl(home, "add", "hr", "--url", "http://h/mcp", "--header", f"{name}=x")
+        assert res.exit_code == ExitCode.USAGE and "set by the gateway itself" in said(res)
     res = await ctl(home, "add", "hr", "--url", "http://h/mcp", "--header", "X-Tenant")
     assert res.exit_code == ExitCode.USAGE and "NAME=VALUE" in said(res)
     assert service.puts == []

@@ -162,7 +162,7 @@ def _split_pair(text: str, flag: str, shape: str) -> tuple[str, str]:
         raise UsageError(f"{flag} {_first(text)!r} is not {shape}", hint=f"e.g. {flag} {shape}")
     if not _HEADER_NAME.fullmatch(name):
         raise UsageError(f"{flag}: {name!r} is not a header name (letters, digits, '-')")
-    if name.lower() in _RESERVED:
+    if name.lower() in _RESERVED or name.lower().startswith("x-llmgw-"):
         raise UsageError(f"{flag}: {name} is set by the gateway itself on every request")
     return name, value
 
