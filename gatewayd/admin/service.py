@@ -10,6 +10,7 @@ import hmac
 import logging
 from collections.abc import AsyncIterator
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from grpclib.const import Status
 from grpclib.events import RecvRequest
@@ -18,6 +19,7 @@ from grpclib.exceptions import GRPCError
 from gatewayd.admin.batches import BatchAdmin
 from gatewayd.admin.keys import KeyAdmin
 from gatewayd.admin.labels import LabelAdmin
+from gatewayd.admin.mcp import McpAdmin
 from gatewayd.admin.mirror import MirrorAdmin
 from gatewayd.admin.models import ModelAdmin
 from gatewayd.admin.ops import OpsAdmin
@@ -49,6 +51,9 @@ from proto.llmgw.v1 import (
     WatchRequest,
 )
 
+if TYPE_CHECKING:
+    from gatewayd.mcp.runtime import McpRuntime
+
 log = logging.getLogger(__name__)
 
 WATCH_TOPICS = ("nodes", "models", "replicas", "engines")
@@ -79,6 +84,7 @@ class AdminService(
     LabelAdmin,
     BatchAdmin,
     MirrorAdmin,
+    McpAdmin,
     AdminServiceBase,
 ):
     def __init__(
@@ -94,6 +100,7 @@ class AdminService(
         revocations: Revocations | None = None,
         batches: BatchBook | None = None,
         mirrors: MirrorSet | None = None,
+        mcp: McpRuntime | None = None,
     ):
         self._registry = registry
         self._revocations = revocations
@@ -101,6 +108,8 @@ class AdminService(
         self._batches = batches
         # The cluster's model mirrors (server.yaml mirror.urls); None: none.
         self._mirrors = mirrors
+        # The MCP gateway's parts (gatewayd.mcp.runtime); None where mcp.enabled is false.
+        self._mcp = mcp
         self._store = store
         self._keys = keys
         self._catalog = catalog
