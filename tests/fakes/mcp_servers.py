@@ -253,8 +253,15 @@ def _listen(port: int) -> socket.socket:
 
 
 @contextlib.asynccontextmanager
-async def serve(srv: CompanyServer, port: int = 0) -> AsyncIterator[str]:
-    """Serve `srv` under uvicorn in this process; yields its MCP address once it accepts requests."""
+async def serve(srv: CompanyServer | Asgi, port: int = 0, path: str = "/") -> AsyncIterator[str]:
+    """Serve `srv` under uvicorn in this process; yields its MCP address once it accepts requests.
+
+    A plain ASGI app is served too (something at an address that is no MCP server), at `path`.
+    """
+    if not isinstance(srv, CompanyServer):
+        srv = CompanyServer(
+            MCPServer("not-mcp", log_level="WARNING"), path, "streamable_http", app=srv
+        )
     sock = _listen(port)
     port = sock.getsockname()[1]
     config = uvicorn.Config(
