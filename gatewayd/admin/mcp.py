@@ -12,23 +12,33 @@ buckets start afresh); other control planes read it within
 from __future__ import annotations
 
 import asyncio
-import math
-import re
 import time
 from dataclasses import replace
 from datetime import UTC, datetime
 
-import aiohttp
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
 from gatewayd.admin.keys import refuse
+from gatewayd.admin.mcp_checks import (
+    RECONNECT,
+    SETTABLE,
+    USAGE_BY,
+    check_headers,
+    check_limits,
+    failure_words,
+    grant_view,
+    iso,
+    refused,
+    server_of,
+    usage_groups,
+)
 from gatewayd.admin.usage import parse_when
 from gatewayd.gateway.policy.keys import KeyCache, KeyRefused
 from gatewayd.gateway.policy.tenancy import NOUN, ancestors, scope_of
+from gatewayd.mcp.upstream import Upstream
 from gatewayd.store import Store
-from gatewayd.store.mcp_records import McpCallRow, McpGrantRecord, McpServerRecord
-from llmgw.errors import LlmgwError
+from gatewayd.store.mcp_records import McpGrantRecord, McpServerRecord
 from llmgw.mcp.names import (
     ADMIN_PREFIX,
     ADMIN_SERVER,
@@ -52,7 +62,6 @@ from proto.llmgw.v1 import (
     McpServerRequest,
     McpServerView,
     McpTestReply,
-    McpUsageGroup,
     McpUsageReply,
     McpUsageRequest,
     PutMcpServerRequest,
@@ -62,138 +71,6 @@ from proto.llmgw.v1 import (
 BUILTIN_DESCRIPTION = (
     "This cluster, read-only: its status, nodes, models, replicas, placement and engine logs"
 )
-# What PutMcpServerRequest.set may name on a change.
-SETTABLE = (
-    "url",
-    "description",
-    "headers",
-    "secret_headers",
-    "timeout_s",
-    "rate_per_minute",
-    "enabled",
-)
-USAGE_BY = {
-    "server": "server",
-    "tool": "tool",
-    "key": "key_id",
-    "project": "project",
-    "status": "status",
-}
-# Changes after which a server's open connections and breaker are not its own any more.
-_RECONNECT = frozenset({"url", "headers", "secret_headers", "enabled", "timeout_s"})
-# A server's own timeout may not be longer than this (an hour).
-MAX_TIMEOUT_S = 3600.0
-
-_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,128}")
-# Headers the gateway itself sets on every upstream request (protocol, routing,
-# the caller's identity): a server's configuration may not send its own.
-_RESERVED_HEADERS = frozenset(
-    {
-        "host",
-        "content-length",
-        "content-type",
-        "transfer-encoding",
-        "connection",
-        "accept",
-        "mcp-session-id",
-        "mcp-protocol-version",
-        "mcp-method",
-        "mcp-name",
-        "last-event-id",
-    }
-)
-# Credentials: shown by name only either way, but kept sealed only when given as such.
-_CREDENTIAL_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie", "x-api-key"})
-
-
-def _iso(t: datetime | None) -> str:
-    return t.isoformat(timespec="seconds") if t else ""
-
-
-def _refused(e: McpNameRefused) -> GRPCError:
-    return GRPCError(Status.INVALID_ARGUMENT, str(e))
-
-
-def _server_of(target: str) -> str:
-    # "hr" / "hr.lookup" / "llmgw:admin.list_nodes": the name never holds a '.'.
-    return target.partition(".")[0]
-
-
-def grant_view(g: McpGrantRecord) -> McpGrantView:
-    return McpGrantView(scope=g.scope, target=g.target, created_at=_iso(g.created_at))
-
-
-def check_headers(headers: dict[str, str], *, secret: bool) -> dict[str, str]:
-    """Header names a server may be given, values without line breaks; refused in words."""
-    kind = "sealed header" if secret else "header"
-    out: dict[str, str] = {}
-    for name, value in headers.items():
-        if not _HEADER_NAME.fullmatch(name):
-            raise GRPCError(Status.INVALID_ARGUMENT, f"{name!r} is not a valid HTTP header name")
-        low = name.lower()
-        if low in _RESERVED_HEADERS or low.startswith("x-llmgw-"):
-            raise GRPCError(
-                Status.INVALID_ARGUMENT,
-                f"{name} is set by the gateway itself on every request; it cannot be given",
-            )
-        if any(c in value for c in "\r\n\0"):
-            raise GRPCError(Status.INVALID_ARGUMENT, f"the {kind} {name}'s value has a line break")
-        if secret and not value.strip():
-            raise GRPCError(Status.INVALID_ARGUMENT, f"the {kind} {name} is empty: give its value")
-        if not secret and low in _CREDENTIAL_HEADERS:
-            raise GRPCError(
-                Status.INVALID_ARGUMENT,
-                f"{name} carries a credential: give it with --bearer-file or"
-                f" --header-file {name}=FILE, so that it is kept sealed",
-            )
-        if low in {n.lower() for n in out}:
-            raise GRPCError(Status.INVALID_ARGUMENT, f"the header {name} is given twice")
-        out[name] = value
-    return out
-
-
-def _check_limits(timeout_s: float, rate_per_minute: int) -> None:
-    if not 0 <= timeout_s <= MAX_TIMEOUT_S:
-        raise GRPCError(
-            Status.INVALID_ARGUMENT,
-            f"the timeout must be from 0 (mcp.default_timeout_s) to {MAX_TIMEOUT_S:g} s,"
-            f" not {timeout_s:g}",
-        )
-    if rate_per_minute < 0:
-        raise GRPCError(
-            Status.INVALID_ARGUMENT,
-            f"the rate is calls a minute per caller (0: no limit), not {rate_per_minute}",
-        )
-
-
-def p99(values: list[float]) -> float:
-    """The 99th percentile by nearest rank (the slowest call of a hundred)."""
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(0.99 * len(ordered)) - 1)]
-
-
-def usage_groups(rows: list[McpCallRow], by: list[str]) -> list[McpUsageGroup]:
-    groups: dict[tuple[str, ...], list[McpCallRow]] = {}
-    for r in rows:
-        groups.setdefault(tuple(getattr(r, USAGE_BY[b]) for b in by), []).append(r)
-    out = []
-    for values, members in groups.items():
-        latencies = [r.latency_ms for r in members]
-        out.append(
-            McpUsageGroup(
-                group=dict(zip(by, values, strict=True)),
-                calls=len(members),
-                errors=sum(1 for r in members if r.status != "ok"),
-                latency_ms_avg=sum(latencies) / len(latencies),
-                latency_ms_p99=p99(latencies),
-                bytes_in=sum(r.bytes_in for r in members),
-                bytes_out=sum(r.bytes_out for r in members),
-            )
-        )
-    out.sort(key=lambda g: (-g.calls, tuple(g.group.values())))
-    return out
 
 
 class McpAdmin:
@@ -236,7 +113,7 @@ class McpAdmin:
             state="ok" if rt is not None else "off",
             tools=tools,
             builtin=True,
-            grants=[grant_view(g) for g in grants if _server_of(g.target) == ADMIN_SERVER],
+            grants=[grant_view(g) for g in grants if server_of(g.target) == ADMIN_SERVER],
         )
 
     def _server_view(self, rec: McpServerRecord, grants: list[McpGrantRecord]) -> McpServerView:
@@ -269,9 +146,9 @@ class McpAdmin:
             breaker_reason=reason,
             state=state,
             tools=tools,
-            created_at=_iso(rec.created_at),
-            updated_at=_iso(rec.updated_at),
-            grants=[grant_view(g) for g in grants if _server_of(g.target) == rec.name],
+            created_at=iso(rec.created_at),
+            updated_at=iso(rec.updated_at),
+            grants=[grant_view(g) for g in grants if server_of(g.target) == rec.name],
         )
 
     async def _record(self, name: str) -> McpServerRecord:
@@ -303,7 +180,7 @@ class McpAdmin:
             return
         await rt.registry.refresh()
         rt.rates.forget_server(name)
-        if changed & _RECONNECT:
+        if changed & RECONNECT:
             # Open connections carry the old address or credential: the next call opens
             # one with the new; and the old address's failures are not the new one's.
             rt.breakers.forget(name)
@@ -320,7 +197,7 @@ class McpAdmin:
         try:
             name = check_server_name(message.name)
         except McpNameRefused as e:
-            raise _refused(e) from None
+            raise refused(e) from None
         rt = self._runtime("add or change an MCP server")
         existing = await self._store.get_mcp_server(name)
         now = datetime.now(UTC)
@@ -366,7 +243,7 @@ class McpAdmin:
             try:
                 url = check_address(message.url.strip())
             except McpNameRefused as e:
-                raise _refused(e) from None
+                raise refused(e) from None
             update["url"], update["transport"] = url, transport_of(url)
         if "description" in fields:
             update["description"] = message.description.strip()
@@ -389,7 +266,7 @@ class McpAdmin:
                 refs[header] = ref
             update["secret_refs"] = refs
         rec = replace(base, **update)
-        _check_limits(rec.timeout_s, rec.rate_per_minute)
+        check_limits(rec.timeout_s, rec.rate_per_minute)
         both = {h.lower() for h in rec.headers} & {h.lower() for h in rec.secret_refs}
         if both:
             raise GRPCError(
@@ -435,7 +312,7 @@ class McpAdmin:
         except TimeoutError:
             reply.error = f"no answer in {timeout_s:g} s from {rec.url}"
         except Exception as e:  # noqa: BLE001  (each failure is told in words, never raised)
-            reply.error = _failure_words(e, rec)
+            reply.error = failure_words(e, rec)
         reply.latency_ms = (time.perf_counter() - started) * 1000
         if reply.ok:
             rt.registry.tools_seen[rec.name] = list(reply.tools)
@@ -443,8 +320,6 @@ class McpAdmin:
 
     async def _list_tools(self, rt, rec: McpServerRecord, timeout_s: float):
         # A connection of its own (owner "test"), never one a caller uses, closed after.
-        from gatewayd.mcp.upstream import Upstream
-
         headers = await rt.registry.headers_for(rec.name)
         up = Upstream(rec.name, rec.url, rec.transport, headers, timeout_s, http=rt.pool.http)
         try:
@@ -486,7 +361,7 @@ class McpAdmin:
             who = parse_who(message.who.strip())
             server, tool = parse_what(message.what.strip())
         except McpNameRefused as e:
-            raise _refused(e) from None
+            raise refused(e) from None
         return who, server, tool
 
     async def _check_target(self, server: str, tool: str) -> None:
@@ -538,7 +413,7 @@ class McpAdmin:
                 continue
             if tool == "*":
                 # Every tool was revoked: a grant of the server or any of its tools still gives some.
-                gives = _server_of(g.target) == server
+                gives = server_of(g.target) == server
             else:
                 gives = g.target in (server, target)
             if gives:
@@ -553,12 +428,12 @@ class McpAdmin:
             try:
                 who = parse_who(message.who.strip())
             except McpNameRefused as e:
-                raise _refused(e) from None
+                raise refused(e) from None
             chain = set(await self._chain(who, must_exist=who.kind == "key"))
             grants = [g for g in grants if g.scope in chain]
         if message.server:
             server = ADMIN_SERVER if message.server == ADMIN_PREFIX else message.server
-            grants = [g for g in grants if _server_of(g.target) == server]
+            grants = [g for g in grants if server_of(g.target) == server]
         return ListMcpGrantsReply(grants=[grant_view(g) for g in grants])
 
     # ---- usage ------------------------------------------------------------------
@@ -585,16 +460,3 @@ class McpAdmin:
             project=message.project,
         )
         return McpUsageReply(groups=usage_groups(rows, by), calls=len(rows))
-
-
-def _failure_words(e: Exception, rec: McpServerRecord) -> str:
-    """What went wrong reaching the server, for the person who typed ctl mcp test."""
-    if isinstance(e, LlmgwError):  # UpstreamError: the client's words, and what to do
-        hint = (e.hint or "").replace("NAME", rec.name)
-        return e.message + (f"; {hint}" if hint else "")
-    code = getattr(e, "code", None)
-    if isinstance(code, int):  # UpstreamRpcError: the server's own JSON-RPC error
-        return f"it answered tools/list with an error: {getattr(e, 'message', e)} (code {code})"
-    if isinstance(e, aiohttp.ClientError | OSError):
-        return f"could not talk to {rec.url}: {e or type(e).__name__}"
-    return f"it did not answer as an MCP server: {e or type(e).__name__}"
