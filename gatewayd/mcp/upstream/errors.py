@@ -16,6 +16,7 @@ endpoint can say "hr is not answering (connection refused at http://…)".
 from __future__ import annotations
 
 import asyncio
+import json
 
 import aiohttp
 
@@ -71,8 +72,20 @@ def http_status_error(status: int, body: bytes = b"") -> UpstreamError:
             f"the server answered {status}: its credential was refused",
             hint="replace it: llmgw ctl mcp change NAME --bearer-file FILE (or --header-file)",
         )
-    text = body[:200].decode("utf-8", "replace").strip()
+    text = describe_body(body)
     return UpstreamError("http", f"the server answered {status}" + (f": {text}" if text else ""))
+
+
+def describe_body(body: bytes) -> str:
+    """A refusal's body in a few words: a JSON-RPC error's message, else the start of the text."""
+    try:
+        err = json.loads(body).get("error")
+        if isinstance(err, dict) and isinstance(err.get("message"), str):
+            return err["message"][:200]
+    except (ValueError, AttributeError):
+        pass
+    text = body[:200].decode("utf-8", "replace").strip()
+    return text if len(body) <= 200 else text + "…"
 
 
 def transport_error(exc: BaseException, url: str) -> UpstreamError:

@@ -18,7 +18,12 @@ from urllib.parse import urljoin, urlsplit
 import aiohttp
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION
 
-from gatewayd.mcp.upstream.errors import UpstreamError, UpstreamRpcError, http_status_error
+from gatewayd.mcp.upstream.errors import (
+    UpstreamError,
+    UpstreamRpcError,
+    describe_body,
+    http_status_error,
+)
 from gatewayd.mcp.upstream.events import CLIENT_INFO, NO_AIOHTTP_TIMEOUT, dumps, loads, read_events
 
 log = logging.getLogger(__name__)
@@ -57,13 +62,16 @@ class SseWire:
         self._resp = resp = await self.http.get(
             self.url, headers=headers, timeout=NO_AIOHTTP_TIMEOUT
         )
-        if resp.status != 200:
-            raise http_status_error(resp.status, await resp.content.read(200))
-        if resp.content_type != "text/event-stream":
+        if resp.status in (401, 403):
+            raise http_status_error(resp.status)
+        if resp.status != 200 or resp.content_type != "text/event-stream":
+            body = describe_body(await resp.content.read(400))
             raise UpstreamError(
                 "protocol",
-                f"not an MCP server: GET {self.url} answered {resp.content_type or 'nothing'}, not an event stream",
-                hint="an SSE server's address usually ends in /sse; a streamable HTTP one's in /mcp",
+                f"not an SSE MCP server: GET {self.url} answered {resp.status}"
+                f" {resp.content_type or ''}".rstrip()
+                + (f" ({body})" if body else ""),
+                hint="an address ending in /sse is reached over SSE, any other over streamable HTTP",
             )
         events = read_events(resp)
         first = await anext(events, None)
