@@ -38,6 +38,7 @@ from gatewayd.gateway.routing.router import Router
 from gatewayd.http.app import make_app
 from gatewayd.http.guard import ConnectionBudget, PortGuard
 from gatewayd.http.tls_gate import GuardedServer
+from gatewayd.mcp import mount as mount_mcp
 from gatewayd.mirrors.set import MirrorSet
 from gatewayd.nodes.registry import NodeRegistry
 from gatewayd.store import Store, open_store_from_config
@@ -139,6 +140,8 @@ class GatewayServer:
         # The client API's stateful parts: stored responses, files and batches.
         mount_responses(self)
         mount_batches(self)
+        # The MCP gateway (/mcp): self.mcp, None where server.yaml turns it off.
+        await mount_mcp(self)
 
         self.revocations = Revocations(self.store)
         await self.revocations.load()
@@ -158,22 +161,23 @@ class GatewayServer:
         self._grpc.append(agent)
 
         self.info = self._info()
-        admin = Server(
-            [
-                AdminService(
-                    self.registry,
-                    self.catalog,
-                    self.reconciler,
-                    self.keys,
-                    store=self.store,
-                    info=self.info,
-                    metrics=self.metrics,
-                    revocations=self.revocations,
-                    batches=self.batches,
-                    mirrors=self.mirrors,
-                )
-            ]
+        admin_service = AdminService(
+            self.registry,
+            self.catalog,
+            self.reconciler,
+            self.keys,
+            store=self.store,
+            info=self.info,
+            metrics=self.metrics,
+            revocations=self.revocations,
+            batches=self.batches,
+            mirrors=self.mirrors,
+            mcp=self.mcp,
         )
+        if self.mcp is not None:
+            # llmgw:admin answers from the same admin methods as ctl, in-process.
+            self.mcp.admin_tools.bind(admin_service)
+        admin = Server([admin_service])
         listen(admin, RecvRequest, token_guard(token))
         host, port = split_host_port(self.cfg.listen.admin)
         await admin.start(host, port)
@@ -262,7 +266,10 @@ class GatewayServer:
 
     async def _start_http(self) -> None:
         app = make_app(
-            is_leader=lambda: True, routable=self.endpoints.routable, gateway=self.gateway
+            is_leader=lambda: True,
+            routable=self.endpoints.routable,
+            gateway=self.gateway,
+            mcp=self.mcp.endpoint if self.mcp is not None else None,
         )
         self.ports["http"] = await self._serve_asgi("http", self.cfg.listen.http, app)
         self.ports["metrics"] = await self._serve_asgi(
@@ -325,6 +332,9 @@ class GatewayServer:
             server.close()
         for server in self._uvicorns:
             server.should_exit = True
+        if getattr(self, "mcp", None) is not None:
+            # uvicorn waits for open answers: /mcp's notification streams end first.
+            self.mcp.end_streams()
         for task in self._tasks:
             if task.get_name() not in ("http", "metrics"):
                 task.cancel()
@@ -336,6 +346,8 @@ class GatewayServer:
             await self.registry.flush()
         if getattr(self, "gateway", None) is not None:
             await self.gateway.close()
+        if getattr(self, "mcp", None) is not None:
+            await self.mcp.close()
         if getattr(self, "usage", None) is not None:
             await self.usage.close()
         if getattr(self, "mirrors", None) is not None:
