@@ -13,7 +13,6 @@ import mcp_types
 import pytest
 from typer.testing import CliRunner
 
-from gatewayd.admin.service import AdminService
 from gatewayd.mcp.builtin_admin import AdminTools
 from llmgw.cli.main import app as llmgw_cli
 from llmgw.protojson import to_plain
@@ -30,19 +29,9 @@ async def cluster(tmp_path):
 
 
 def tools_of(cluster: Cluster) -> AdminTools:
-    server = cluster.server
-    admin = AdminService(
-        server.registry,
-        server.catalog,
-        server.reconciler,
-        server.keys,
-        store=server.store,
-        info=server.info,
-        metrics=server.metrics,
-    )
-    tools = AdminTools()
-    tools.bind(admin)
-    return tools
+    """The gateway's own llmgw:admin, bound to its AdminService as gatewayd starts it."""
+    assert cluster.server.mcp is not None
+    return cluster.server.mcp.admin_tools
 
 
 async def ctl_json(cluster: Cluster, *args: str) -> dict:
