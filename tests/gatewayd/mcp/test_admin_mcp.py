@@ -17,6 +17,7 @@ from aiohttp import web
 from gatewayd.admin.mcp_checks import p99
 from gatewayd.store.mcp_records import McpCallRow
 from llmgw.admin_client import AdminClient
+from llmgw.config import StoreConfig
 from llmgw.errors import ConflictError, NotFoundError, UsageError
 from llmgw.protojson import to_plain
 from proto.llmgw.v1 import McpUsageRequest, PutMcpServerRequest
@@ -41,9 +42,12 @@ def with_mcp_settings(cfg) -> None:
     cfg.mcp.default_timeout_s = 5.0
 
 
-@pytest.fixture
-async def mcp(tmp_path):
-    async with running_cluster(tmp_path, configure=with_mcp_settings) as cluster:
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+async def mcp(request, tmp_path):
+    store = None
+    if request.param == "postgres":
+        store = StoreConfig(dsn=request.getfixturevalue("fresh_postgres_dsn"))
+    async with running_cluster(tmp_path, store=store, configure=with_mcp_settings) as cluster:
         assert cluster.server.mcp is not None
         async with cluster.admin() as admin:
             yield Mcp(cluster, cluster.server.mcp, admin)
