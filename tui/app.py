@@ -6,7 +6,8 @@ Overview (o) as ``llmgw ctl status``, ``nodes``, ``models`` and ``warnings``,
 Nodes (n) as ``llmgw ctl nodes`` and ``engines``, Models (m) as ``llmgw ctl
 models``, Replicas (p) as ``llmgw ctl replicas``, Keys & tenancy (k) as
 ``llmgw ctl keys`` and ``llmgw ctl org|team|project``, Usage (u) as ``llmgw ctl
-usage``, Batches (b) as ``llmgw ctl batches``, Mirror (i) as ``llmgw ctl mirror``. Each screen is a Textual mode:
+usage``, Batches (b) as ``llmgw ctl batches``, Mirror (i) as ``llmgw ctl mirror``, MCP (j) as
+``llmgw ctl mcp``. Each screen is a Textual mode:
 switching keeps the others open and live, so coming back shows them current
 at once.
 
@@ -60,6 +61,7 @@ from tui.screens.common import (
 from tui.screens.keys.keys import KeysScreen
 from tui.screens.keys.usage import UsageScreen
 from tui.screens.live import Flag
+from tui.screens.mcp.mcp import McpScreen
 from tui.screens.mirror.mirror import MirrorScreen
 from tui.screens.models.models import ModelsScreen
 from tui.screens.models.replicas import ReplicasScreen
@@ -145,6 +147,7 @@ class LlmgwApp(App[LlmgwError | None]):
         self.add_mode("usage", lambda: UsageScreen(self.client))
         self.add_mode("batches", lambda: BatchesScreen(self.client))
         self.add_mode("mirror", lambda: MirrorScreen(self.client))
+        self.add_mode("mcp", lambda: McpScreen(self.client))
 
     @property
     def client(self) -> AdminClient:

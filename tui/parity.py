@@ -109,6 +109,7 @@ PARITY: dict[Item, Mirror] = {
     ("LlmgwApp", "switch_mode('usage')"): opens("UsageScreen"),
     ("LlmgwApp", "switch_mode('batches')"): opens("BatchesScreen"),
     ("LlmgwApp", "switch_mode('mirror')"): opens("MirrorScreen"),
+    ("LlmgwApp", "switch_mode('mcp')"): opens("McpScreen"),
     ("LlmgwApp", "refresh"): ui_only("reads the shown screen's own command again"),
     ("LlmgwApp", "quit"): ui_only("leaves the console"),
     ("LlmgwApp", "toggle_theme"): ui_only("switches between the dark and the light theme"),
@@ -218,6 +219,27 @@ PARITY: dict[Item, Mirror] = {
     ("MirrorScreen", "add"): ctl("mirror add {source} --include {glob}", shown_by="mirror list"),
     ("MirrorScreen", "remove"): ctl("mirror rm {repo}@{commit} --yes", shown_by="mirror list"),
     ("MirrorAddDialog", None): _FORM,
+    # -- the MCP gateway -----------------------------------------------------------
+    # The servers table is `mcp list` (llmgw:admin first) and the panel under it the
+    # words it ends with (how an agent reaches /mcp); the grants table, `mcp grants`.
+    ("McpScreen", None): ctl("mcp list", "mcp grants"),
+    ("McpScreen", "add"): ctl(
+        "mcp add {name} --url {url} --header {header} --bearer-file {file} --rate {rate}",
+        shown_by="mcp list",
+    ),
+    ("McpScreen", "test"): ctl("mcp test {name}"),
+    ("McpScreen", "grant"): ctl("mcp grant {who} {what}", shown_by="mcp grants"),
+    ("McpScreen", "revoke"): ctl("mcp revoke {who} {what}", shown_by="mcp grants"),
+    ("McpScreen", "change"): ctl(
+        "mcp change {name} --url {url} --timeout {timeout}", shown_by="mcp list"
+    ),
+    ("McpScreen", "credential"): ctl("mcp change {name} --bearer-file {file}", shown_by="mcp list"),
+    ("McpScreen", "turn_off"): ctl("mcp change {name} --disable", shown_by="mcp list"),
+    ("McpScreen", "turn_on"): ctl("mcp change {name} --enable", shown_by="mcp list"),
+    ("McpScreen", "remove"): ctl("mcp remove {name} --yes", shown_by="mcp list"),
+    ("McpServerDialog", None): _FORM,
+    ("CredentialDialog", None): _FORM,
+    ("GrantDialog", None): _FORM,
 }
 
 

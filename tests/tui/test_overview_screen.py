@@ -22,6 +22,7 @@ from tui.screens.cluster.overview import OverviewScreen
 from tui.screens.cluster.summary import ClusterSummary
 from tui.screens.keys.keys import KeysScreen
 from tui.screens.keys.usage import UsageScreen
+from tui.screens.mcp.mcp import McpScreen
 from tui.screens.mirror.mirror import MirrorScreen
 from tui.screens.models.models import ModelsScreen
 from tui.screens.models.replicas import ReplicasScreen
@@ -37,6 +38,7 @@ SCREEN_OF = {
     "usage": UsageScreen,
     "batches": BatchesScreen,
     "mirror": MirrorScreen,
+    "mcp": McpScreen,
 }
 
 

@@ -121,7 +121,10 @@ def test_each_declared_command_is_a_real_ctl_command_with_json(argv):
     # `ctl` commands, and the few outside it a screen runs itself (node add).
     assert argv[0] == "ctl" or argv[:2] in parity.OUTSIDE_CTL, f"`llmgw {' '.join(argv)}`"
     cmd = _command(argv)
-    options = {o for p in cmd.params if p.param_type_name == "option" for o in p.opts}
+    # A flag pair (--enable/--disable) names its second half in secondary_opts.
+    options = {
+        o for p in cmd.params if p.param_type_name == "option" for o in (*p.opts, *p.secondary_opts)
+    }
     assert "--json" in options, f"`llmgw {' '.join(argv)}` has no --json"
     for word in argv:
         if word.startswith("-"):
@@ -246,6 +249,7 @@ def test_every_opens_declaration_goes_through_its_own_key():
         "UsageScreen": ("LlmgwApp", "switch_mode('usage')"),
         "BatchesScreen": ("LlmgwApp", "switch_mode('batches')"),
         "MirrorScreen": ("LlmgwApp", "switch_mode('mirror')"),
+        "McpScreen": ("LlmgwApp", "switch_mode('mcp')"),
         "ServeDialog": ("ModelsScreen", "serve"),
         "AddNodeDialog": ("NodesScreen", "add_node"),
         "ExplainPlacement": ("ModelsScreen", "explain"),

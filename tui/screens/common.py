@@ -46,6 +46,20 @@ class Refused(Message):
         self.error = error
 
 
+class Answered(Message):
+    """An admin call a screen's worker made was answered: ``reply`` is what it returned.
+
+    One class for every screen's "loaded", "changed", "tested"…: ``action`` is the
+    screen's own word for what it asked (``"load"``, ``"grant"``), so one
+    ``on_answered`` handler tells the answers apart without a Message class for each.
+    """
+
+    def __init__(self, action: str, reply: object) -> None:
+        super().__init__()
+        self.action = action
+        self.reply = reply
+
+
 def describe(error: LlmgwError, retry_in_s: float | None = None) -> str:
     """An admin error as one status line: what happened, what to do, and what happens next."""
     text = error.message

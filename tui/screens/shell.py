@@ -34,18 +34,20 @@ SCREENS: tuple[ScreenEntry, ...] = (
     ScreenEntry("usage", "u", "Usage", "llmgw ctl usage"),
     ScreenEntry("batches", "b", "Batches", "llmgw ctl batches"),
     ScreenEntry("mirror", "i", "Mirror", "llmgw ctl mirror list / du / peers list"),
+    ScreenEntry("mcp", "j", "MCP", "llmgw ctl mcp list / grants"),
 )
 
 
-def tabs_markup(current: str, *, compact: bool = False) -> str:
+def tabs_markup(current: str, *, compact: bool = False, keys_only: tuple[str, ...] = ()) -> str:
     """One tab per screen, its key first; the current one marked. Clicking one opens it.
 
     ``compact`` drops the space after each tab but the current one's: eight
     tabs fit 80 columns that way, beside the palette's key (its words go).
+    The tabs of ``keys_only`` (modes, see ``tight_tabs``) show their key alone.
     """
     parts = []
     for s in SCREENS:
-        label = f" [b]{s.key}[/b] {s.title}"
+        label = f" [b]{s.key}[/b]" if s.mode in keys_only else f" [b]{s.key}[/b] {s.title}"
         if s.mode == current:
             label = f"[reverse]{label} [/reverse]"
         elif not compact:
@@ -54,9 +56,24 @@ def tabs_markup(current: str, *, compact: bool = False) -> str:
     return "".join(parts)
 
 
-def tabs_width(*, compact: bool = False) -> int:
+def tabs_width(*, compact: bool = False, keys_only: tuple[str, ...] = ()) -> int:
     """The cells ``tabs_markup`` takes on the screen."""
-    return sum(len(s.title) + 3 + (0 if compact else 1) for s in SCREENS) + (1 if compact else 0)
+    return sum(
+        (2 if s.mode in keys_only else len(s.title) + 3) + (0 if compact else 1) for s in SCREENS
+    ) + (1 if compact else 0)
+
+
+def tight_tabs(current: str, room: int) -> tuple[str, ...]:
+    """The tabs that show their key alone so that compact tabs fit ``room`` cells: the
+    last ones first, never the current one (nine tabs and the palette's key overflow
+    80 columns by four cells; the MCP tab, last, gives them up)."""
+    dropped: tuple[str, ...] = ()
+    for s in reversed(SCREENS):
+        if tabs_width(compact=True, keys_only=dropped) <= room:
+            break
+        if s.mode != current:
+            dropped += (s.mode,)
+    return dropped
 
 
 class KeyFooter(Footer):
@@ -112,7 +129,10 @@ class ShellHeader(Vertical):
         room = self.size.width - 2 - PALETTE_HINT_CELLS
         compact = room < tabs_width()
         short = room < tabs_width(compact=True)
-        self.query_one("#shell-tabs", Static).update(tabs_markup(self._mode, compact=compact))
+        keys_only = tight_tabs(self._mode, room + PALETTE_HINT_CELLS - PALETTE_HINT_SHORT_CELLS)
+        self.query_one("#shell-tabs", Static).update(
+            tabs_markup(self._mode, compact=compact, keys_only=keys_only if short else ())
+        )
         self.query_one("#shell-palette", Static).update(
             PALETTE_HINT_SHORT if short else PALETTE_HINT
         )
