@@ -15,6 +15,7 @@ import asyncio
 import time
 from dataclasses import replace
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
@@ -68,6 +69,9 @@ from proto.llmgw.v1 import (
     RemoveMcpServerReply,
 )
 
+if TYPE_CHECKING:
+    from gatewayd.mcp.runtime import McpRuntime
+
 BUILTIN_DESCRIPTION = (
     "This cluster, read-only: its status, nodes, models, replicas, placement and engine logs"
 )
@@ -79,8 +83,8 @@ class McpAdmin:
     _store: Store
     _keys: KeyCache
     _info: dict
-    # gatewayd.mcp.runtime.McpRuntime; None where mcp.enabled is false.
-    _mcp: object | None
+    # None where mcp.enabled is false.
+    _mcp: McpRuntime | None
 
     # ---- views ------------------------------------------------------------------
 

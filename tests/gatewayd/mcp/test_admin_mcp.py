@@ -442,3 +442,14 @@ def test_p99_is_the_nearest_rank():
     assert p99([7.0]) == 7.0
     assert p99([float(i) for i in range(1, 101)]) == 99.0
     assert p99([float(i) for i in range(1, 1001)]) == 990.0
+
+
+async def test_with_the_mcp_gateway_off_changes_are_refused_saying_how_to_turn_it_on(tmp_path):
+    def off(cfg) -> None:
+        cfg.mcp.enabled = False
+
+    async with running_cluster(tmp_path, configure=off) as cluster, cluster.admin() as admin:
+        listed = await admin.list_mcp_servers()
+        assert [(s.name, s.state) for s in listed.servers] == [("llmgw:admin", "off")]
+        with pytest.raises(UsageError, match=r"mcp: \{enabled: true\} in server.yaml"):
+            await admin.put_mcp_server(add("hr", "http://127.0.0.1:9/mcp"))
