@@ -14,7 +14,7 @@ import pytest_asyncio
 from mcp.shared.exceptions import MCPError
 
 from tests.cluster_fixture import running_cluster, wait_for
-from tests.fakes.mcp_servers import change_tools, hr_server, serve
+from tests.fakes.mcp_servers import change_tools, hr_server, serve, wiki_server
 from tests.gatewayd.mcp.endpoint.kit import Gateway
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -28,14 +28,16 @@ def _configure(cfg) -> None:
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def gw(tmp_path_factory):
-    hr = hr_server(HR_TOKEN)
+    hr, wiki = hr_server(HR_TOKEN), wiki_server()
     async with (
         serve(hr) as hr_url,
+        serve(wiki) as wiki_url,
         running_cluster(tmp_path_factory.mktemp("mcp"), configure=_configure) as cluster,
     ):
         g = Gateway(cluster)
         g.hr, g.hr_url = hr, hr_url
         await g.add_server("hr", hr_url, bearer=HR_TOKEN)
+        await g.add_server("wiki", wiki_url)
         # The acceptance's two keys: A's project is granted hr.lookup, B nothing.
         await g.key("a", "Acme/ml/search")
         await g.key("b", "Acme/ops/infra")
@@ -182,6 +184,26 @@ async def test_an_upstream_list_change_is_relayed_to_the_owners_session_stream(g
         await change_tools(gw.hr, "vacation")
         await asyncio.wait_for(changed.wait(), 30)
         assert "hr.vacation" in _names(await c.list_tools())
+
+
+async def test_an_upstream_list_change_is_relayed_to_the_keys_listen_stream(gw):
+    await gw.key("e2", "Acme/hr/payroll")
+    await gw.grant("project:Acme/hr/payroll", "hr")
+    async with gw.client("e2") as c, c.listen(tools_list_changed=True) as sub:
+        assert "hr.sickdays" not in _names(await c.list_tools())  # opens its hr connection
+        await change_tools(gw.hr, "sickdays")
+        await asyncio.wait_for(anext(sub), 30)
+        assert "hr.sickdays" in _names(await c.list_tools())
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_server_over_http_and_sse_is_listed_and_called_like_any_other(gw, mode):
+    await gw.key(f"w-{mode}", f"Acme/docs/{mode}")
+    await gw.grant(f"key:{gw.key_ids[f'w-{mode}']}", "wiki")
+    async with gw.client(f"w-{mode}", mode) as c:
+        assert _names(await c.list_tools()) == ["wiki.search"]
+        r = await c.call_tool("wiki.search", {"q": "leave"})
+    assert not r.is_error and "leave — onboarding" in str(r.structured_content)
 
 
 async def test_calls_past_the_servers_rate_are_refused_with_a_retry_hint(gw):
