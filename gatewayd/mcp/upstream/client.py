@@ -52,6 +52,7 @@ HANDSHAKE = LATEST_HANDSHAKE_VERSION  # "2025-11-25"
 ACCEPT_BOTH = "application/json, text/event-stream"
 # Seconds between attempts to reopen a notification stream that ended, doubling to the cap.
 STREAM_RETRY_S, STREAM_RETRY_MAX_S = 1.0, 30.0
+ANSWER_STREAM_END_S = 0.5
 # The most tools/list pages read before deciding the server's cursor never ends.
 MAX_PAGES = 1000
 SUBSCRIPTION_ID = "io.modelcontextprotocol/subscriptionId"
@@ -109,6 +110,8 @@ class Upstream:
         # Set once the server's notification stream is open (never, if it offers none).
         self.notifications_ready = asyncio.Event()
         self._spawned: set[asyncio.Task] = set()
+        # Seconds to wait for an answer stream's end after the answer (0: the server never ends them).
+        self._drain_s = ANSWER_STREAM_END_S
         self._closed = False
         self._sse = SseWire(url, own, http, self._deliver) if transport == "sse" else None
 
@@ -345,23 +348,40 @@ class Upstream:
             self.url, data=payload, headers=headers, timeout=NO_AIOHTTP_TIMEOUT
         ) as resp:
             if resp.content_type == "text/event-stream":
-                answer = None
-                async for _, data in read_events(resp):
-                    msg = loads(data)
-                    if msg is None:
-                        continue
-                    if "method" in msg:
-                        self._deliver(msg, on_note)
-                    elif msg.get("id") == rid:
-                        answer = msg
-                        break
-                if answer is None:
-                    raise UpstreamError(
-                        "closed", "the server ended its answer stream before answering"
-                    )
+                answer = await self._answer_in_events(resp, rid, on_note)
                 return resp.status, answer, b"", resp.headers
             raw = await resp.read()
             return resp.status, loads(raw) if raw else None, raw, resp.headers
+
+    async def _answer_in_events(self, resp: aiohttp.ClientResponse, rid: object, on_note) -> dict:
+        """The answer in an event stream, and what the server sends before it."""
+        events = read_events(resp)
+        async for _, data in events:
+            msg = loads(data)
+            if msg is None:
+                continue
+            if "method" in msg:
+                self._deliver(msg, on_note)
+            elif msg.get("id") == rid:
+                break
+        else:
+            raise UpstreamError("closed", "the server ended its answer stream before answering")
+        if self._drain_s:
+            # Servers end the stream after the answer (the spec's SHOULD): read to its end
+            # so the connection goes back to the pool. Left unread, aiohttp closes it, and
+            # every call paid a new connection (147 in 200 calls; p50 7.8 ms, not 1.7).
+            try:
+                async with asyncio.timeout(self._drain_s):
+                    async for _, data in events:
+                        late = loads(data)
+                        if late is not None and "method" in late:
+                            self._deliver(late, on_note)
+            except TimeoutError:
+                log.info(
+                    "MCP server %s keeps answer streams open; not waiting for their end", self.name
+                )
+                self._drain_s = 0.0
+        return msg
 
     # -- notifications ------------------------------------------------------------------
 

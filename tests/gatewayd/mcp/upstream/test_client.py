@@ -216,3 +216,25 @@ def socket_free_port():
     port = sock.getsockname()[1]
     sock.close()  # nothing listens there now
     yield port
+
+
+@pytest.mark.parametrize("legacy", [False, True], ids=["2026-07-28", "legacy"])
+async def test_calls_reuse_one_http_connection_even_when_answers_come_as_event_streams(legacy):
+    # Regression: answer streams left unread after the answer made aiohttp close their
+    # connection — 147 new connections in 200 legacy calls, p50 7.8 ms instead of 1.7.
+    made = []
+    trace = aiohttp.TraceConfig()
+
+    async def on_connection(session, ctx, params):
+        made.append(1)
+
+    trace.on_connection_create_end.append(on_connection)
+    hr = hr_server("s3cret", legacy_only=legacy)
+    async with serve(hr) as url, aiohttp.ClientSession(trace_configs=[trace]) as http:
+        up = Upstream("hr", url, "streamable_http", TOKEN, 10.0, http=http)
+        await up.open()
+        opened = len(made)
+        for n in range(20):
+            await up.request("tools/call", lookup(f"p{n}"))
+        await up.close()
+    assert len(made) == opened
