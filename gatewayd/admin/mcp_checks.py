@@ -123,7 +123,7 @@ def check_limits(timeout_s: float, rate_per_minute: int) -> None:
 
 
 def p99(values: list[float]) -> float:
-    """The 99th percentile by nearest rank (the slowest call of a hundred)."""
+    """The 99th percentile by nearest rank: the latency 99 % of the calls took at most."""
     if not values:
         return 0.0
     ordered = sorted(values)
