@@ -23,6 +23,7 @@ from gatewayd.gateway.policy.keys import KeyInfo
 from gatewayd.mcp.endpoint import wire
 from gatewayd.mcp.endpoint.dispatch import Call, Caller, Dispatcher
 from gatewayd.mcp.endpoint.errors import (
+    INVALID_PARAMS,
     INVALID_REQUEST,
     RpcError,
     error_bytes,
@@ -35,6 +36,8 @@ from llmgw import __version__
 log = logging.getLogger(__name__)
 
 SESSION_HEADER = "mcp-session-id"
+# Open sessions one key may hold; past it, initialize ends the key's least recently used.
+MAX_SESSIONS_PER_KEY = 256
 INSTRUCTIONS = (
     "Tools of your organisation's MCP servers that your llmgw key was granted, named SERVER.TOOL."
 )
@@ -55,6 +58,7 @@ class LegacyPath:
         self.idle_s = idle_s
         self.clock = clock
         self.sessions: dict[str, Session] = {}
+        self._by_key: dict[str, set[str]] = {}
 
     # --- POST ------------------------------------------------------------------
 
@@ -91,7 +95,7 @@ class LegacyPath:
             params = {}
         elif not isinstance(params, dict):
             await wire.send_bytes(
-                send, 200, error_bytes(req_id, -32602, "params must be an object")
+                send, 200, error_bytes(req_id, INVALID_PARAMS, "params must be an object")
             )
             return
         caller = Caller(key, session.sid, modern=False)
@@ -115,8 +119,14 @@ class LegacyPath:
         params = msg.get("params")
         asked = params.get("protocolVersion") if isinstance(params, dict) else None
         version = asked if asked in HANDSHAKE_PROTOCOL_VERSIONS else LATEST_HANDSHAKE_VERSION
+        mine = self._by_key.setdefault(key.key_id, set())
+        if len(mine) >= MAX_SESSIONS_PER_KEY:
+            # A client that initializes again and again without DELETE: its oldest
+            # session goes, so one key cannot fill the gateway's memory.
+            await self.end(min((self.sessions[s] for s in mine), key=lambda x: x.last_used))
         sid = secrets.token_hex(16)
         self.sessions[sid] = Session(sid, key.key_id, version, self.clock())
+        mine.add(sid)
         result = {
             "protocolVersion": version,
             "capabilities": {"tools": {"listChanged": True}},
@@ -178,6 +188,11 @@ class LegacyPath:
     async def end(self, session: Session) -> None:
         if self.sessions.pop(session.sid, None) is None:
             return
+        mine = self._by_key.get(session.key_id)
+        if mine is not None:
+            mine.discard(session.sid)
+            if not mine:
+                del self._by_key[session.key_id]
         self.streams.end_owner(session.sid)
         await self.dispatch.rt.pool.close_owner(session.sid)
 

@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from multidict import CIMultiDict
 
+from gatewayd.mcp.endpoint import legacy
 from tests.cluster_fixture import running_cluster
 from tests.gatewayd.mcp.endpoint.kit import Gateway
 
@@ -237,6 +238,19 @@ async def test_another_keys_session_id_is_answered_as_unknown(gw):
     assert status == 404
     status, answer, _ = await _post(gw, {**_auth(gw, "a"), "mcp-session-id": sid}, body)
     assert status == 200 and "tools" in answer["result"]
+
+
+async def test_a_key_past_its_session_cap_loses_its_least_recently_used_one(gw, monkeypatch):
+    # Guards: a client that initializes in a loop without DELETE filling memory.
+    monkeypatch.setattr(legacy, "MAX_SESSIONS_PER_KEY", 2)
+    first, second = await _initialize(gw, "b"), await _initialize(gw, "b")
+    third = await _initialize(gw, "b")
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "ping"}).encode()
+    got = []
+    for sid in (first, second, third):
+        status, _, _ = await _post(gw, {**_auth(gw, "b"), "mcp-session-id": sid}, body)
+        got.append(status)
+    assert got == [404, 200, 200]
 
 
 async def test_notifications_in_a_session_are_202_and_delete_ends_it(gw):
