@@ -82,6 +82,8 @@ class CompanyServer:
     # The handshake-era sessions that have spoken to it; change_tools() notifies each.
     sessions: list[Any] = field(default_factory=list)
     app: Asgi | None = None
+    # Set when a call of hr's slow tool was cancelled before it answered.
+    slow_cancelled: asyncio.Event = field(default_factory=asyncio.Event)
 
     def headers_seen(self, name: str) -> list[str]:
         """Every value of header `name` that reached the server, in order."""
@@ -101,7 +103,11 @@ def hr_server(token: str | None = "s3cret", *, legacy_only: bool = False) -> Com
     async def slow(seconds: float, ctx: Context) -> str:
         """Answer after `seconds` (reports progress when asked to): stands for a tool that takes time."""
         await ctx.report_progress(0, 1, "started")
-        await asyncio.sleep(seconds)
+        try:
+            await asyncio.sleep(seconds)
+        except asyncio.CancelledError:
+            srv.slow_cancelled.set()  # the client gave up and told us (or cut the request)
+            raise
         await ctx.report_progress(1, 1, "done")
         return f"slept {seconds} s"
 

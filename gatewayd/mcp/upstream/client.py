@@ -37,6 +37,7 @@ from gatewayd.mcp.upstream.events import (
     CLIENT_INFO,
     NO_AIOHTTP_TIMEOUT,
     answer_to_server_request,
+    cancelled,
     dumps,
     loads,
     read_events,
@@ -53,6 +54,8 @@ ACCEPT_BOTH = "application/json, text/event-stream"
 # Seconds between attempts to reopen a notification stream that ended, doubling to the cap.
 STREAM_RETRY_S, STREAM_RETRY_MAX_S = 1.0, 30.0
 ANSWER_STREAM_END_S = 0.5
+# Seconds a request waits when no timeout was given (the pool always gives the server's).
+DEFAULT_TIMEOUT_S = 30.0
 # The most tools/list pages read before deciding the server's cursor never ends.
 MAX_PAGES = 1000
 SUBSCRIPTION_ID = "io.modelcontextprotocol/subscriptionId"
@@ -85,7 +88,7 @@ class Upstream:
         self.name = name
         self.url = url
         self.transport = transport
-        self.timeout_s = timeout_s
+        self.timeout_s = timeout_s if timeout_s > 0 else DEFAULT_TIMEOUT_S
         self.http = http
         self.on_notification = on_notification
         self.protocol_version = ""
@@ -328,10 +331,17 @@ class Upstream:
             msg["params"] = params
         payload = dumps(msg)
         session = self._session_id
-        status, answer, raw = await self._post(payload, headers, rid, on_note)
-        if status == 404 and session is not None:
-            await self._reinitialize(session)
-            status, answer, raw = await self._post(payload, self._call_headers, rid, on_note)
+        try:
+            status, answer, raw = await self._post(payload, headers, rid, on_note)
+            if status == 404 and session is not None:
+                await self._reinitialize(session)
+                status, answer, raw = await self._post(payload, self._call_headers, rid, on_note)
+        except asyncio.CancelledError:
+            # Timed out or given up: a 2026-07-28 server stops when the POST is cut; a
+            # session's server would keep running the tool unless told.
+            if not self._modern and not self._closed:
+                self._spawn(self.notify("notifications/cancelled", cancelled(rid)))
+            raise
         return _result_of(status, answer, raw, method)
 
     async def _post(
@@ -388,9 +398,7 @@ class Upstream:
     def _deliver(self, msg: dict, on_note: Notify | None = None) -> None:
         """A message the server sent on its own: a notification, or a request to answer."""
         if "id" in msg:
-            task = asyncio.create_task(self._answer(answer_to_server_request(msg)))
-            self._spawned.add(task)
-            task.add_done_callback(self._spawned.discard)
+            self._spawn(self._answer(answer_to_server_request(msg)))
             return
         callback = on_note or self.on_notification
         if callback is None:
@@ -400,19 +408,26 @@ class Upstream:
         except Exception:  # a failing listener must not end the stream for the others
             log.exception("a listener of MCP server %s failed on %s", self.name, msg.get("method"))
 
+    def _spawn(self, work) -> None:
+        """Run `work` beside the caller, best effort (close() cancels what is left)."""
+
+        async def quietly() -> None:
+            with contextlib.suppress(aiohttp.ClientError, OSError, TimeoutError, UpstreamError):
+                async with asyncio.timeout(self.timeout_s):
+                    await work
+
+        task = asyncio.create_task(quietly())
+        self._spawned.add(task)
+        task.add_done_callback(self._spawned.discard)
+
     async def _answer(self, answer: dict) -> None:
         if self._sse is not None:
             await self._sse.send(answer)
             return
-        with contextlib.suppress(aiohttp.ClientError, OSError, TimeoutError):
-            async with asyncio.timeout(self.timeout_s):
-                async with self.http.post(
-                    self.url,
-                    data=dumps(answer),
-                    headers=self._call_headers,
-                    timeout=NO_AIOHTTP_TIMEOUT,
-                ) as resp:
-                    await resp.read()
+        async with self.http.post(
+            self.url, data=dumps(answer), headers=self._call_headers, timeout=NO_AIOHTTP_TIMEOUT
+        ) as resp:
+            await resp.read()
 
     def _start_stream(self) -> None:
         if self._modern:

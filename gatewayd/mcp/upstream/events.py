@@ -74,3 +74,8 @@ def answer_to_server_request(msg: dict) -> dict:
         "message": f"the gateway answers no {msg.get('method')} requests from MCP servers",
     }
     return {"jsonrpc": "2.0", "id": msg.get("id"), "error": error}
+
+
+def cancelled(request_id: object) -> dict:
+    """notifications/cancelled's params for a request the gateway gave up on."""
+    return {"requestId": request_id, "reason": "the gateway stopped waiting for the answer"}

@@ -24,9 +24,19 @@ from gatewayd.mcp.upstream.errors import (
     describe_body,
     http_status_error,
 )
-from gatewayd.mcp.upstream.events import CLIENT_INFO, NO_AIOHTTP_TIMEOUT, dumps, loads, read_events
+from gatewayd.mcp.upstream.events import (
+    CLIENT_INFO,
+    NO_AIOHTTP_TIMEOUT,
+    cancelled,
+    dumps,
+    loads,
+    read_events,
+)
 
 log = logging.getLogger(__name__)
+
+# Seconds given to telling the server a request was given up on.
+CANCEL_NOTICE_S = 5.0
 
 Deliver = Callable[[dict, Callable[[str, dict | None], None] | None], None]
 
@@ -48,6 +58,7 @@ class SseWire:
         self._progress: dict[object, Callable[[str, dict | None], None]] = {}
         self._resp: aiohttp.ClientResponse | None = None
         self._reader: asyncio.Task | None = None
+        self._spawned: set[asyncio.Task] = set()
         self._ended: UpstreamError | None = None
         self.protocol_version = ""
         self.capabilities: dict = {}
@@ -122,6 +133,14 @@ class SseWire:
         try:
             await self.send(msg)
             reply = await answer
+        except asyncio.CancelledError:
+            if self._ended is None:  # tell the server to stop working on it
+                task = asyncio.create_task(
+                    self._quietly(self.notify("notifications/cancelled", cancelled(rid)))
+                )
+                self._spawned.add(task)
+                task.add_done_callback(self._spawned.discard)
+            raise
         finally:
             self._pending.pop(rid, None)
             if token is not None:
@@ -153,10 +172,18 @@ class SseWire:
         if resp.status >= 300:
             raise http_status_error(resp.status, body)
 
+    @staticmethod
+    async def _quietly(work) -> None:
+        with contextlib.suppress(aiohttp.ClientError, OSError, TimeoutError, UpstreamError):
+            async with asyncio.timeout(CANCEL_NOTICE_S):
+                await work
+
     async def close(self) -> None:
         self._end(
             UpstreamError("closed", "the connection to the server was closed; open a new one")
         )
+        for task in self._spawned:
+            task.cancel()
         if self._reader is not None:
             self._reader.cancel()
             with contextlib.suppress(BaseException):

@@ -123,6 +123,18 @@ async def test_a_tool_that_does_not_answer_in_time_is_a_timeout_naming_the_secon
         assert (await up.request("tools/call", lookup("Bo")))["structuredContent"]["name"] == "Bo"
 
 
+@pytest.mark.parametrize("legacy", [False, True], ids=["2026-07-28", "legacy"])
+async def test_a_call_given_up_on_stops_the_tool_on_the_server(legacy):
+    # A session's server keeps running a tool nobody waits for unless told (notifications/cancelled).
+    hr = hr_server("s3cret", legacy_only=legacy)
+    async with serve(hr) as url, upstream(url) as up:
+        with pytest.raises(UpstreamError):
+            await up.request(
+                "tools/call", {"name": "slow", "arguments": {"seconds": 60}}, timeout_s=0.3
+            )
+        await hr.slow_cancelled.wait()
+
+
 async def test_nothing_listening_is_a_connect_error_naming_the_address():
     with socket_free_port() as port:
         url = f"http://127.0.0.1:{port}/mcp"
