@@ -223,13 +223,12 @@ class Dispatcher:
                 )
         timeout_s = self.rt.registry.timeout_s(rec)
         try:
-            async with asyncio.timeout(timeout_s):
-                up = await self._upstream(caller, server)
-                result = await up.request(
-                    "tools/call", {"name": tool, "arguments": args}, timeout_s=timeout_s
-                )
-        except TimeoutError:
-            raise await self._timed_out(caller, call, server, timeout_s) from None
+            # The upstream client bounds its open and the call by timeout_s itself
+            # (an UpstreamError "timeout"): no second timer on the hot path.
+            up = await self._upstream(caller, server)
+            result = await up.request(
+                "tools/call", {"name": tool, "arguments": args}, timeout_s=timeout_s
+            )
         except UpstreamError as e:
             if e.kind == "timeout":
                 raise await self._timed_out(caller, call, server, timeout_s) from None
