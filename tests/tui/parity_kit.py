@@ -84,6 +84,8 @@ class Live:
     agents: dict[str, asyncio.Event]
     # What makes batches through the Batch API (tests/tui/parity_batches.py).
     batches: Any = None
+    # The company MCP servers the gateway serves (tests/tui/parity_mcp.py).
+    mcp: Any = None
 
     async def ctl(self, argv: tuple[str, ...], **values: Any) -> dict:
         """Run one declared command (its placeholders filled from ``values``) with --json."""
@@ -238,6 +240,7 @@ MODE_OF = {
     "UsageScreen": "usage",
     "BatchesScreen": "batches",
     "MirrorScreen": "mirror",
+    "McpScreen": "mcp",
 }
 SCREEN_OF_MODE = {MODE_OF[name]: name for name in MODE_OF if name.endswith("Screen")}
 

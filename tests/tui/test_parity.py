@@ -36,7 +36,7 @@ import typer
 
 from llmgw.cli.main import app as llmgw_cli
 from tests.cluster_fixture import running_cluster, wait_for
-from tests.tui import parity_batches, parity_mirror
+from tests.tui import parity_batches, parity_mcp, parity_mirror
 from tests.tui.parity_actions import ACTIONS as KIT_ACTIONS
 from tests.tui.parity_kit import (
     READY_ATTEMPTS,
@@ -57,8 +57,18 @@ from tui.app import LlmgwApp
 from tui.parity import PARITY, Item, Mirror
 
 # How each screen is opened and compared, and each action performed and read back.
-SCREENS = {**KIT_SCREENS, **parity_batches.SCREENS, **parity_mirror.SCREENS}
-ACTIONS = {**KIT_ACTIONS, **parity_batches.ACTIONS, **parity_mirror.ACTIONS}
+SCREENS = {
+    **KIT_SCREENS,
+    **parity_batches.SCREENS,
+    **parity_mirror.SCREENS,
+    **parity_mcp.SCREENS,
+}
+ACTIONS = {
+    **KIT_ACTIONS,
+    **parity_batches.ACTIONS,
+    **parity_mirror.ACTIONS,
+    **parity_mcp.ACTIONS,
+}
 
 # -- the declarations themselves ----------------------------------------------------
 
@@ -141,7 +151,8 @@ async def live(tmp_path_factory):
     keys; usage of the last hours. Then spare-node (to cordon and drain) and retired-node
     (cordoned, to remove), joined once the models run elsewhere; two batches through
     the Batch API (one completed, one waiting on a model placed nowhere); a real mirror
-    (with a peer) holding small repositories pulled from a fake hub through gatewayd."""
+    (with a peer) holding small repositories pulled from a fake hub through gatewayd;
+    company MCP servers written with the SDK (hr, wiki) with hr added and granted."""
     tmp = tmp_path_factory.mktemp("parity")
 
     def with_mirror(cfg) -> None:
@@ -149,6 +160,7 @@ async def live(tmp_path_factory):
 
     async with (
         parity_mirror.Mirrors(tmp / "mirrors") as mirrors,
+        parity_mcp.McpServers() as mcps,
         running_cluster(tmp, configure=with_mirror) as cluster,
     ):
         point_the_cli_at(cluster)
@@ -186,6 +198,7 @@ async def live(tmp_path_factory):
             # Batches through the Batch API: one completed, one waiting (to cancel).
             batches = await parity_batches.make_batches(cluster, admin)
             await mirrors.fill(admin)
+            await mcps.fill(admin)
         await record(
             cluster,
             usage_row(SEARCH, "sim-chat", timedelta(minutes=10)),
@@ -194,7 +207,7 @@ async def live(tmp_path_factory):
             usage_row(SEARCH, "sim-chat", timedelta(days=3)),
         )
         async with cluster.admin() as client:
-            yield Live(cluster, client, agents, batches)
+            yield Live(cluster, client, agents, batches, mcps)
 
 
 def _live_items() -> list[Item]:
