@@ -88,20 +88,30 @@ class UpstreamPool:
                 if on_notification is not None:
                     up.on_notification = on_notification
                 return up
-            if entry.opening is None:
-                # It closed (an SSE server ended its stream): open afresh.
-                entry.upstream = None
         else:
             entry = self._entries[key] = _Entry()
         if entry.opening is None:
-            entry.opening = asyncio.ensure_future(self._open(key, entry, caller, on_notification))
+            # First use, or it closed (an SSE server ended its stream): open afresh.
+            stale, entry.upstream = entry.upstream, None
+            entry.opening = asyncio.ensure_future(
+                self._open(key, entry, caller, on_notification, stale)
+            )
+            # Read here too, so an open whose every caller gave up leaves no unread exception.
+            entry.opening.add_done_callback(lambda f: f.cancelled() or f.exception())
         # Shielded: a caller that gives up must not cancel the open the others wait on.
         return await asyncio.shield(entry.opening)
 
     async def _open(
-        self, key: tuple[str, str], entry: _Entry, caller: dict[str, str], notify: Notify | None
-    ):
+        self,
+        key: tuple[str, str],
+        entry: _Entry,
+        caller: dict[str, str],
+        notify: Notify | None,
+        stale: Upstream | None,
+    ) -> Upstream:
         owner, server = key
+        if stale is not None:
+            await self._close_entry(_Entry(upstream=stale))
         try:
             rec = self._get_server(server)
             if rec is None:

@@ -9,7 +9,7 @@ import pytest
 
 from gatewayd.mcp.upstream import UpstreamError, UpstreamPool
 from gatewayd.store.mcp_records import McpServerRecord
-from tests.fakes.mcp_servers import hr_server, serve
+from tests.fakes.mcp_servers import ServerProcess, hr_server, serve
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -27,15 +27,16 @@ class Clock:
 
 @contextlib.asynccontextmanager
 async def pool_for(url: str, *, token: str = "s3cret", clock=None, idle_s: float = 300.0):
-    rec = McpServerRecord(
+    hr = McpServerRecord(
         name="hr", url=url, transport="streamable_http", secret_refs={"Authorization": "mcp/hr/1"}
     )
+    wiki = McpServerRecord(name="wiki", url=url, transport="sse")
 
     async def headers_for(name: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {token}"}
 
     pool = UpstreamPool(
-        get_server={"hr": rec}.get,
+        get_server={"hr": hr, "wiki": wiki}.get,
         headers_for=headers_for,
         timeout_for=lambda r: 10.0,
         idle_s=idle_s,
@@ -160,4 +161,18 @@ async def test_a_failed_open_is_not_kept_and_the_next_get_tries_again():
 async def test_an_unknown_server_is_refused_without_a_connection():
     async with pool_for("http://127.0.0.1:9/mcp") as pool:
         with pytest.raises(UpstreamError, match="no company MCP server of that name"):
-            await pool.get("key:key_a", "wiki", caller=CALLER_A)
+            await pool.get("key:key_a", "payroll", caller=CALLER_A)
+
+
+async def test_an_sse_connection_its_server_ended_is_opened_afresh_on_the_next_get():
+    async with ServerProcess("wiki") as proc, pool_for(proc.url) as pool:
+        first = await pool.get("key:key_a", "wiki", caller=CALLER_A)
+        await proc.stop()
+        await proc.start()
+        with pytest.raises(UpstreamError):  # the new process knows nothing of that connection
+            await first.request("tools/call", {"name": "search", "arguments": {"q": "x"}})
+        assert first.closed
+        second = await pool.get("key:key_a", "wiki", caller=CALLER_A)
+        result = await second.request("tools/call", {"name": "search", "arguments": {"q": "x"}})
+        assert result["content"][0]["text"] == "x — how we work"
+        assert second is not first and pool.opened_total == 2
