@@ -94,9 +94,8 @@ class Upstream:
         self.protocol_version = ""
         self.capabilities: dict = {}
         self.server_info: dict = {}
-        self.in_flight = (
-            0  # requests awaiting their answer (the pool never closes a busy one as idle)
-        )
+        # Requests awaiting their answer: the pool never closes a busy connection as idle.
+        self.in_flight = 0
         own = {k: v for k, v in headers.items() if k.lower() not in _OWN_HEADERS}
         self._headers = {**own, "Accept": ACCEPT_BOTH, "Content-Type": "application/json"}
         self._ids = itertools.count(1)
