@@ -74,11 +74,11 @@ def agent_help(endpoint: str) -> Text:
     url = endpoint or "http://GATEWAY:PORT/mcp"
     config = json.dumps(json.loads(client_config(url)))
     return Text.assemble(
-        "Agents: point an MCP client at ",
+        "Agents: an MCP client at ",
         (url, "bold"),
-        " with its own llmgw key (make one on the Keys screen) in the header ",
+        " with the header ",
         (f"Authorization: Bearer {KEY_PLACEHOLDER}", "bold"),
-        ". A key sees only the tools granted to it or to its project, team or org, named"
-        " SERVER.TOOL. Its config:\n",
+        " (a key from the Keys screen) sees the tools granted to its key, project, team or"
+        " org, as SERVER.TOOL. Its config:\n",
         (config, "cyan"),
     )

@@ -121,8 +121,7 @@ class McpScreen(Rereads, Screen[None]):
         yield self._table("mcp-servers", SERVER_COLUMNS)
         yield Static(id="mcp-details")
         yield Static(
-            "Grants: who may call what (deny by default; a level's grant reaches"
-            " everything beneath it)",
+            "Grants: none by default; a level's reaches everything beneath it",
             id="mcp-grants-title",
         )
         yield self._table("mcp-grants", GRANT_COLUMNS)
