@@ -170,6 +170,26 @@ async def test_a_grant_given_reaches_an_open_listen_stream_and_the_tool_is_liste
         assert _names(await c.list_tools()) == []
 
 
+async def test_a_grant_given_reaches_an_open_session_stream_as_list_changed(gw):
+    await gw.key("d2", "Acme/ml/audio")
+    changed = asyncio.Event()
+
+    async def on_message(message):
+        if getattr(message, "method", "") == "notifications/tools/list_changed":
+            changed.set()
+
+    async with gw.client("d2", "legacy", message_handler=on_message) as c:
+        assert _names(await c.list_tools()) == []
+        (sid,) = [
+            s for s, v in gw.rt.endpoint.legacy.sessions.items() if v.key_id == gw.key_ids["d2"]
+        ]
+        await wait_for(lambda: gw.rt.endpoint.streams.count(sid) == 1)  # its GET stream
+        await gw.grant("org:Acme", "hr.lookup")  # a grant to the organisation reaches all
+        await asyncio.wait_for(changed.wait(), 30)
+        assert _names(await c.list_tools()) == ["hr.lookup"]
+    await gw.revoke("org:Acme", "hr.lookup")
+
+
 async def test_an_upstream_list_change_is_relayed_to_the_owners_session_stream(gw):
     await gw.key("e", "Acme/hr/people")
     await gw.grant("project:Acme/hr/people", "hr")
