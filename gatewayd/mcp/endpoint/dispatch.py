@@ -123,7 +123,7 @@ class Dispatcher:
         key = caller.key
         for server, tools in zip(servers, per_server, strict=True):
             for t in tools:
-                bare = t.get("name")
+                bare = t.get("name") if isinstance(t, dict) else None
                 if not isinstance(bare, str) or not reg.allowed(key, server, bare):
                     continue
                 name = listed_name(server, bare)
@@ -159,7 +159,9 @@ class Dispatcher:
             breakers.release(server)
             raise
         breakers.success(server)
-        reg.tools_seen[server] = [t["name"] for t in tools if isinstance(t.get("name"), str)]
+        reg.tools_seen[server] = [
+            t["name"] for t in tools if isinstance(t, dict) and isinstance(t.get("name"), str)
+        ]
         return tools
 
     # --- tools/call -----------------------------------------------------------
