@@ -100,7 +100,10 @@ BearerFileOpt = typer.Option(
     show_default=False,
 )
 TimeoutOpt = typer.Option(
-    None, "--timeout", min=0.001, help="Seconds a call may take (default: mcp.default_timeout_s)."
+    None,
+    "--timeout",
+    min=0,
+    help="Seconds a call may take (0: server.yaml's mcp.default_timeout_s, the default).",
 )
 RateOpt = typer.Option(None, "--rate", min=0, help="Calls a minute per key (0: no limit).")
 
