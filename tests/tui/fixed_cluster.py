@@ -25,11 +25,15 @@ from proto.llmgw.v1 import (
     ListBatchesReply,
     ListEnginesReply,
     ListKeysReply,
+    ListMcpGrantsReply,
+    ListMcpServersReply,
     ListMirrorsReply,
     ListModelsReply,
     ListNodesReply,
     ListReplicasReply,
     ListTenantsReply,
+    McpGrantView,
+    McpServerView,
     MirrorDuReply,
     MirrorPeersReply,
     MirrorPeerView,
@@ -578,6 +582,43 @@ MIRROR_PEERS = MirrorPeersReply(
 )
 
 
+# The MCP gateway: llmgw:admin, hr answering, wiki's breaker open; two grants.
+MCP_GRANTS = [
+    McpGrantView(scope="project:Acme/ml/search", target="hr", created_at=_at("10:02:11")),
+    McpGrantView(scope="team:Acme/ml", target="llmgw:admin.list_nodes", created_at=_at("10:05:40")),
+]
+MCP_SERVERS = ListMcpServersReply(
+    endpoint="http://cp-1.lab:8080/mcp",
+    servers=[
+        McpServerView(name="llmgw:admin", builtin=True, enabled=True, state="ok"),
+        McpServerView(
+            name="hr",
+            url="http://hr.lab:9100/mcp",
+            transport="streamable_http",
+            description="the staff directory",
+            enabled=True,
+            header_names=["X-Team"],
+            sealed_header_names=["Authorization"],
+            rate_per_minute=60,
+            breaker="closed",
+            state="ok",
+            tools=["lookup", "slow"],
+            grants=MCP_GRANTS[:1],
+        ),
+        McpServerView(
+            name="wiki",
+            url="http://wiki.lab:9200/sse",
+            transport="sse",
+            enabled=True,
+            timeout_s=10,
+            breaker="open",
+            breaker_reason="connection refused",
+            state="failing",
+        ),
+    ],
+)
+
+
 class FixedAdmin:
     """Answers as ``AdminClient`` does, always with the replies above; changes nothing."""
 
@@ -648,6 +689,12 @@ class FixedAdmin:
 
     async def list_mirror_peers(self) -> MirrorPeersReply:
         return MIRROR_PEERS
+
+    async def list_mcp_servers(self) -> ListMcpServersReply:
+        return MCP_SERVERS
+
+    async def list_mcp_grants(self, who: str = "", server: str = "") -> ListMcpGrantsReply:
+        return ListMcpGrantsReply(grants=MCP_GRANTS)
 
     async def watch(self, topics: list[str]) -> AsyncIterator[WatchEvent]:
         await asyncio.Event().wait()  # nothing changes in a fixed cluster

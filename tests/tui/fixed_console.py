@@ -393,6 +393,12 @@ async def open_mirror_add(pilot: Pilot) -> None:
     await pilot.pause()
 
 
+async def open_mcp(pilot: Pilot) -> None:
+    await _mode(pilot, "j", "McpScreen", "#mcp-servers")
+    grants = pilot.app.screen.query_one("#mcp-grants", DataTable)
+    await until(pilot, lambda: grants.row_count > 0)
+
+
 async def open_node_overview(pilot: Pilot) -> None:
     await until(pilot, lambda: getattr(pilot.app.screen, "facts", None) is not None)
     await pilot.pause()
@@ -463,6 +469,7 @@ SCENES = [
     Scene("batches", "cluster", "Batches (b)", open_batches),
     Scene("mirror", "cluster", "Mirror (i)", open_mirror),
     Scene("mirror-add", "cluster", "Add to the mirror (a on Mirror)", open_mirror_add),
+    Scene("mcp", "cluster", "MCP (j)", open_mcp),
     Scene("node-overview", "node", "Node console: Overview (o)", open_node_overview),
     Scene("node-agent-yaml", "node", "Node console: agent.yaml (y)", open_agent_yaml),
     Scene("setup-parts", "setup", "Setup: the parts", open_setup_parts),
