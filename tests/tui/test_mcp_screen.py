@@ -303,6 +303,15 @@ async def test_replace_credential_seals_the_new_token_and_shows_only_its_header_
             )
             assert service.sealed["hr"] == {"Authorization": f"Bearer {TOKEN_TYPED}"}
             assert TOKEN_TYPED not in screen_text(app)
+            # A header of its own is offered again as the one to replace.
+            service.servers["wiki"].sealed_header_names = ["X-Api-Key"]
+            app.screen.reload()
+            await select(pilot, app, "#mcp-servers", "wiki")
+            await wait_until(
+                pilot, lambda: "X-Api-Key" in " ".join(rows(app, "#mcp-servers")["wiki"])
+            )
+            await press_for(pilot, app, "s", CredentialDialog)
+            assert app.screen.query_one("#cred-header", Input).value == "X-Api-Key"
 
 
 async def test_remove_asks_then_removes_the_server_and_its_grants(server):

@@ -98,11 +98,11 @@ class CredentialFields:
     """The credential part of a form, on one row: which header it goes in (empty: a
     bearer token, ``Authorization: Bearer …``) and the token, in a password field."""
 
-    def credential_fields(self, ident: str) -> ComposeResult:
-        """Two columns, for the caller's ``form-row``."""
+    def credential_fields(self, ident: str, header: str = "") -> ComposeResult:
+        """Two columns, for the caller's ``form-row``; ``header``: the one sealed now."""
         with Vertical():
             yield Label("Credential header")
-            yield Input(placeholder="(empty: bearer token)", id=f"{ident}-header")
+            yield Input(header, placeholder="(empty: bearer token)", id=f"{ident}-header")
         with Vertical():
             yield Label("Token or value")
             yield Input(password=True, placeholder="(hidden)", id=f"{ident}-secret")
@@ -235,8 +235,10 @@ class CredentialDialog(CredentialFields, FormDialog[PutMcpServerRequest]):
         sealed = ", ".join(self.current.sealed_header_names) or "none"
         yield Label(f"Sealed now: {sealed}. The new one replaces every sealed header;")
         yield Label("its value is never shown again (only its header name).")
+        # A header of its own stays the one to replace; Authorization is a bearer token.
+        own = [n for n in self.current.sealed_header_names if n.lower() != "authorization"]
         with Horizontal(classes="form-row"):
-            yield from self.credential_fields("cred")
+            yield from self.credential_fields("cred", own[0] if len(own) == 1 else "")
 
     def result(self) -> PutMcpServerRequest:
         secrets = self.credential("cred")
