@@ -265,6 +265,16 @@ async def test_notifications_in_a_session_are_202_and_delete_ends_it(gw):
         assert r.status == 404
 
 
+async def test_open_streams_end_when_the_gateway_stops_so_its_http_server_can(gw):
+    # Guards: uvicorn waiting for ever on a GET stream at gatewayd's stop.
+    sid = await _initialize(gw)
+    h = {**_auth(gw), "mcp-session-id": sid, "Accept": "text/event-stream"}
+    async with gw.http.get(gw.url, headers=h) as r:
+        assert r.status == 200 and r.headers["content-type"] == "text/event-stream"
+        gw.rt.end_streams()  # what GatewayServer.stop does before it waits for uvicorn
+        assert await asyncio.wait_for(r.read(), 30) == b""
+
+
 # --- fuzz -----------------------------------------------------------------------
 
 _printable = st.text(st.characters(min_codepoint=32, max_codepoint=126), max_size=40)
