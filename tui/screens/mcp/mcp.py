@@ -33,6 +33,7 @@ from proto.llmgw.v1 import (
     ListMcpGrantsReply,
     ListMcpServersReply,
     McpGrantReply,
+    McpGrantView,
     McpServerView,
     McpTestReply,
     PutMcpServerRequest,
@@ -109,7 +110,7 @@ class McpScreen(Rereads, Screen[None]):
         super().__init__()
         self._client = client
         self._servers: LiveRows[McpServerView] = LiveRows(keys_of(SERVER_COLUMNS), server_cells)
-        self._grants: LiveRows = LiveRows(keys_of(GRANT_COLUMNS), grant_cells)
+        self._grants: LiveRows[McpGrantView] = LiveRows(keys_of(GRANT_COLUMNS), grant_cells)
         self._read: McpRead | None = None
         # The server to put the cursor on once the next read arrives (after an add).
         self._want: str | None = None
@@ -149,7 +150,7 @@ class McpScreen(Rereads, Screen[None]):
         key = None if table is None else selected_key(table)
         return None if key is None else self._servers.views.get(key)
 
-    def selected_grant(self):
+    def selected_grant(self) -> McpGrantView | None:
         table = next(self.query("#mcp-grants").results(DataTable), None)
         key = None if table is None else selected_key(table)
         return None if key is None else self._grants.views.get(key)
