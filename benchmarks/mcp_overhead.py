@@ -128,19 +128,19 @@ class Processes:
                 proc.wait()
 
 
-async def start_tool_server(procs: Processes) -> tuple[str, int]:
+async def start_tool_server(procs: Processes, name: str) -> tuple[str, int]:
     """The SDK server; its MCP address and pid."""
     port = free_port()
     argv = [sys.executable, str(Path(__file__).resolve()), "--serve-tool-server", str(port)]
-    proc = procs.start("tool-server", argv)
+    proc = procs.start(name, argv)
 
     def ready() -> str:
-        for line in procs.log("tool-server").splitlines():
+        for line in procs.log(name).splitlines():
             if line.startswith("READY "):
                 return line.split(" ", 1)[1]
         return ""
 
-    return await procs.until("tool-server", proc, ready), proc.pid
+    return await procs.until(name, proc, ready), proc.pid
 
 
 async def start_llmgw(procs: Processes, server_url: str) -> McpPath:
@@ -159,6 +159,9 @@ async def start_llmgw(procs: Processes, server_url: str) -> McpPath:
     cfg = load_server_config(paths.server_yaml)
     for name, port in ports.items():
         setattr(cfg.listen, name, f"{HOST}:{port}")
+    # Every call comes from 127.0.0.1: one address, so its bound is the total's (a backlog
+    # at 500/s opens hundreds of connections, which the per-address bound would refuse).
+    cfg.connections.max_per_address = cfg.connections.max_total
     write_atomic(paths.server_yaml, dump_yaml(cfg))
     proc = procs.start(
         "gatewayd", [sys.executable, "-m", "llmgw", "server"], {"LLMGW_HOME": str(paths.home)}
@@ -282,17 +285,23 @@ async def run(args) -> dict:
         "steps": [],
     }
     timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
-    with tempfile.TemporaryDirectory(prefix="llmgw-mcp-bench-") as tmp:
-        procs = Processes(Path(tmp))
+    workdir = Path(tempfile.mkdtemp(prefix="llmgw-mcp-bench-"))
+    report["workdir"] = str(workdir) if args.keep else ""
+    try:
+        procs = Processes(workdir)
         sessions: list[aiohttp.ClientSession] = []
         opened: list[McpPath] = []
         try:
-            server_url, server_pid = await start_tool_server(procs)
+            # Two processes of the same server, one per path: at 500/s each path alone
+            # keeps a Python server's core busy (~1.7 ms of CPU a call).
+            direct_url, direct_pid = await start_tool_server(procs, "tool-server-direct")
+            server_url, server_pid = await start_tool_server(procs, "tool-server-behind")
+            server_pids = (direct_pid, server_pid)
             gateways: dict[str, McpPath] = {}
             for name in args.gateways:
                 try:
                     if name == "direct":
-                        # The same server twice: the figures' noise floor (added ≈ 0).
+                        # The other server straight: the figures' noise floor (added ≈ 0).
                         gateways[name] = McpPath("direct", server_url, {}, "")
                         report["gateways"][name] = {"started": True}
                     elif name == "llmgw":
@@ -309,15 +318,17 @@ async def run(args) -> dict:
                     print(f"{name} could not be started: {e}", file=sys.stderr)
             # llmgw's steps first: a LiteLLM pushed past what it can answer is still working
             # through its backlog after its step has given up on it.
+            # Low rates first: an overloaded step's backlog (and the breaker it opens) must
+            # not reach a step the machine can carry.
             plan = [
                 (name, gen_name, rate)
                 for name in gateways
-                for gen_name in args.generations
                 for rate in (args.litellm_rates if name == "litellm" else args.rates)
+                for gen_name in args.generations
             ]
             for name, gen_name, rate in plan:
                 generation = GENERATIONS[gen_name]
-                direct = McpPath("direct", server_url, {}, generation, server_pid)
+                direct = McpPath("direct", direct_url, {}, generation, direct_pid)
                 through = McpPath(
                     name, gateways[name].url, gateways[name].headers, generation, gateways[name].pid
                 )
@@ -345,7 +356,7 @@ async def run(args) -> dict:
                         rate=rate,
                         each_s=args.each_s,
                         warmup_s=args.warmup_s,
-                        server_pid=server_pid,
+                        server_pids=server_pids,
                     )
                 report["steps"].append(step)
         finally:
@@ -354,6 +365,9 @@ async def run(args) -> dict:
             for session in sessions:
                 await session.close()
             procs.stop()
+    finally:
+        if not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
     return report
 
 
@@ -380,9 +394,13 @@ def render(report: dict) -> str:
             f"{pair(s['added_p50_ms'], s['added_p99_ms']):>17} "
             f"{_f(s['gateway_cpu_ms_per_call']):>14} {_f(s['load_lag_p99_ms']):>7}"
         )
+        if s["machine_limited"]:
+            lines.append(f"{'':<26}the machine, not the gateway, was the limit in this step")
         for where in ("direct", "through"):
             if s[where]["failures"]:
                 lines.append(f"{'':<26}{where} failures: {s[where]['failures']}")
+    if report["workdir"]:
+        lines.append(f"logs kept in {report['workdir']}")
     for name, g in report["gateways"].items():
         if not g.get("started"):
             lines.append(f"{name}: not measured — {g.get('error', '')[:500]}")
@@ -393,6 +411,15 @@ def render(report: dict) -> str:
 
 def _f(v) -> str:
     return "–" if v is None else f"{v:.2f}"
+
+
+def _loop_run(coro):
+    """On uvloop where installed, as gatewayd runs: the client costs less than it measures."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coro)
+    return uvloop.run(coro)
 
 
 def _seconds(text: str) -> float:
@@ -415,6 +442,7 @@ def main() -> int:
         help="direct (the server twice: noise), llmgw, litellm",
     )
     p.add_argument("--litellm-venv", type=Path, default=Path("/tmp/llmgw-bench-litellm-mcp"))
+    p.add_argument("--keep", action="store_true", help="keep the work folder (the logs)")
     p.add_argument("--json", type=Path, help="also write the report here")
     args = p.parse_args()
     try:
@@ -436,7 +464,7 @@ def main() -> int:
     if min(args.rates + args.litellm_rates, default=0) <= 0:
         p.error("--rates: each rate must be above 0")
     try:
-        report = asyncio.run(run(args))
+        report = _loop_run(run(args))
     except RuntimeError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
