@@ -143,8 +143,11 @@ async def start_tool_server(procs: Processes, name: str) -> tuple[str, int]:
     return await procs.until(name, proc, ready), proc.pid
 
 
-async def start_llmgw(procs: Processes, server_url: str) -> McpPath:
-    """A real gatewayd with the server added and granted to a key's project; the /mcp path."""
+async def start_llmgw(procs: Processes, server_url: str) -> tuple[McpPath, str]:
+    """A real gatewayd with the server added and granted to a key's project.
+
+    Its /mcp path, and the address of its Prometheus metrics.
+    """
     from llmgw.admin_client import AdminClient
     from llmgw.config import dump_yaml, load_server_config
     from llmgw.errors import LlmgwError
@@ -185,13 +188,29 @@ async def start_llmgw(procs: Processes, server_url: str) -> McpPath:
             PutMcpServerRequest(name=SERVER, create=True, url=server_url, enabled=True)
         )
         await admin.grant_mcp(PROJECT, SERVER)
-    return McpPath(
+    path = McpPath(
         "llmgw",
         f"http://{HOST}:{ports['http']}/mcp",
         {"authorization": f"Bearer {key.secret}"},
         "",
         proc.pid,
     )
+    return path, f"http://{HOST}:{ports['metrics']}/metrics"
+
+
+def counted_calls(metrics_url: str) -> dict[str, int]:
+    """gatewayd's own count of tools/call by how they ended (llmgw_mcp_calls_total)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(metrics_url, timeout=5) as r:
+        text = r.read().decode()
+    counts: dict[str, int] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "llmgw_mcp_calls_total":
+                status = sample.labels["status"]
+                counts[status] = counts.get(status, 0) + int(sample.value)
+    return counts
 
 
 def ensure_litellm(venv: Path) -> Path:
@@ -305,8 +324,8 @@ async def run(args) -> dict:
                         gateways[name] = McpPath("direct", server_url, {}, "")
                         report["gateways"][name] = {"started": True}
                     elif name == "llmgw":
-                        gateways[name] = await start_llmgw(procs, server_url)
-                        report["gateways"][name] = {"started": True}
+                        gateways[name], metrics_url = await start_llmgw(procs, server_url)
+                        report["gateways"][name] = {"started": True, "metrics": metrics_url}
                     else:
                         gateways[name] = await start_litellm(procs, args.litellm_venv, server_url)
                         report["gateways"][name] = {
@@ -359,6 +378,10 @@ async def run(args) -> dict:
                         server_pids=server_pids,
                     )
                 report["steps"].append(step)
+            if "llmgw" in gateways:
+                # Every call through it, warm-ups too, as its metrics port counts them.
+                llmgw = report["gateways"]["llmgw"]
+                llmgw["counted_calls"] = await asyncio.to_thread(counted_calls, llmgw["metrics"])
         finally:
             for path in opened:
                 await path.close()
@@ -406,6 +429,8 @@ def render(report: dict) -> str:
             lines.append(f"{name}: not measured — {g.get('error', '')[:500]}")
         elif g.get("version"):
             lines.append(f"{name}: {g['version']}")
+        if g.get("counted_calls"):
+            lines.append(f"{name} counted the calls through it as {g['counted_calls']}")
     return "\n".join(lines)
 
 

@@ -30,3 +30,5 @@ def test_the_mcp_benchmark_calls_the_tool_straight_and_through_llmgw_in_both_gen
         assert step["direct"]["sent"] == step["through"]["sent"] == 10, step
         assert step["failed"] == 0, step
         assert step["added_p50_ms"] is not None
+    # gatewayd counted each call it relayed, as answered, on its metrics port.
+    assert report["gateways"]["llmgw"]["counted_calls"] == {"ok": 20}
