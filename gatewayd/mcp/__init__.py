@@ -65,5 +65,37 @@ async def mount(server) -> McpRuntime | None:
     )
     rt.endpoint = McpEndpoint(rt, server.keys)
     registry.on_change(rt.endpoint.tools_changed)
+    registry.on_change(_forget_changed_servers(rt, server._tasks))
     server._tasks.extend(rt.start())
     return rt
+
+
+def _forget_changed_servers(rt: McpRuntime, tasks: list):
+    """A listener closing the connections to servers whose address, headers or credentials
+    changed in the store, and forgetting their breakers, so the next call uses what is kept
+    now. The admin call that made a change does this itself on its own control plane; this
+    is how every other control plane sharing the store learns of it (within a refresh)."""
+    import asyncio
+
+    seen = {rec.name: rec for rec in rt.registry.servers()}
+
+    def changed() -> None:
+        now = {rec.name: rec for rec in rt.registry.servers()}
+        gone = [
+            name
+            for name, old in seen.items()
+            if (new := now.get(name)) is None
+            or (new.url, new.transport, new.headers, new.secret_refs, new.enabled)
+            != (old.url, old.transport, old.headers, old.secret_refs, old.enabled)
+        ]
+        seen.clear()
+        seen.update(now)
+        for name in gone:
+            rt.breakers.forget(name)
+            task = asyncio.get_running_loop().create_task(
+                rt.pool.drop_server(name), name=f"mcp-drop-{name}"
+            )
+            tasks.append(task)
+            task.add_done_callback(lambda t: t in tasks and tasks.remove(t))
+
+    return changed

@@ -290,3 +290,23 @@ async def test_every_call_leaves_a_row_and_a_metric(gw):
         "llmgw_mcp_calls_total", {"server": "hr", "tool": "lookup", "status": "ok"}
     )
     assert ok is not None and ok >= 1
+
+
+async def test_a_credential_changed_in_the_store_by_another_control_plane_is_used_next_call(gw):
+    # Guards: a control plane that did not take the change itself kept its open
+    # upstream connections, so callers there went on with the old credential.
+    second = hr_server("old-token")
+    async with serve(second) as url:
+        await gw.add_server("hr2", url, bearer="old-token")
+        await gw.key("x", "Acme/ml/rotate")
+        await gw.grant("project:Acme/ml/rotate", "hr2")
+        async with gw.client("x") as c:
+            assert not (await c.call_tool("hr2.lookup", {"name": "Ada"})).is_error
+            assert gw.rt.pool.owners("hr2") == [f"key:{gw.key_ids['x']}"]
+            # The company rotates its token; another control plane's admin call writes the
+            # new one to the shared store, and this one only reads the store again.
+            second.token = "new-token"
+            await gw.add_server("hr2", url, bearer="new-token")
+            await wait_for(lambda: not gw.rt.pool.owners("hr2"))
+            assert not (await c.call_tool("hr2.lookup", {"name": "Ada"})).is_error
+    assert second.headers_seen("authorization")[-1] == "Bearer new-token"
