@@ -143,7 +143,9 @@ async def start_tool_server(procs: Processes, name: str) -> tuple[str, int]:
     return await procs.until(name, proc, ready), proc.pid
 
 
-async def start_llmgw(procs: Processes, server_url: str) -> tuple[McpPath, str]:
+async def start_llmgw(
+    procs: Processes, server_url: str, cprofile: Path | None = None
+) -> tuple[McpPath, str]:
     """A real gatewayd with the server added and granted to a key's project.
 
     Its /mcp path, and the address of its Prometheus metrics.
@@ -166,8 +168,11 @@ async def start_llmgw(procs: Processes, server_url: str) -> tuple[McpPath, str]:
     # at 500/s opens hundreds of connections, which the per-address bound would refuse).
     cfg.connections.max_per_address = cfg.connections.max_total
     write_atomic(paths.server_yaml, dump_yaml(cfg))
+    prefix = ["-m", "cProfile", "-o", str(cprofile)] if cprofile else []
     proc = procs.start(
-        "gatewayd", [sys.executable, "-m", "llmgw", "server"], {"LLMGW_HOME": str(paths.home)}
+        "gatewayd",
+        [sys.executable, *prefix, "-m", "llmgw", "server"],
+        {"LLMGW_HOME": str(paths.home)},
     )
     token = paths.admin_token_file.read_text().strip()
     async with AdminClient(f"{HOST}:{ports['admin']}", token) as admin:
@@ -324,7 +329,9 @@ async def run(args) -> dict:
                         gateways[name] = McpPath("direct", server_url, {}, "")
                         report["gateways"][name] = {"started": True}
                     elif name == "llmgw":
-                        gateways[name], metrics_url = await start_llmgw(procs, server_url)
+                        gateways[name], metrics_url = await start_llmgw(
+                            procs, server_url, args.cprofile
+                        )
                         report["gateways"][name] = {"started": True, "metrics": metrics_url}
                     else:
                         gateways[name] = await start_litellm(procs, args.litellm_venv, server_url)
@@ -467,6 +474,9 @@ def main() -> int:
         help="direct (the server twice: noise), llmgw, litellm",
     )
     p.add_argument("--litellm-venv", type=Path, default=Path("/tmp/llmgw-bench-litellm-mcp"))
+    p.add_argument(
+        "--cprofile", type=Path, help="run gatewayd under cProfile, its profile written here"
+    )
     p.add_argument("--keep", action="store_true", help="keep the work folder (the logs)")
     p.add_argument("--json", type=Path, help="also write the report here")
     args = p.parse_args()
