@@ -172,12 +172,14 @@ class Breakers:
             st.trial_at = None
 
     def state(self, server: str) -> tuple[str, str]:
-        """("closed" | "open" | "half_open", the last failure's reason, "" if none since a success)."""
+        """("closed" | "open" | "half_open", why it opened: the last failure's reason).
+
+        The reason is "" while closed, as McpServerView.breaker_reason says: a
+        failure or two below the threshold is no reason to show.
+        """
         st = self._states.get(server)
-        if st is None:
+        if st is None or not st.until:
             return CLOSED, ""
-        if not st.until:
-            return CLOSED, st.reason
         return (OPEN if self._clock() < st.until else HALF_OPEN), st.reason
 
     def forget(self, server: str) -> None:
