@@ -43,9 +43,12 @@ async def mount(server) -> McpRuntime | None:
 
     def known(name: str, tool: str) -> bool:
         # Metric labels come from the registry only: a name a caller made up is "unknown".
+        # An empty tool asks after the server alone (a known server, a made-up tool).
         if name == ADMIN_SERVER:
-            return tool in admin_names
-        return registry.get(name) is not None and tool in registry.tools_seen.get(name, ())
+            return not tool or tool in admin_names
+        if registry.get(name) is None:
+            return False
+        return not tool or tool in registry.tools_seen.get(name, ())
 
     rt = server.mcp = McpRuntime(
         cfg=cfg,
