@@ -18,11 +18,11 @@ from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 from typer.testing import CliRunner
 
-from llmgw.cli.ctl.render_mcp import client_config
 from llmgw.cli.main import app as llmgw_cli
 from llmgw.errors import ExitCode
 from llmgw.mcp.names import ADMIN_SERVER, grant_target, parse_what, parse_who
 from llmgw.paths import Paths
+from llmgw.present.mcpfmt import client_config
 from llmgw.setup.cluster_init import init_server
 from proto.llmgw.v1 import (
     ListMcpGrantsReply,

@@ -4,7 +4,7 @@ A server's row: its name, state, breaker, rate, timeout, header names (the
 sealed ones marked; values never reach the console), address and its tools; a
 grant's row: its scope and target. Both, and the panel saying how an agent is
 pointed at ``/mcp`` with its own key, are drawn by the command's own helpers
-(``llmgw.cli.ctl.render_mcp``): the screen shows what the command prints.
+(``llmgw.present.mcpfmt``, which ``llmgw ctl mcp`` draws with too): the screen shows what the command prints.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import json
 
 from rich.text import Text
 
-from llmgw.cli.ctl.render_mcp import (
+from llmgw.present.mcpfmt import (
     GRANT_COLUMNS,
     KEY_PLACEHOLDER,
     SERVER_COLUMNS,
