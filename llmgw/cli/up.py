@@ -216,7 +216,12 @@ async def _up(paths: Paths, hosts: list[str], mirror: bool = False) -> None:
         console.print(
             f"[bold green]llmgw is up[/bold green] (cluster {cfg.cluster_name!r}, home {paths.home})\n"
             f"  API        http://127.0.0.1:{http_port}/v1  (health: /health, /ready)\n"
-            f"  agents     {cfg.listen.agent} (mutual TLS)\n"
+            + (
+                f"  MCP        http://127.0.0.1:{http_port}/mcp  (tools by grant: llmgw ctl mcp)\n"
+                if cfg.mcp.enabled
+                else ""
+            )
+            + f"  agents     {cfg.listen.agent} (mutual TLS)\n"
             f"  admin      {cfg.listen.admin} (token in {paths.admin_token_file})\n"
             + (
                 f"  mirror     {mirror_url}  (read token in {paths.mirror_read_token_file})\n"
