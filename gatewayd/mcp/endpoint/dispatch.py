@@ -27,6 +27,7 @@ from gatewayd.mcp.endpoint.errors import (
     RpcError,
     unknown_tool,
 )
+from gatewayd.mcp.endpoint.progress import Progress, caller_token
 from gatewayd.mcp.endpoint.streams import Streams
 from gatewayd.mcp.runtime import McpRuntime
 from gatewayd.mcp.upstream.errors import UpstreamError, UpstreamRpcError
@@ -166,8 +167,13 @@ class Dispatcher:
 
     # --- tools/call -----------------------------------------------------------
 
-    async def call_tool(self, caller: Caller, params: dict, call: Call) -> dict:
-        """The tool's result; RpcError when refused or failed (``call.status`` says how)."""
+    async def call_tool(
+        self, caller: Caller, params: dict, call: Call, progress: Progress | None = None
+    ) -> dict:
+        """The tool's result; RpcError when refused or failed (``call.status`` says how).
+
+        With ``progress``, the upstream is asked for progress under that relay's token.
+        """
         name = params.get("name")
         if not isinstance(name, str):
             call.status = "not_found"
@@ -195,9 +201,9 @@ class Dispatcher:
         rec = reg.get(server)
         if rec is None or not rec.enabled:
             raise self._unknown(call, name)
-        return await self._call_upstream(caller, call, rec, name, tool, args)
+        return await self._call_upstream(caller, call, rec, name, tool, args, progress)
 
-    async def _call_upstream(self, caller, call, rec, name, tool, args) -> dict:
+    async def _call_upstream(self, caller, call, rec, name, tool, args, progress) -> dict:
         server = rec.name
         breakers = self.rt.breakers
         wait_s = breakers.admit(server)
@@ -228,9 +234,17 @@ class Dispatcher:
             # The upstream client bounds its open and the call by timeout_s itself
             # (an UpstreamError "timeout"): no second timer on the hot path.
             up = await self._upstream(caller, server)
-            result = await up.request(
-                "tools/call", {"name": tool, "arguments": args}, timeout_s=timeout_s
-            )
+            if progress is None:
+                result = await up.request(
+                    "tools/call", {"name": tool, "arguments": args}, timeout_s=timeout_s
+                )
+            else:
+                result = await up.request(
+                    "tools/call",
+                    {"name": tool, "arguments": args, "_meta": {"progressToken": progress.token}},
+                    timeout_s=timeout_s,
+                    on_notification=progress.on_notification,
+                )
         except UpstreamError as e:
             if e.kind == "timeout":
                 raise await self._timed_out(caller, call, server, timeout_s) from None
@@ -285,6 +299,14 @@ class Dispatcher:
         if self._admin_names is None:
             self._admin_names = frozenset(t["name"] for t in self.rt.admin_tools.tools())
         return self._admin_names
+
+    def progress_for(self, caller: Caller, params: dict, headers: dict) -> Progress | None:
+        """A relay for the call's progress when it asks for progress and can take a stream."""
+        token = caller_token(params, headers)
+        if token is None:
+            return None
+        owner, streams = caller.owner, self.streams
+        return Progress(token, lambda method, _params: streams.notify(owner, method))
 
     async def _upstream(self, caller: Caller, server: str):
         owner = caller.owner

@@ -30,6 +30,8 @@ from gatewayd.mcp.endpoint.errors import (
     result_bytes,
     rpc_error_bytes,
 )
+from gatewayd.mcp.endpoint.progress import Progress
+from gatewayd.mcp.endpoint.progress import answer as relay_progress
 from gatewayd.mcp.endpoint.streams import Stream, Streams
 from llmgw import __version__
 
@@ -100,13 +102,12 @@ class LegacyPath:
             return
         caller = Caller(key, session.sid, modern=False)
         if method == "tools/call":
-            name = params.get("name")
-            call = Call("", name if isinstance(name, str) else "")
-            try:
-                body = result_bytes(req_id, await self.dispatch.call_tool(caller, params, call))
-            except RpcError as e:
-                body = rpc_error_bytes(req_id, e)
-            self.dispatch.record(caller, call, size, len(body))
+            progress = self.dispatch.progress_for(caller, params, req.headers)
+            if progress is not None:
+                work = self._outcome(caller, params, req_id, size, progress)
+                await relay_progress(send, progress, work, req_id)
+                return
+            _, body = await self._outcome(caller, params, req_id, size)
             await wire.send_bytes(send, 200, body)
             return
         try:
@@ -114,6 +115,21 @@ class LegacyPath:
         except RpcError as e:
             body = rpc_error_bytes(req_id, e)
         await wire.send_bytes(send, 200, body)
+
+    async def _outcome(
+        self, caller: Caller, params: dict, req_id, size: int, progress: Progress | None = None
+    ) -> tuple[int, bytes]:
+        """A tools/call's answer, its accounting done (JSON-RPC errors go with HTTP 200 here)."""
+        name = params.get("name")
+        call = Call("", name if isinstance(name, str) else "")
+        try:
+            body = result_bytes(
+                req_id, await self.dispatch.call_tool(caller, params, call, progress)
+            )
+        except RpcError as e:
+            body = rpc_error_bytes(req_id, e)
+        self.dispatch.record(caller, call, size, len(body))
+        return 200, body
 
     async def _initialize(self, key: KeyInfo, msg: dict, req_id, send) -> None:
         params = msg.get("params")

@@ -35,6 +35,8 @@ from gatewayd.mcp.endpoint.errors import (
     rpc_error_bytes,
 )
 from gatewayd.mcp.endpoint.legacy import INSTRUCTIONS
+from gatewayd.mcp.endpoint.progress import Progress
+from gatewayd.mcp.endpoint.progress import answer as relay_progress
 from gatewayd.mcp.endpoint.streams import Streams
 from llmgw import __version__
 
@@ -104,7 +106,13 @@ class ModernPath:
 
         caller = Caller(key, "key:" + key.key_id, modern=True)
         if method == "tools/call":
-            await self._call(caller, params, req_id, size, send)
+            progress = self.dispatch.progress_for(caller, params, req.headers)
+            if progress is not None:
+                work = self._outcome(caller, params, req_id, size, progress)
+                await relay_progress(send, progress, work, req_id)
+                return
+            status, body = await self._outcome(caller, params, req_id, size, None)
+            await wire.send_bytes(send, status, body)
             return
         if method == "server/discover":
             await wire.send_bytes(send, 200, result_bytes(req_id, self._discover))
@@ -119,12 +127,15 @@ class ModernPath:
             body, status = rpc_error_bytes(req_id, e), _status(e.code)
         await wire.send_bytes(send, status, body)
 
-    async def _call(self, caller: Caller, params: dict, req_id, size: int, send) -> None:
+    async def _outcome(
+        self, caller: Caller, params: dict, req_id, size: int, progress: Progress | None
+    ) -> tuple[int, bytes]:
+        """A tools/call's HTTP status and answer, its accounting done."""
         name = params.get("name")
         call = Call("", name if isinstance(name, str) else "")
         status = 200
         try:
-            result = await self.dispatch.call_tool(caller, params, call)
+            result = await self.dispatch.call_tool(caller, params, call, progress)
             if "resultType" not in result:
                 result["resultType"] = (
                     "complete"  # a legacy upstream's answer, as 2026-07-28 has it
@@ -133,7 +144,7 @@ class ModernPath:
         except RpcError as e:
             body, status = rpc_error_bytes(req_id, e), _status(e.code)
         self.dispatch.record(caller, call, size, len(body))
-        await wire.send_bytes(send, status, body)
+        return status, body
 
     async def _listen(self, caller: Caller, params: dict, req_id, receive, send) -> None:
         wanted = params.get("notifications")
