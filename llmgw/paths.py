@@ -92,6 +92,20 @@ class Paths:
         return self.run_dir / "log"
 
     @property
+    def server_pid_file(self) -> Path:
+        """Written by ``llmgw server`` while it runs; ``llmgw stop`` reads it."""
+        return self.run_dir / "llmgw-server.pid"
+
+    @property
+    def agent_pid_file(self) -> Path:
+        """The agent's, by the name ``node add`` gives a detached agent's too."""
+        return self.run_dir / "llmgw-agent.pid"
+
+    @property
+    def mirror_pid_file(self) -> Path:
+        return self.run_dir / "llmgw-mirror.pid"
+
+    @property
     def agent_status_socket(self) -> Path:
         """The agent's read-only status socket, which the node console reads."""
         return self.run_dir / "agent-status.sock"

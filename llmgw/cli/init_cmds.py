@@ -32,6 +32,7 @@ from llmgw.setup import cluster_init, starter
 from llmgw.setup import plan as setup_plan
 from llmgw.setup.cluster_init import InitResult, NodeBundle
 from llmgw.setup.mirror_init import MIRROR_UNIT_NAME, MirrorInit, init_mirror, parse_bytes
+from llmgw.setup.server_unit import ServerUnitStep, ensure_server_unit
 
 STORE_DSN_ENV = "LLMGW_STORE_DSN"
 
@@ -213,6 +214,7 @@ def server_init(
         mirrored = (
             init_mirror(paths, listen=mirror_listen, max_bytes=mirror_quota) if mirror else None
         )
+        unit = ensure_server_unit(paths, load_server_config(paths.server_yaml))
         # Every run: init has just put the token back to 0600, as a secret should be
         # unless server.yaml names a group for it.
         gid = _admin_gid(recorded.admin_group)
@@ -225,13 +227,18 @@ def server_init(
         out["setup"] = recorded.model_dump(mode="json")
         out["node"] = agent.model_dump(mode="json") if agent else None
         out["mirror"] = mirrored.model_dump(mode="json") if mirrored else None
+        out["server_unit"] = unit.model_dump(mode="json")
         typer.echo(json.dumps(out, indent=2))
     else:
         _print_init(result)
+        _print_server_unit(unit)
         _print_setup(paths, recorded, agent)
         if mirrored is not None:
             _print_mirror(paths, mirrored)
-        typer.echo("Start it: llmgw up" if agent else "Start it: llmgw server")
+        if unit.enabled:
+            typer.echo("Start it: llmgw start  (it starts at boot from now on)")
+        else:
+            typer.echo("Start it: llmgw up" if agent else "Start it: llmgw server")
 
 
 def _setup_flags_given(*values) -> bool:
@@ -314,6 +321,16 @@ def _print_mirror(paths: Paths, m: MirrorInit) -> None:
         )
     else:
         typer.echo(f"Start the mirror: llmgw mirror serve  (or systemctl link {m.unit_file})")
+
+
+def _print_server_unit(u: ServerUnitStep) -> None:
+    line = f"  {u.action:<9} {'control plane unit':<19} {u.path}"
+    typer.echo(line)
+    if u.enabled:
+        typer.echo(f"  {'':<9} {'':<19} enabled: the control plane starts at boot")
+    else:
+        why = f"{u.reason}; " if u.reason else ""
+        typer.echo(f"  {'':<9} {'':<19} not enabled ({why}to start it at boot: {u.to_run})")
 
 
 def _print_bundle(b: NodeBundle) -> None:

@@ -17,12 +17,13 @@ import llmgw.cli.ctl.mirror
 import llmgw.cli.ctl.models
 import llmgw.cli.ctl.tenancy
 import llmgw.cli.ctl.usage  # noqa: F401
-from llmgw import __version__
+from llmgw import __version__, pidfile
 from llmgw.cli.ctl.app import app as ctl_app
 from llmgw.cli.doctor_cmd import doctor
 from llmgw.cli.init_cmds import node_cert, server_init
 from llmgw.cli.mirror_cmds import app as mirror_app
 from llmgw.cli.node_cmds import node_add, node_remove
+from llmgw.cli.service_cmds import restart, start, stop
 from llmgw.errors import LlmgwError, UsageError
 from llmgw.paths import resolve
 from llmgw.present import output
@@ -46,6 +47,8 @@ node_app.command("cert", help="Issue a node certificate bundle signed by the clu
 )
 node_app.command("add")(node_add)
 node_app.command("remove")(node_remove)
+for _cmd in (start, stop, restart):
+    app.command()(_cmd)
 app.command(help="Check this machine is ready to be a node (AVX2, driver, NVML, OS, disk, glibc).")(
     doctor
 )
@@ -129,7 +132,9 @@ def server(
         return
     from gatewayd.main import main as gatewayd_main
 
-    _run_or_exit(gatewayd_main, resolve(), config)
+    paths = resolve()
+    with pidfile.held(paths.server_pid_file):
+        _run_or_exit(gatewayd_main, paths, config)
 
 
 @app.command()
@@ -141,7 +146,9 @@ def agent(
     """Run this node's agent until Ctrl-C or SIGTERM."""
     from agentd.main import main as agentd_main
 
-    _run_or_exit(agentd_main, resolve(), config)
+    paths = resolve()
+    with pidfile.held(paths.agent_pid_file):
+        _run_or_exit(agentd_main, paths, config)
 
 
 @app.command()

@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 from pydantic import ValidationError
 
+from llmgw import pidfile
 from llmgw.errors import ConfigError, LlmgwError, UsageError
 from llmgw.mirror.config import MirrorServeConfig, load_mirror_config
 from llmgw.paths import Paths, resolve
@@ -199,7 +200,8 @@ def serve(
         check_files(cfg, paths)
         from mirrord.main import run
 
-        run(cfg, paths)
+        with pidfile.held(paths.mirror_pid_file):
+            run(cfg, paths)
     except KeyboardInterrupt:
         pass
     except LlmgwError as e:
