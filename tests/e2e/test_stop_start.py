@@ -30,16 +30,36 @@ def _ready_node(home):
     return nodes and nodes[0]["state"] == "ready"
 
 
-def _leave_nothing_running(home) -> None:
+def _ready_replica(home, reason_word=""):
+    res = llmgw(home, "ctl", "replicas", "--json", timeout_s=20)
+    if res.returncode != 0:
+        return None
+    for r in json.loads(res.stdout)["replicas"]:
+        if r["state"] == "ready" and r["pid"] and reason_word in r["reason"]:
+            return r
+    return None
+
+
+def _leave_nothing_running(home, engines: list[int]) -> None:
     paths = Paths.under(home)
+    pids = []
     for f in (paths.agent_pid_file, paths.server_pid_file):
-        with contextlib.suppress(OSError, ValueError, ProcessLookupError):
-            os.kill(int(f.read_text()), signal.SIGKILL)
+        with contextlib.suppress(OSError, ValueError):
+            pids.append(int(f.read_text()))
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    for pid in engines:  # each engine leads its own process group
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
 
 
-def test_start_stop_and_restart_bring_the_control_plane_and_agent_up_and_down(tmp_path) -> None:
+def test_start_restart_and_stop_run_the_control_plane_and_agent_and_keep_the_engines(
+    tmp_path,
+) -> None:
     home = tmp_path / "home"
     init_on_free_ports(home, "--node", "--no-starter")
+    engines: list[int] = []
     try:
         started = llmgw(home, "start", timeout_s=60)
         assert started.returncode == 0, started.stdout + started.stderr
@@ -49,30 +69,37 @@ def test_start_stop_and_restart_bring_the_control_plane_and_agent_up_and_down(tm
         # They answer as soon as start returns: it waited for them.
         assert llmgw(home, "ctl", "status", timeout_s=20).returncode == 0
         wait_until(lambda: _ready_node(home), timeout_s=20)
+        served = llmgw(home, "ctl", "model", "serve", "/m/x.gguf", "--engine", "sim", "--cpu")
+        assert served.returncode == 0, served.stderr
+        engine = wait_until(lambda: _ready_replica(home), timeout_s=30)["pid"]
+        engines.append(engine)
 
         again = llmgw(home, "start", "--json", timeout_s=60)
         parts = {p["part"]: p for p in json.loads(again.stdout)["parts"]}
         assert parts["control plane"]["action"] == "already running"
         assert parts["control plane"]["pid"] == server and parts["agent"]["pid"] == agent
 
-        stopped = llmgw(home, "stop", timeout_s=90)
-        assert stopped.returncode == 0, stopped.stdout + stopped.stderr
-        lines = stopped.stdout.splitlines()
-        assert lines[0].startswith(f"agent: stopped (pid {agent})"), stopped.stdout
-        assert f"control plane: stopped (pid {server})" in stopped.stdout
-        assert not psutil.pid_exists(server) or psutil.Process(server).status() == "zombie"
-        assert llmgw(home, "ctl", "status", timeout_s=20).returncode != 0
-        assert not Paths.under(home).server_pid_file.exists()  # removed by its clean exit
-        assert "control plane: not running" in llmgw(home, "stop").stdout
-
         back = llmgw(home, "restart", timeout_s=120)
         assert back.returncode == 0, back.stdout + back.stderr
-        assert "control plane: not running" in back.stdout
+        lines = back.stdout.splitlines()
+        assert lines[0].startswith(f"agent: stopped (pid {agent})"), back.stdout
+        assert f"control plane: stopped (pid {server})" in back.stdout
         assert _pid(back.stdout, "control plane", "started") != server
         assert llmgw(home, "ctl", "status", timeout_s=20).returncode == 0
-        wait_until(lambda: _ready_node(home), timeout_s=20)
+        # The agent that came back took its engine over: same process, not restarted.
+        adopted = wait_until(lambda: _ready_replica(home, "adopted"), timeout_s=30)
+        assert adopted["pid"] == engine and adopted["restarts"] == 0
+
+        stopped = llmgw(home, "stop", timeout_s=90)
+        assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+        assert stopped.stdout.startswith("agent: stopped"), stopped.stdout
+        assert "control plane: stopped" in stopped.stdout
+        assert llmgw(home, "ctl", "status", timeout_s=20).returncode != 0
+        assert not Paths.under(home).server_pid_file.exists()  # removed by its clean exit
+        # The failure it guards: stopping the agent taking its engines down with it.
+        assert psutil.Process(engine).status() != psutil.STATUS_ZOMBIE
     finally:
         done = llmgw(home, "stop", timeout_s=90)
-        if done.returncode != 0:
-            _leave_nothing_running(home)
+        _leave_nothing_running(home, engines)  # the engine outlives the agent, by design
     assert done.returncode == 0, done.stdout + done.stderr
+    assert "control plane: not running" in done.stdout
