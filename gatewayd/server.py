@@ -24,6 +24,7 @@ from gatewayd.batches import mount as mount_batches
 from gatewayd.catalog.catalog import Catalog
 from gatewayd.controller.reconciler import Reconciler
 from gatewayd.controller.sizing import Sizing
+from gatewayd.gateway.metering.journal import UsageJournal
 from gatewayd.gateway.metering.metrics import GatewayMetrics
 from gatewayd.gateway.metering.scrape import Scraper
 from gatewayd.gateway.metering.usage import UsageWriter
@@ -44,7 +45,7 @@ from gatewayd.nodes.registry import NodeRegistry
 from gatewayd.store import Store, open_store_from_config
 from llmgw.catalog.price import Price
 from llmgw.config import ServerConfig, server_pki_paths, split_host_port
-from llmgw.errors import ConfigError
+from llmgw.errors import ConfigError, StoreError
 from llmgw.fsutil import write_secret
 from llmgw.keepalive import keepalive_config
 from llmgw.paths import Paths
@@ -116,7 +117,12 @@ class GatewayServer:
         await self.reconciler.load()
         self.keys = KeyCache(self.store)
         await self.keys.refresh()
-        self.usage = UsageWriter(self.store)
+        # Usage rows go to a journal on local disk before each answer ends; what an
+        # earlier run left there (a kill -9, a store that was down) is written first.
+        journal = UsageJournal(self.paths.server_data_dir / "usage-journal")
+        await journal.open()
+        self.usage = UsageWriter(self.store, journal=journal)
+        await self._replay_usage()
         budgets = BudgetTable()
         budgets.load(await spent_so_far(self.store))
         self.endpoints = Endpoints(self.reconciler, self.registry, self.catalog)
@@ -202,6 +208,17 @@ class GatewayServer:
             self.ports["http"],
             self.store.backend,
         )
+
+    async def _replay_usage(self) -> None:
+        segments = self.usage.journal.backlog_segments - 1  # less this run's own
+        if segments <= 0:
+            return
+        try:
+            rows = await self.usage.flush()
+        except StoreError as e:
+            log.warning("the usage journal's rows wait for the store: %s", e)
+            return
+        log.info("usage journal: %d rows of an earlier run replayed into the store", rows)
 
     def _engine_key(self) -> str:
         """The key engines demand of callers: made once, kept in the secrets dir."""

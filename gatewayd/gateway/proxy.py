@@ -10,6 +10,7 @@ time spent here, the engine's excluded.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -38,6 +39,8 @@ MAX_BODY_BYTES = 32 * 2**20
 FREE = Price()
 # No answer is estimated past this (a client's max_tokens may be any integer).
 MAX_ESTIMATE_TOKENS = 10_000_000
+# An OpenAI stream's last event: a client stops reading at it, so it is held too.
+_DONE = b"data: [DONE]"
 FORWARDED = {"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/messages"}
 
 
@@ -221,10 +224,21 @@ class Gateway:
         clock = Clock(t0)
         req = _Request()
         req.batch_id = batch_id
+        usage = self._usage if on_usage is None else None
+        # With a usage journal, the answer's end (its last message, or from a stream's
+        # [DONE] on) waits here until the request's row is on disk: a client that was
+        # answered is accounted even if the process is killed right after.
+        held: list | None = [] if usage is not None and usage.journal is not None else None
+        out = send
 
-        async def send(message, _send=send):
+        async def send(message, _send=out):
             if message["type"] == "http.response.start":
                 req.status = message["status"]
+            elif held is not None and (
+                held or not message.get("more_body") or _DONE in message.get("body", b"")
+            ):
+                held.append(message)
+                return
             await _send(message)
 
         metrics = self.metrics
@@ -243,8 +257,14 @@ class Gateway:
                     metrics.observe_answer(req.model, req.outcome)
             if req.key is not None and on_usage is not None:
                 on_usage(_usage_row(req, status, total))
-            elif req.key is not None and self._usage is not None:
-                self._usage.add(_usage_row(req, status, total))
+            elif req.key is not None and usage is not None:
+                durable = usage.add(_usage_row(req, status, total))
+                if durable is not None:
+                    # Shielded: the group's future is shared with other requests.
+                    await asyncio.shield(durable)
+            if held:
+                for message in held:
+                    await out(message)
 
     async def _handle(self, call: Call, key: KeyInfo | None) -> None:
         scope = call.scope

@@ -113,8 +113,11 @@ class Store(Protocol):
 
     # ---- usage: a row per request, and its 5-minute, hourly and daily sums ----
 
-    async def record_usage(self, rows: Sequence[UsageFields]) -> None:
-        """Write a batch of request rows and add them to the sums, in one transaction."""
+    async def record_usage(self, rows: Sequence[UsageFields]) -> int:
+        """Write a batch of request rows and add them to the sums, in one transaction.
+
+        A row whose ``row_id`` is stored already is skipped (a journal's row replayed
+        after a crash); rows without one are always written. The number written."""
 
     async def usage_groups(
         self,

@@ -5,6 +5,11 @@ to a buffer and returns, never awaiting the store. ``run`` writes the buffer
 about once a second, in one store call (one transaction) per batch. When the
 store is down the rows wait in memory, up to ``max_rows``; past that the
 oldest go first, and how many went is logged.
+
+With a ``UsageJournal`` (gatewayd's), ``add`` appends the row to the journal
+instead and returns the future of its durability; ``flush`` reads the rows
+back from the journal in order and tells it which the store has, so rows
+outlive a kill -9 and wait out a store outage on disk, not in memory.
 """
 
 from __future__ import annotations
@@ -14,9 +19,13 @@ import collections
 import logging
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from gatewayd.store import Store
 from llmgw.errors import StoreError
+
+if TYPE_CHECKING:
+    from gatewayd.gateway.metering.journal import UsageJournal
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +70,9 @@ class UsageRow:
     # The batch the request was part of (OpenAI's Batch API); "" for a client's own.
     batch_id: str = ""
     at: datetime = field(default_factory=_now)
+    # Unique per row, given by the journal: the store keeps a row id once, so a
+    # row replayed after a crash is not counted twice. "" for rows never journaled.
+    row_id: str = ""
 
 
 class UsageWriter:
@@ -73,8 +85,10 @@ class UsageWriter:
         interval_s: float = FLUSH_INTERVAL_S,
         max_rows: int = MAX_BUFFERED_ROWS,
         rows_per_write: int = MAX_ROWS_PER_WRITE,
+        journal: UsageJournal | None = None,
     ) -> None:
         self._store = store
+        self.journal = journal
         self._interval_s = interval_s
         self._max_rows = max_rows
         self._rows_per_write = rows_per_write
@@ -88,13 +102,19 @@ class UsageWriter:
         """Rows waiting to be written."""
         return len(self._buffer)
 
-    def add(self, row: UsageRow) -> None:
-        """Keep a row for the next write. O(1); never waits for the store."""
+    def add(self, row: UsageRow) -> asyncio.Future | None:
+        """Keep a row for the next write. O(1); never waits for the store.
+
+        With a journal: the future of the row's durability (True once on disk), which
+        the gateway awaits before the answer's last bytes; None without one."""
+        if self.journal is not None:
+            return self.journal.append(row)
         if len(self._buffer) >= self._max_rows:
             self._buffer.popleft()
             self.dropped += 1
             self._dropped_unreported += 1
         self._buffer.append(row)
+        return None
 
     async def flush(self) -> int:
         """Write what is buffered; the number of rows written.
@@ -105,6 +125,8 @@ class UsageWriter:
         every later row too.
         """
         async with self._flushing:
+            if self.journal is not None:
+                return await self._flush_journal(self.journal)
             self._report_drops()
             written = 0
             while self._buffer:
@@ -120,6 +142,25 @@ class UsageWriter:
                     continue
                 written += n
             return written
+
+    async def _flush_journal(self, journal: UsageJournal) -> int:
+        # The journal is the queue: a StoreError leaves its mark where it was, so the
+        # same rows are read again, in order, on the next try.
+        written = 0
+        while True:
+            rows, mark = await journal.read(self._rows_per_write)
+            if rows:
+                try:
+                    await self._store.record_usage(rows)
+                except StoreError:
+                    raise
+                except Exception:
+                    log.exception("dropped %d usage rows the store could not take", len(rows))
+                else:
+                    written += len(rows)
+            if mark == journal.mark and not rows:
+                return written
+            journal.consumed(mark)
 
     def _put_back(self, batch: list[UsageRow]) -> None:
         # Rows added while the write was in flight are newer: they go after.
@@ -153,16 +194,21 @@ class UsageWriter:
         try:
             await self.flush()
         except StoreError as e:
-            log.warning(
-                "usage not written, %d rows kept in memory for the next try: %s",
-                len(self._buffer),
-                e,
-            )
+            kept = "in the usage journal" if self.journal is not None else f"{len(self)} in memory"
+            log.warning("usage not written, rows kept %s for the next try: %s", kept, e)
 
     async def close(self) -> None:
-        """Write what is left; rows the store cannot take now are reported lost."""
+        """Write what is left; rows the store cannot take now are reported lost
+        (without a journal: with one they wait on disk for the next start)."""
         try:
+            if self.journal is not None:
+                await self.journal.sync()
             await self.flush()
         except StoreError as e:
-            log.error("lost %d usage rows at shutdown: %s", len(self._buffer), e)
-            self._buffer.clear()
+            if self.journal is None:
+                log.error("lost %d usage rows at shutdown: %s", len(self._buffer), e)
+                self._buffer.clear()
+            else:
+                log.warning("usage rows left in the journal for the next start: %s", e)
+        if self.journal is not None:
+            await self.journal.close()

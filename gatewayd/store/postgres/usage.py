@@ -28,6 +28,24 @@ _SUM_TYPES = (
     "float8",
     "bigint",
 )
+# The rows in one statement, each with its journal id (NULL for rows never
+# journaled); a row id already stored is skipped, and RETURNING says which went in.
+_ROW_TYPES = (
+    "timestamptz",
+    *("text",) * 5,
+    *("bigint",) * 4,
+    "float8",
+    "float8",
+    "int",
+    "text",
+    "text",
+    "text",
+)
+_INSERT_ROWS = (
+    f"INSERT INTO usage_rows ({', '.join(ROW_COLUMNS)}, row_id) SELECT * FROM unnest("
+    + ", ".join(f"${i}::{t}[]" for i, t in enumerate(_ROW_TYPES, start=1))
+    + ") ON CONFLICT (row_id) DO NOTHING RETURNING row_id"
+)
 # The whole batch's sums in one statement; batch_sums gives each key once,
 # as ON CONFLICT DO UPDATE may not touch a row twice in one statement.
 _UPSERT_SUMS = (
@@ -51,16 +69,27 @@ class PostgresUsage(UsageQueries):
     def _usage_time(self, value: Any) -> datetime:
         return value
 
-    async def record_usage(self, rows: Sequence[UsageFields]) -> None:
+    async def record_usage(self, rows: Sequence[UsageFields]) -> int:
         if not rows:
-            return
+            return 0
         with self._mapped(f"write {len(rows)} usage rows"):
             async with self._conn.acquire() as conn, conn.transaction():
-                await _write_usage(conn, rows)
+                return await _write_usage(conn, rows)
 
 
-async def _write_usage(conn, rows: Sequence[UsageFields]) -> None:
-    """Insert the rows and add them to their sums, inside the caller's transaction."""
+async def _write_usage(conn, rows: Sequence[UsageFields]) -> int:
+    """Insert the rows not stored yet and add them to their sums, inside the caller's
+    transaction; the number of rows new. A row id stored by another control plane's
+    transaction in flight waits for it, then is skipped: counted once either way."""
+    seen: set[str] = set()
+    unique = []
+    for r in rows:
+        row_id = getattr(r, "row_id", "")
+        if row_id:
+            if row_id in seen:
+                continue
+            seen.add(row_id)
+        unique.append(r)
     records = [
         (
             _aware(r.at),
@@ -78,10 +107,15 @@ async def _write_usage(conn, rows: Sequence[UsageFields]) -> None:
             r.status,
             r.profile,
             r.batch_id,
+            getattr(r, "row_id", "") or None,
         )
-        for r in rows
+        for r in unique
     ]
-    columns = [list(c) for c in zip(*batch_sums(rows), strict=True)]
-    # COPY: the rows in one round trip, far cheaper than INSERTs.
-    await conn.copy_records_to_table("usage_rows", records=records, columns=list(ROW_COLUMNS))
-    await conn.execute(_UPSERT_SUMS, *columns)
+    # One round trip for the whole batch, as arrays.
+    inserted = await conn.fetch(_INSERT_ROWS, *(list(c) for c in zip(*records, strict=True)))
+    went_in = {r["row_id"] for r in inserted}
+    new = [r for r in unique if not getattr(r, "row_id", "") or r.row_id in went_in]
+    if new:
+        columns = [list(c) for c in zip(*batch_sums(new), strict=True)]
+        await conn.execute(_UPSERT_SUMS, *columns)
+    return len(new)
