@@ -155,7 +155,8 @@ def server_init(
     ] = "",
     json_output: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
-    """Set this machine up as a control plane: CA, server certificate, admin token, server.yaml."""
+    """Set this machine up as a control plane: CA, server certificate, admin token, server.yaml,
+    and llmgw-server.service (enabled on a system install under systemd)."""
     # Read once; child processes started later need not see a password.
     os.environ.pop(STORE_DSN_ENV, None)
     ports = {

@@ -40,7 +40,7 @@ app.add_typer(node_app, name="node")
 app.add_typer(ctl_app, name="ctl")
 app.add_typer(mirror_app, name="mirror")
 server_app.command(
-    "init", help="Create the cluster CA, certificates, admin token and server.yaml."
+    "init", help="Create the cluster CA, certificates, admin token, server.yaml and its unit."
 )(server_init)
 node_app.command("cert", help="Issue a node certificate bundle signed by the cluster CA.")(
     node_cert

@@ -36,6 +36,7 @@ from llmgw.agent_status import read_status
 from llmgw.config import split_host_port
 from llmgw.errors import LlmgwError
 from llmgw.mirror.config import load_mirror_config
+from llmgw.onboard.layout import UNIT_NAME as AGENT_UNIT_NAME
 from llmgw.paths import ENV_HOME, Paths
 from llmgw.pidfile import live_pid, read_pid
 from llmgw.setup.mirror_init import MIRROR_UNIT_NAME, llmgw_program
@@ -47,7 +48,6 @@ READY_TIMEOUT_S = 30.0
 # gatewayd finishes the requests in flight on SIGTERM; past this it is killed.
 STOP_TIMEOUT_S = 30.0
 _PROBE_INTERVAL_S = 0.2
-AGENT_UNIT_NAME = "llmgw-agent.service"  # as node add installs it (llmgw/onboard/layout.py)
 
 PartName = Literal["mirror", "control plane", "agent"]
 Action = Literal[
@@ -256,6 +256,17 @@ class Services:
         if pid is None:
             action: Action = "not running" if s.config.exists() else "not set up here"
             return PartResult(part=s.part, action=action)
+        up = _supervising_up(pid)
+        if up is not None:
+            # `llmgw up` would take a stop for a crash and start it again at once.
+            return PartResult(
+                part=s.part,
+                action="failed",
+                via="process",
+                pid=pid,
+                detail=f"it runs under llmgw up (pid {up}), which restarts it: stop that one "
+                f"(Ctrl-C there, or kill {up})",
+            )
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
         if wait_gone(pid, STOP_TIMEOUT_S):
@@ -281,6 +292,17 @@ class Services:
             pid=pid,
             detail=f"it did not stop within {STOP_TIMEOUT_S:g} s of SIGTERM",
         )
+
+
+def _supervising_up(pid: int) -> int | None:
+    """The pid of the ``llmgw up`` that runs ``pid`` as its child, if one does."""
+    try:
+        parent = psutil.Process(pid).parent()
+        argv = parent.cmdline() if parent is not None else []
+    except psutil.Error:
+        return None
+    is_llmgw = any(Path(a).name == "llmgw" for a in argv)
+    return parent.pid if parent is not None and is_llmgw and "up" in argv else None
 
 
 def wait_gone(pid: int, timeout_s: float) -> bool:

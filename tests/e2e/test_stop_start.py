@@ -66,8 +66,6 @@ def test_start_restart_and_stop_run_the_control_plane_and_agent_and_keep_the_eng
         assert "mirror: not set up here" in started.stdout
         server = _pid(started.stdout, "control plane", "started")
         agent = _pid(started.stdout, "agent", "started")
-        # They answer as soon as start returns: it waited for them.
-        assert llmgw(home, "ctl", "status", timeout_s=20).returncode == 0
         wait_until(lambda: _ready_node(home), timeout_s=20)
         served = llmgw(home, "ctl", "model", "serve", "/m/x.gguf", "--engine", "sim", "--cpu")
         assert served.returncode == 0, served.stderr
@@ -85,6 +83,7 @@ def test_start_restart_and_stop_run_the_control_plane_and_agent_and_keep_the_eng
         assert lines[0].startswith(f"agent: stopped (pid {agent})"), back.stdout
         assert f"control plane: stopped (pid {server})" in back.stdout
         assert _pid(back.stdout, "control plane", "started") != server
+        # It answers as soon as restart returns: start waited for it.
         assert llmgw(home, "ctl", "status", timeout_s=20).returncode == 0
         # The agent that came back took its engine over: same process, not restarted.
         adopted = wait_until(lambda: _ready_replica(home, "adopted"), timeout_s=30)

@@ -14,6 +14,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import psutil
 from typer.testing import CliRunner
 
 from llmgw import pidfile
@@ -224,3 +225,39 @@ def test_a_pid_file_is_trusted_only_for_a_live_llmgw_process_of_its_kind(tmp_pat
             p.kill()
             p.wait()
     assert pidfile.live_pid(f, "server") is None
+
+
+def test_stop_leaves_a_control_plane_under_llmgw_up_alone_and_says_whose_it_is(tmp_path) -> None:
+    # The failure it guards: `llmgw stop` stopping gatewayd only for `llmgw up` to restart it.
+    paths = Paths.under(tmp_path / "home")
+    paths.server_yaml.parent.mkdir(parents=True)
+    paths.server_yaml.write_text("{}\n")
+    paths.run_dir.mkdir(parents=True)
+    child = "import time; time.sleep(30)"
+    # Plays `llmgw up`: a parent whose command says so, its child playing `llmgw server`;
+    # it says the child's pid once the pid file is written.
+    script = textwrap.dedent(
+        f"""\
+        import subprocess, sys
+        p = subprocess.Popen([sys.executable, "-c", {child!r}, "llmgw", "server"])
+        open({str(paths.server_pid_file)!r}, "w").write(str(p.pid))
+        print(p.pid, flush=True)
+        p.wait()
+        """
+    )
+    up = subprocess.Popen(
+        [sys.executable, "-c", script, "llmgw", "up"], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        server = int(up.stdout.readline())
+        got = {p.part: p for p in Services(paths, Systemd(booted=False)).stop()}
+        cp = got["control plane"]
+        assert cp.action == "failed" and cp.pid == server
+        assert f"llmgw up (pid {up.pid})" in cp.detail
+        assert pidfile.live_pid(paths.server_pid_file, "server") == server
+    finally:
+        for proc in psutil.Process(up.pid).children():
+            proc.kill()
+        up.kill()
+        up.wait()
+        up.stdout.close()
