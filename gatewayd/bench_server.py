@@ -21,8 +21,10 @@ Modes:
   written back as in gatewayd; requests, tokens and a monthly budget set on
   the key, its project, team and organization (high enough never to refuse);
   a priced model, so each answer is costed and charged to the budgets; the
-  admission bands; the gateway's metrics; a usage row per request, written
-  in batches.
+  admission bands; the gateway's metrics; a usage row per request, made
+  durable in the usage journal before the answer ends and written in batches.
+  ``LLMGW_BENCH_USAGE_JOURNAL=off`` keeps the rows in memory only, as before
+  the journal: what the durable usage path costs is the difference.
 - ``relay``: no gateway at all, a yardstick: each connection's bytes copied
   to a connection of its own to the engine and back, unread. What it adds is
   the cost of one more process and hop on this machine (the kernel, the
@@ -53,6 +55,7 @@ from pathlib import Path
 
 import uvicorn
 
+from gatewayd.gateway.metering.journal import UsageJournal
 from gatewayd.gateway.metering.metrics import GatewayMetrics
 from gatewayd.gateway.metering.usage import UsageWriter
 from gatewayd.gateway.policy.bands import BandPools
@@ -74,6 +77,8 @@ from llmgw.config import AdmissionConfig, ConnectionsConfig
 log = logging.getLogger(__name__)
 
 KEY_ENV = "LLMGW_ENGINE_KEY"
+# "off": the full mode without the usage journal (rows in memory until written).
+JOURNAL_ENV = "LLMGW_BENCH_USAGE_JOURNAL"
 MODES = ("bare", "full", "relay")
 PROJECT = "bench/overhead/gateway"
 # High enough that no benchmark rate is ever refused (2,000 req/s is 120,000 a
@@ -147,7 +152,11 @@ async def build_gateway(
         budget_month_micros=HIGH.budget_month_micros,
     )
     await keys.refresh()
-    usage = UsageWriter(store)
+    journal = None
+    if os.environ.get(JOURNAL_ENV, "on") != "off":
+        journal = UsageJournal(store_path.parent / "usage-journal")
+        await journal.open()
+    usage = UsageWriter(store, journal=journal)
     gateway = Gateway(
         keys,
         router,
