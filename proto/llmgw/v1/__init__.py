@@ -15,6 +15,7 @@ __all__ = (
     "CardNeed",
     "CommandAck",
     "ControlMessage",
+    "ControlPlaneView",
     "ControlPlanes",
     "CordonNodeRequest",
     "CreateKeyRequest",
@@ -366,8 +367,56 @@ default_message_pool.register_message("llmgw.v1", "ControlMessage", ControlMessa
 class ControlPlanes(betterproto2.Message):
     addresses: "list[str]" = betterproto2.field(1, betterproto2.TYPE_STRING, repeated=True)
 
+    leader: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    The agent address of the control plane that leads now ("" while none
+    does). A standby sends this, then ends the stream: dial the leader.
+    """
+
 
 default_message_pool.register_message("llmgw.v1", "ControlPlanes", ControlPlanes)
+
+
+@dataclass(eq=False, repr=False)
+class ControlPlaneView(betterproto2.Message):
+    """
+    A control plane as the store knows it: it writes its row every few seconds.
+    """
+
+    control_plane_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    hostname: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+
+    agent_address: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    The addresses it serves: agents dial agent_address; clients http_url.
+    """
+
+    http_url: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+
+    version: "str" = betterproto2.field(5, betterproto2.TYPE_STRING)
+
+    started_at: "str" = betterproto2.field(6, betterproto2.TYPE_STRING)
+
+    last_seen_at: "str" = betterproto2.field(7, betterproto2.TYPE_STRING)
+
+    role: "str" = betterproto2.field(8, betterproto2.TYPE_STRING)
+    """
+    "leader", "standby", or "gone" (its row not renewed for a lease's length).
+    """
+
+    leader_since: "str" = betterproto2.field(9, betterproto2.TYPE_STRING)
+    """
+    Since when it has led (ISO 8601; "" when it does not).
+    """
+
+    store_state: "str" = betterproto2.field(10, betterproto2.TYPE_STRING)
+    """
+    Whether it reaches the store, in its own words at its last write.
+    """
+
+
+default_message_pool.register_message("llmgw.v1", "ControlPlaneView", ControlPlaneView)
 
 
 @dataclass(eq=False, repr=False)
@@ -2549,6 +2598,31 @@ class StatusReply(betterproto2.Message):
     """
     The cluster's model mirrors, in the order they are tried.
     """
+
+    control_planes: "list[ControlPlaneView]" = betterproto2.field(
+        15, betterproto2.TYPE_MESSAGE, repeated=True
+    )
+    """
+    Every control plane sharing this cluster's store, the leader first.
+    """
+
+    leader_id: "str" = betterproto2.field(16, betterproto2.TYPE_STRING)
+    """
+    The control plane holding the leader lease ("" while none holds it),
+    since when (ISO 8601), and the lease's length in seconds.
+    """
+
+    leader_since: "str" = betterproto2.field(17, betterproto2.TYPE_STRING)
+
+    lease_ttl_s: "int" = betterproto2.field(18, betterproto2.TYPE_INT32)
+
+    control_plane_id: "str" = betterproto2.field(19, betterproto2.TYPE_STRING)
+    """
+    This control plane's own id, and whether it reaches the store now
+    ("ok", or what failed in plain words).
+    """
+
+    store_state: "str" = betterproto2.field(20, betterproto2.TYPE_STRING)
 
 
 default_message_pool.register_message("llmgw.v1", "StatusReply", StatusReply)
