@@ -46,6 +46,10 @@ BACKOFF_MAX_S = 30.0
 # A session that lasted this long was healthy: the next failure starts the
 # backoff from the beginning again.
 HEALTHY_SESSION_S = 30.0
+# After a standby named the leader: dial it almost at once. After a standby that
+# knows no leader yet (a lease changing hands): again in a second.
+LEADER_REDIRECT_S = 0.05
+STANDBY_RETRY_S = 1.0
 # How long a stopping agent waits for the control plane to close the stream.
 STOP_GRACE_S = 2.0
 
@@ -88,6 +92,9 @@ class Agent:
         self._stream = None
         # The failover list starts as agent.yaml's; the cluster may send a newer one.
         self.control_planes = list(cfg.control_planes)
+        # The leader a standby named, dialled next; whether the last dial met a standby.
+        self._leader_hint = ""
+        self._standby_refused = False
         self.heartbeat_interval_s = 2.0
         self.connected_to: str | None = None
         self.inventory: Inventory | None = None
@@ -186,6 +193,10 @@ class Agent:
         index = 0
         while not stop.is_set():
             addr = self.control_planes[index % len(self.control_planes)]
+            if self._leader_hint:
+                # A standby named the leader: dial it next, not the next in the list.
+                addr, self._leader_hint = self._leader_hint, ""
+            self._standby_refused = False
             started = time.monotonic()
             self.board.dialing(addr)
             session = asyncio.create_task(self._session(addr))
@@ -198,10 +209,13 @@ class Agent:
             self.connected_to = None
             try:
                 session.result()
-                log.warning("control plane %s closed the stream", addr)
-                self.board.lost(addr, "it closed the stream")
+                if not self._standby_refused:
+                    log.warning("control plane %s closed the stream", addr)
+                    self.board.lost(addr, "it closed the stream")
             except GRPCError as e:
-                if e.status in (Status.PERMISSION_DENIED, Status.UNAUTHENTICATED):
+                if self._standby_refused:
+                    pass  # the standby's refusal after naming the leader: said above
+                elif e.status in (Status.PERMISSION_DENIED, Status.UNAUTHENTICATED):
                     log.error("control plane %s refused this node: %s", addr, e.message)
                     self.board.lost(addr, f"it refused this node: {e.message}")
                 else:
@@ -216,6 +230,12 @@ class Agent:
                 backoff.reset()
             index += 1  # fail over to the next control plane in the list
             delay = backoff.next()
+            if self._standby_refused:
+                # A standby answered: the cluster is there, only the leader moved. Try
+                # the leader it named at once, or the next one soon (a lease changes
+                # hands within seconds), never after a backoff grown to half a minute.
+                backoff.reset()
+                delay = LEADER_REDIRECT_S if self._leader_hint else STANDBY_RETRY_S
             log.info("reconnecting in %.1f s", delay)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), delay)
@@ -251,6 +271,21 @@ class Agent:
                 # stream politely (the control plane may already show the node ready).
                 self._stream = stream
                 first = await asyncio.wait_for(stream.recv_message(), REGISTERED_TIMEOUT_S)
+                if first is not None and first.control_planes is not None:
+                    # A standby: it names the control planes and the leader, then ends.
+                    cps = first.control_planes
+                    self._standby_refused = True
+                    self._merge_control_planes(list(cps.addresses))
+                    self._leader_hint = cps.leader if cps.leader != addr else ""
+                    log.info(
+                        "control plane %s stands by; the leader is %s",
+                        addr,
+                        cps.leader or "none yet",
+                    )
+                    self.board.lost(addr, f"standing by; the leader is {cps.leader or 'none yet'}")
+                    if self._stream is stream:
+                        self._stream = None
+                    return
                 if first is None or first.registered is None:
                     if self._stream is stream:
                         self._stream = None
@@ -367,6 +402,17 @@ class Agent:
             AgentMessage(ack=CommandAck(command_id=msg.command_id, ok=ok, error=error))
         )
 
+    def _merge_control_planes(self, addresses: list[str]) -> None:
+        """The cluster's list first, then agent.yaml's addresses it does not name."""
+        valid = []
+        for a in addresses:
+            with contextlib.suppress(ValueError):
+                split_host_port(a)
+                valid.append(a)
+        if valid:
+            rest = [a for a in self.cfg.control_planes if a not in valid]
+            self.control_planes = valid + rest
+
     def _set_control_planes(self, addresses: list[str]) -> tuple[bool, str]:
         """The failover list as the cluster knows it now (kept in memory, not in agent.yaml)."""
         try:
@@ -376,8 +422,8 @@ class Agent:
             return False, str(e)
         if not addresses:
             return False, "an empty control plane list was refused"
-        self.control_planes = addresses
-        log.info("control planes now: %s", ", ".join(addresses))
+        self._merge_control_planes(addresses)
+        log.info("control planes now: %s", ", ".join(self.control_planes))
         return True, ""
 
     def _apply_settings(self, settings) -> tuple[bool, str]:

@@ -339,6 +339,20 @@ class BatchesConfig(_Strict):
     headroom_sigmas: Annotated[float, Field(ge=0, le=10)] = 3.0
 
 
+class ClusterConfig(_Strict):
+    """More than one control plane on one store: the leader lease and how others reach this one.
+
+    10 s: the lease a leader renews; a crashed leader's place is taken within
+    it (plus a second's try), and agents notice a silent control plane within
+    8 s (keepalive), so they reach the new leader inside the lease's length.
+    """
+
+    lease_ttl_s: Annotated[float, Field(ge=1, le=120)] = 10.0
+    # The name or address other machines reach this control plane by (agents
+    # dial it, a front sends clients to it); default: this machine's hostname.
+    advertise_host: str = ""
+
+
 class ServerConfig(_Strict):
     """server.yaml: the control plane's settings."""
 
@@ -359,6 +373,8 @@ class ServerConfig(_Strict):
     mirror: MirrorsConfig = MirrorsConfig()
     # The MCP gateway: /mcp on the gateway port (llmgw/mcp/config.py).
     mcp: McpConfig = McpConfig()
+    # Several control planes on one PostgreSQL: the leader lease.
+    cluster: ClusterConfig = ClusterConfig()
     # The Hugging Face hub (or a mirror laid out like it) hf: sources are
     # pinned and planned from: config.json and safetensors headers, never weights.
     hub_url: str = HF_HUB_URL

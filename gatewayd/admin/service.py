@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hmac
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -101,8 +101,12 @@ class AdminService(
         batches: BatchBook | None = None,
         mirrors: MirrorSet | None = None,
         mcp: McpRuntime | None = None,
+        cluster: Callable[[], Awaitable[dict]] | None = None,
     ):
         self._registry = registry
+        # The control planes sharing the store and the lease (StatusReply's fields);
+        # None: this one alone, leading.
+        self._cluster = cluster
         self._revocations = revocations
         # The batch book (files and batches); None where no batches run.
         self._batches = batches
@@ -123,10 +127,11 @@ class AdminService(
         counts = self._registry.counts()
         counts.pop(GONE, None)  # removed nodes are no longer the cluster's
         metrics = self._metrics
+        cluster = await self._cluster() if self._cluster is not None else {"leader": True}
         return StatusReply(
+            **cluster,
             version=__version__,
             cluster_name=self._info.get("cluster_name", ""),
-            leader=True,
             store_backend=self._info.get("store_backend", ""),
             started_at=self._started_at.isoformat(timespec="seconds"),
             agent_listen=self._info.get("agent_listen", ""),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+from collections.abc import Callable
 
 import grpclib.const
 from grpclib.const import Status
@@ -21,7 +22,7 @@ from gatewayd.agents.revocations import Revocations, peer_serial
 from gatewayd.nodes.registry import NodeRegistry
 from llmgw.config import check_name
 from llmgw.tls.tlsconf import peer_common_name
-from proto.llmgw.v1 import AgentMessage, ControlMessage, Registered
+from proto.llmgw.v1 import AgentMessage, ControlMessage, ControlPlanes, Registered
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +50,15 @@ class AgentService:
         *,
         heartbeat_interval_s: float,
         revocations: Revocations | None = None,
+        leading: Callable[[], bool] = lambda: True,
+        control_planes: Callable[[], tuple[list[str], str]] = lambda: ([], ""),
     ):
         self._registry = registry
+        # Only the leader holds agents' streams; a standby names the leader and
+        # ends the stream, so the agent dials the leader next.
+        self._leading = leading
+        # (every live control plane's agent address with the leader's first, the leader's).
+        self._control_planes = control_planes
         self._revocations = revocations
         self._heartbeat_interval_ms = int(heartbeat_interval_s * 1000)
         self.stopping = False
@@ -101,6 +109,19 @@ class AgentService:
                 f"issue one with: llmgw node cert {reg.node_id}",
             )
 
+        if not self._leading():
+            addresses, leader = self._control_planes()
+            await stream.send_message(
+                ControlMessage(
+                    command_id=new_command_id(),
+                    control_planes=ControlPlanes(addresses=addresses, leader=leader),
+                )
+            )
+            raise GRPCError(
+                Status.UNAVAILABLE,
+                "this control plane is standing by; "
+                + (f"the leader is {leader}" if leader else "no control plane leads yet"),
+            )
         session = await self._registry.register(reg, address=host)
         await stream.send_message(
             ControlMessage(
@@ -111,6 +132,15 @@ class AgentService:
             )
         )
         outbox: asyncio.Queue[ControlMessage] = asyncio.Queue()
+        addresses, leader = self._control_planes()
+        if addresses:
+            # The failover list as the cluster knows it now, the leader first.
+            outbox.put_nowait(
+                ControlMessage(
+                    command_id=new_command_id(),
+                    control_planes=ControlPlanes(addresses=addresses, leader=leader),
+                )
+            )
         receiver = asyncio.create_task(self._receive(stream, reg.node_id, session))
         sender = asyncio.create_task(self._send(stream, outbox))
         why = {"text": "", "revoked": False}

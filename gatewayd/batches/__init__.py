@@ -21,7 +21,7 @@ FILES_DIR = "files"
 
 
 def mount(server) -> None:
-    """Serve ``/v1/files`` and ``/v1/batches`` on ``server.gateway`` and start the batch runner."""
+    """Serve ``/v1/files`` and ``/v1/batches`` on ``server.gateway`` and run the batch runner (on the leader)."""
     book = server.batches = BatchBook(server.store)
     files = FileStore(server.paths.server_data_dir / FILES_DIR)
     server.gateway.add_route("/v1/files", FilesApi(server.store, files, server.cfg.files).handle)
@@ -39,7 +39,13 @@ def mount(server) -> None:
         server.cfg.files,
         room=lambda model: _room(server, model),
     )
-    server._tasks.append(asyncio.create_task(runner.run(), name="batches"))
+    roles = getattr(server, "roles", None)
+    if roles is not None:
+        # One runner for the cluster: the leader's (a standby's would run the same
+        # batches twice, and their files are kept under the leader's data dir).
+        roles.leader_only("batches", runner.run)
+    else:
+        server._tasks.append(asyncio.create_task(runner.run(), name="batches"))
 
 
 def _room(server, model: str) -> int | None:

@@ -66,8 +66,22 @@ class Catalog:
         self._models: dict[str, ModelRecord] = {}
 
     async def load(self) -> None:
+        """Take the catalog as the store has it (at start, on leading, and on a standby).
+
+        A record that did not change is kept as the same object: the gateway's
+        per-model caches are keyed on it.
+        """
+        models: dict[str, ModelRecord] = {}
         for rec in await self._store.list_models():
-            self._models[rec.name] = rec
+            old = self._models.get(rec.name)
+            same = old is not None and old.updated_at == rec.updated_at and old.spec == rec.spec
+            models[rec.name] = old if same else rec
+            if not same:
+                self._watch.publish("models", rec.name)
+        gone = self._models.keys() - models.keys()
+        self._models = models
+        for name in gone:
+            self._watch.publish("models", name)
 
     def get(self, name: str) -> Model | None:
         rec = self._models.get(name)

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
+from collections.abc import Callable
 from datetime import timedelta
 
 from gatewayd.catalog.catalog import Catalog
@@ -42,6 +43,11 @@ from llmgw.placement import Decision, NodeIndex, PlacementRequest, place
 from proto.llmgw.v1 import ControlMessage, InstallEngine, ShardStatus, StopShard
 
 log = logging.getLogger(__name__)
+
+
+class NotLeading(Exception):
+    """A leader's write refused because its lease may have lapsed (it steps down next)."""
+
 
 TICK_S = 2.0
 # Restart backoff after a failure: 2, 4, 8 … seconds, at most 5 minutes.
@@ -74,8 +80,13 @@ class Reconciler:
         engines: list[EngineRelease] = (),
         builtin: tuple[EngineRelease, ...] | None = None,
         mirrors: MirrorSet | None = None,
+        fence: Callable[[], bool] = lambda: True,
     ):
         self._store = store
+        # Whether this control plane may act as the leader now (its lease,
+        # read at every write): a leader that resumes from a freeze after its
+        # lease lapsed writes nothing before it notices it no longer leads.
+        self._fence = fence
         self._registry = registry
         self._catalog = catalog
         self.engine_key = engine_key
@@ -101,8 +112,25 @@ class Reconciler:
         )
 
     async def load(self) -> None:
-        for rec in await self._store.list_replicas():
-            self.replicas[rec.replica_id] = Replica.model_validate(rec.doc)
+        """Take the replicas as the store has them (at start, on becoming the leader, and
+        every second on a standby, which routes to them but never changes them)."""
+        replicas = {
+            rec.replica_id: Replica.model_validate(rec.doc)
+            for rec in await self._store.list_replicas()
+        }
+        if self._lock.locked():
+            return  # a pass is changing them: this process leads, and its memory is the truth
+        changed = {
+            rid
+            for rid in replicas.keys() | self.replicas.keys()
+            if (a := replicas.get(rid)) is None
+            or (b := self.replicas.get(rid)) is None
+            or a.state != b.state
+            or a.port != b.port
+        }
+        self.replicas = replicas
+        for rid in changed:
+            self._registry.watch.publish("replicas", rid)
 
     def kick(self) -> None:
         self._kick.set()
@@ -575,12 +603,16 @@ class Reconciler:
     async def _forget_stopped(self) -> None:
         for rid, r in list(self.replicas.items()):
             if r.state == rs.STOPPED and (utcnow() - r.since).total_seconds() > 60:
+                if not self._fence():
+                    raise NotLeading("this control plane no longer leads")
                 del self.replicas[rid]
                 await self._store.delete_replica(rid)
                 self._registry.watch.publish("replicas", rid)
                 self._registry.watch.publish("models", r.model)
 
     async def _save(self, r: Replica) -> None:
+        if not self._fence():
+            raise NotLeading("this control plane no longer leads; the replica is not written")
         await self._store.put_replica(
             ReplicaRecord(
                 replica_id=r.replica_id,

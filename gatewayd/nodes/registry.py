@@ -126,8 +126,17 @@ def keep_bandwidth(live: NodeLive, gbs: float) -> None:
 class NodeRegistry:
     """Every node, in memory, backed by the store."""
 
-    def __init__(self, store: Store, *, not_ready_grace_s: float, clock=time.monotonic):
+    def __init__(
+        self,
+        store: Store,
+        *,
+        not_ready_grace_s: float,
+        clock=time.monotonic,
+        fence: Callable[[], bool] = lambda: True,
+    ):
         self._store = store
+        # Whether this control plane leads now: only the leader commands agents.
+        self._fence = fence
         self._grace_s = not_ready_grace_s
         self._clock = clock
         self._nodes: dict[str, NodeLive] = {}
@@ -141,8 +150,19 @@ class NodeRegistry:
         # also carries the acknowledgements the controller may be waiting for.
         self.on_shard_status: Callable[[str, ShardStatus], None] | None = None
 
-    async def load(self) -> None:
-        """Take the nodes from the store; none is connected until its agent dials in."""
+    async def load(self, *, leading: bool = True) -> None:
+        """Take the nodes from the store; none is connected until its agent dials in.
+
+        The leader marks the nodes it does not hear from yet not ready (their
+        agents dial the leader); a standby takes the states as the leader wrote them.
+        """
+        if not leading:
+            await self.refresh()
+            return
+        for live in self._nodes.values():
+            if live.connected and live.on_close is not None:
+                live.on_close("the control plane's role changed")
+        self._nodes = {}
         for rec in await self._store.list_nodes():
             live = NodeLive(record=rec)
             if rec.state in (READY, REGISTERING):
@@ -151,6 +171,38 @@ class NodeRegistry:
                 await self._store.set_node_state(rec.node_id, rec.state, reason, rec.state_since)
             live.last_seen_mono = None
             self._nodes[rec.node_id] = live
+
+    async def refresh(self) -> None:
+        """A standby's view: every node as the store has it now (the leader writes them)."""
+        nodes: dict[str, NodeLive] = {}
+        for rec in await self._store.list_nodes():
+            old = self._nodes.get(rec.node_id)
+            if old is not None and old.connected:
+                nodes[rec.node_id] = old  # never on a standby; kept rather than dropped
+                continue
+            live = NodeLive(record=rec)
+            live.last_seen_mono = None
+            nodes[rec.node_id] = live
+            if old is None or (
+                old.record.state,
+                old.record.reason,
+                old.record.cordoned,
+                old.record.draining,
+                old.record.address,
+            ) != (rec.state, rec.reason, rec.cordoned, rec.draining, rec.address):
+                self.watch.publish("nodes", rec.node_id)
+        for gone in self._nodes.keys() - nodes.keys():
+            self.watch.publish("nodes", gone)
+        self._nodes = nodes
+
+    def close_all(self, reason: str) -> int:
+        """End every agent's stream (this control plane stopped leading); how many."""
+        closed = 0
+        for live in self._nodes.values():
+            if live.connected and live.on_close is not None:
+                live.on_close(reason)
+                closed += 1
+        return closed
 
     # ---- agent side ----------------------------------------------------
 
@@ -290,7 +342,7 @@ class NodeRegistry:
                 # Let heartbeats and admin calls in: a thousand nodes' rows
                 # built in one go held the loop for half a second.
                 await asyncio.sleep(0)
-        if rows:
+        if rows and self._fence():
             await self._store.record_heartbeats(rows)
         return len(rows)
 
@@ -303,6 +355,8 @@ class NodeRegistry:
         # Watchers hear of it first: memory is the truth the admin API answers
         # from, and a cancelled store write must not swallow the notice.
         self.watch.publish("nodes", rec.node_id)
+        if not self._fence():
+            return  # a control plane that no longer leads: the leader writes nodes' states
         await self._store.set_node_state(rec.node_id, state, reason, rec.state_since)
 
     # ---- operator side -------------------------------------------------
@@ -371,6 +425,8 @@ class NodeRegistry:
         A node that is not connected, or does not answer in time, gets an
         unsuccessful CommandAck saying so: the caller decides what follows.
         """
+        if not self._fence():
+            return CommandAck(ok=False, error="this control plane does not lead now")
         live = self._nodes.get(node_id)
         if live is None or not live.connected or live.send is None:
             return CommandAck(ok=False, error=f"node {node_id} is not connected")

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from llmgw.present.clusterfmt import control_planes_table, leader_words
 from llmgw.present.mirrorfmt import mirror_status_line
 from llmgw.present.nodefmt import NO_NODES, NODE_COLUMNS, node_cells, node_details
 from llmgw.present.output import renders
@@ -41,6 +43,7 @@ def _status(s: StatusReply):
         ("cluster", s.cluster_name),
         ("version", s.version),
         ("role", "leader" if s.leader else "standby"),
+        ("leader", leader_words(s)),
         ("store", s.store_backend),
         ("up since", s.started_at),
         ("agent port", s.agent_listen),
@@ -51,4 +54,7 @@ def _status(s: StatusReply):
     # The mirrors in the order nodes and the control plane try them.
     for i, m in enumerate(s.mirrors):
         t.add_row("mirrors" if i == 0 else "", mirror_status_line(m))
+    if len(s.control_planes) > 1:
+        # Several control planes share the store: each, its role and how it is.
+        return Group(t, Text(""), control_planes_table(s.control_planes, s.control_plane_id))
     return t

@@ -21,6 +21,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Static
 
+from llmgw.present.clusterfmt import header_line, leader_words
 from llmgw.present.nodefmt import NO_NODES
 from llmgw.present.opsfmt import NO_WARNINGS, warning_line
 from tui.screens.bars import bar, gib, memory_bar
@@ -185,7 +186,10 @@ class OverviewScreen(Screen[None]):
         if self._problem:
             show_text(status, self._problem)
         elif s.loaded:
-            show_text(status, f"Live from {self._address}")
+            planes = header_line(s.status)
+            # Several control planes: who leads, since when, and the store's state.
+            extra = f" · {leader_words(s.status)}" if planes and s.status is not None else ""
+            show_text(status, f"Live from {self._address}{extra}")
         status.set_class(bool(self._problem), "-error")
         if not s.loaded:
             return

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from llmgw.present.clusterfmt import header_line
 from proto.llmgw.v1 import (
     EngineView,
     ModelView,
@@ -172,7 +173,10 @@ class ClusterSummary:
             return "reading the cluster…"
         ready, total = self.nodes_ready()
         serving, models = self.models_serving()
-        return f"{ready}/{total} nodes ready · {serving}/{models} models serving"
+        line = f"{ready}/{total} nodes ready · {serving}/{models} models serving"
+        # Several control planes, or a store in trouble: which one leads, and the store.
+        planes = header_line(self.status)
+        return f"{line} · {planes}" if planes else line
 
 
 def _put(table: dict, key: str, value) -> bool:
