@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gatewayd.store.base import Store
+from gatewayd.store.cluster_records import ControlPlaneRecord, LeaderChange, LeaseState
 from gatewayd.store.mcp_records import McpCallRow, McpGrantRecord, McpServerRecord
 from gatewayd.store.postgres.store import PostgresStore, mask_dsn
 from gatewayd.store.records import (
@@ -29,8 +30,11 @@ from llmgw.paths import Paths
 
 __all__ = [
     "USAGE_DIMENSIONS",
+    "ControlPlaneRecord",
     "HeartbeatRow",
     "KeyRecord",
+    "LeaderChange",
+    "LeaseState",
     "McpCallRow",
     "McpGrantRecord",
     "McpServerRecord",

@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Protocol
 
 from gatewayd.store.batch_records import BatchProgress, BatchRecord, FileRecord
+from gatewayd.store.cluster_records import ControlPlaneRecord, LeaderChange, LeaseState
 from gatewayd.store.mcp_records import McpCallRow, McpGrantRecord, McpServerRecord
 from gatewayd.store.records import (
     HeartbeatRow,
@@ -282,3 +283,38 @@ class Store(Protocol):
         """Call rows in [since, until) (either end open when None), of one server or key
         when given, oldest first, at most ``limit``. ``project`` takes that path and all
         beneath it (an org or team path works), as ``usage_groups`` does."""
+
+    # ---- several control planes: the leader lease, its history, the members ----
+
+    async def store_clock(self) -> datetime:
+        """The store's clock now (the database's on PostgreSQL; the process's on SQLite)."""
+
+    async def claim_lease(self, name: str, holder: str, ttl_s: float) -> LeaseState:
+        """Atomically take or renew lease ``name`` for ``holder`` for ``ttl_s`` from the store's now.
+
+        Taken when free (never taken, lapsed, released): epoch + 1, acquired_at = now, and a
+        leader_changes row in the same transaction; renewed when ``holder`` holds it (same
+        epoch); left alone when another holds it. Returns the row as it stands after, with
+        the store's ``now``: ``held_by(holder)`` says whether the claim won.
+        """
+
+    async def release_lease(self, name: str, holder: str) -> bool:
+        """End the lease now if ``holder`` holds it (a "released" change); False otherwise."""
+
+    async def get_lease(self, name: str) -> LeaseState | None:
+        """The lease's row with the store's now; None when never claimed."""
+
+    async def leader_changes(self, name: str, limit: int = 50) -> list[LeaderChange]:
+        """The lease's changes of holder, newest first, at most ``limit``."""
+
+    async def put_control_plane(self, rec: ControlPlaneRecord) -> None:
+        """Insert or replace a control plane's row; last_seen_at = the store's now, not stopped."""
+
+    async def list_control_planes(self) -> list[ControlPlaneRecord]:
+        """Every control plane the store knows, ordered by id (stopped ones too)."""
+
+    async def mark_control_plane_stopped(self, cp_id: str) -> None:
+        """Record a clean stop (stopped_at = the store's now); its next write clears it."""
+
+    async def delete_control_plane(self, cp_id: str) -> bool:
+        """Forget a control plane's row; False when there was none."""

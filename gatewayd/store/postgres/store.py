@@ -19,6 +19,7 @@ import asyncpg
 from gatewayd.store.migrate import Migration, load_migrations, migrations_dir, run_migrations
 from gatewayd.store.postgres.batches import PostgresBatches
 from gatewayd.store.postgres.catalog import PostgresCatalog, _aware
+from gatewayd.store.postgres.cluster import PostgresCluster
 from gatewayd.store.postgres.keys import PostgresKeys
 from gatewayd.store.postgres.mcp import PostgresMcp
 from gatewayd.store.postgres.responses import PostgresResponses
@@ -137,6 +138,7 @@ class PostgresStore(
     PostgresBatches,
     PostgresResponses,
     PostgresMcp,
+    PostgresCluster,
 ):
     """The store in a PostgreSQL database."""
 

@@ -21,6 +21,7 @@ from gatewayd.store.migrate import Migration, load_migrations, migrations_dir, r
 from gatewayd.store.records import HeartbeatRow, NodeRecord
 from gatewayd.store.sqlite.batches import SqliteBatches
 from gatewayd.store.sqlite.catalog import SqliteCatalog
+from gatewayd.store.sqlite.cluster import SqliteCluster
 from gatewayd.store.sqlite.codec import _from_text, _json, _to_text
 from gatewayd.store.sqlite.keys import SqliteKeys
 from gatewayd.store.sqlite.mcp import SqliteMcp
@@ -94,6 +95,7 @@ class SqliteStore(
     SqliteBatches,
     SqliteResponses,
     SqliteMcp,
+    SqliteCluster,
 ):
     """The store in one SQLite file, in WAL mode."""
 
