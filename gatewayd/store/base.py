@@ -22,6 +22,7 @@ from gatewayd.store.records import (
 )
 from gatewayd.store.response_records import StoredResponse
 from gatewayd.store.revoked_records import RevokedCert
+from gatewayd.store.settings_records import SettingsVersion
 from gatewayd.store.usage_records import UsageFields, UsageRecord, UsageSum
 
 
@@ -318,3 +319,26 @@ class Store(Protocol):
 
     async def delete_control_plane(self, cp_id: str) -> bool:
         """Forget a control plane's row; False when there was none."""
+
+    # ---- the cluster's kept settings, versioned (llmgw ctl config) ----------------
+
+    async def latest_settings_version(self) -> int:
+        """The newest settings version's number; 0 while none was written."""
+
+    async def get_settings(self, version: int = 0) -> SettingsVersion | None:
+        """Settings version ``version`` (0: the newest); None when there is no such version."""
+
+    async def put_settings(
+        self,
+        document: dict,
+        *,
+        parent_version: int,
+        author: str,
+        comment: str,
+        at: datetime,
+    ) -> SettingsVersion:
+        """Write version ``parent_version + 1``; SettingsConflict when another writer made it
+        first (the caller made its change from a version since replaced)."""
+
+    async def list_settings_versions(self, *, limit: int = 50) -> list[SettingsVersion]:
+        """The newest ``limit`` versions, newest first."""

@@ -24,6 +24,7 @@ from gatewayd.store.postgres.keys import PostgresKeys
 from gatewayd.store.postgres.mcp import PostgresMcp
 from gatewayd.store.postgres.responses import PostgresResponses
 from gatewayd.store.postgres.revoked import PostgresRevoked
+from gatewayd.store.postgres.settings import PostgresSettings
 from gatewayd.store.postgres.tenants import PostgresTenants
 from gatewayd.store.postgres.usage import PostgresUsage
 from gatewayd.store.records import HeartbeatRow, NodeRecord
@@ -139,6 +140,7 @@ class PostgresStore(
     PostgresResponses,
     PostgresMcp,
     PostgresCluster,
+    PostgresSettings,
 ):
     """The store in a PostgreSQL database."""
 

@@ -27,6 +27,7 @@ from gatewayd.store.sqlite.keys import SqliteKeys
 from gatewayd.store.sqlite.mcp import SqliteMcp
 from gatewayd.store.sqlite.responses import SqliteResponses
 from gatewayd.store.sqlite.revoked import SqliteRevoked
+from gatewayd.store.sqlite.settings import SqliteSettings
 from gatewayd.store.sqlite.tenants import SqliteTenants
 from gatewayd.store.sqlite.usage import SqliteUsage
 from llmgw.errors import StoreError
@@ -96,6 +97,7 @@ class SqliteStore(
     SqliteResponses,
     SqliteMcp,
     SqliteCluster,
+    SqliteSettings,
 ):
     """The store in one SQLite file, in WAL mode."""
 
