@@ -10,6 +10,7 @@ __all__ = (
     "AgentServiceBase",
     "AgentServiceStub",
     "AgentSettings",
+    "AgentSettingsState",
     "BatchCounts",
     "BatchView",
     "CardNeed",
@@ -28,6 +29,7 @@ __all__ = (
     "GetBatchRequest",
     "GetModelRequest",
     "GetNodeRequest",
+    "GetSettingsRequest",
     "Gpu",
     "GpuNeed",
     "GpuSample",
@@ -114,11 +116,22 @@ __all__ = (
     "RevokeKeyRequest",
     "RevokeNodeReply",
     "RevokeNodeRequest",
+    "RollbackSettingsRequest",
     "RotateKeyRequest",
     "ScaleModelRequest",
     "SetLimitsRequest",
     "SetModelContextRequest",
     "SetRetentionRequest",
+    "SetSettingsRequest",
+    "SettingChange",
+    "SettingsDiffReply",
+    "SettingsDiffRequest",
+    "SettingsHistoryReply",
+    "SettingsHistoryRequest",
+    "SettingsInForce",
+    "SettingsReply",
+    "SettingsVersionView",
+    "SettingsWritten",
     "ShardStatus",
     "StartShard",
     "StatusReply",
@@ -192,12 +205,49 @@ default_message_pool.register_message("llmgw.v1", "AgentMessage", AgentMessage)
 
 @dataclass(eq=False, repr=False)
 class AgentSettings(betterproto2.Message):
+    """
+    AgentSettings is what the cluster's kept settings say of this node's agent
+    (agents.default, with agents.nodes.<id> over it), sent when it registers and
+    whenever they change. Zero or empty leaves a key to the node (agent.yaml);
+    an LLMGW_ variable in the agent's environment wins over any of them.
+    """
+
     heartbeat_interval_ms: "int" = betterproto2.field(1, betterproto2.TYPE_INT32)
 
     log_level: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
 
+    settings_version: "int" = betterproto2.field(3, betterproto2.TYPE_INT64)
+    """
+    The settings version these come from (0: not from the kept settings).
+    """
+
+    hub_url: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+    """
+    Where hf: weights are fetched from when a shard names no mirror.
+    """
+
 
 default_message_pool.register_message("llmgw.v1", "AgentSettings", AgentSettings)
+
+
+@dataclass(eq=False, repr=False)
+class AgentSettingsState(betterproto2.Message):
+    """
+    The agent settings a node was last sent, and what its agent answered.
+    """
+
+    node_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    version: "int" = betterproto2.field(2, betterproto2.TYPE_INT64)
+
+    ok: "bool" = betterproto2.field(3, betterproto2.TYPE_BOOL)
+
+    error: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+
+    at: "str" = betterproto2.field(5, betterproto2.TYPE_STRING)
+
+
+default_message_pool.register_message("llmgw.v1", "AgentSettingsState", AgentSettingsState)
 
 
 @dataclass(eq=False, repr=False)
@@ -591,6 +641,22 @@ class GetNodeRequest(betterproto2.Message):
 
 
 default_message_pool.register_message("llmgw.v1", "GetNodeRequest", GetNodeRequest)
+
+
+@dataclass(eq=False, repr=False)
+class GetSettingsRequest(betterproto2.Message):
+    key: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    A dotted key (router.admission.bands[0].queue_ttl); empty for the whole document.
+    """
+
+    version: "int" = betterproto2.field(2, betterproto2.TYPE_INT64)
+    """
+    0: the newest version.
+    """
+
+
+default_message_pool.register_message("llmgw.v1", "GetSettingsRequest", GetSettingsRequest)
 
 
 @dataclass(eq=False, repr=False)
@@ -2395,6 +2461,23 @@ default_message_pool.register_message("llmgw.v1", "RevokeNodeRequest", RevokeNod
 
 
 @dataclass(eq=False, repr=False)
+class RollbackSettingsRequest(betterproto2.Message):
+    version: "int" = betterproto2.field(1, betterproto2.TYPE_INT64)
+    """
+    Written again as a new version, equal to this one.
+    """
+
+    comment: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+
+    author: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+
+
+default_message_pool.register_message(
+    "llmgw.v1", "RollbackSettingsRequest", RollbackSettingsRequest
+)
+
+
+@dataclass(eq=False, repr=False)
 class RotateKeyRequest(betterproto2.Message):
     key_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
 
@@ -2461,6 +2544,208 @@ class SetRetentionRequest(betterproto2.Message):
 
 
 default_message_pool.register_message("llmgw.v1", "SetRetentionRequest", SetRetentionRequest)
+
+
+@dataclass(eq=False, repr=False)
+class SetSettingsRequest(betterproto2.Message):
+    """
+    A change: KEY=VALUE assignments (each value YAML) made on parent_version, or a
+    whole document_yaml in its place. parent_version 0 makes the change on the
+    newest version; another is refused (ALREADY_EXISTS) once a newer one exists.
+    """
+
+    assignments: "list[str]" = betterproto2.field(1, betterproto2.TYPE_STRING, repeated=True)
+
+    document_yaml: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+
+    parent_version: "int" = betterproto2.field(3, betterproto2.TYPE_INT64)
+
+    comment: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+
+    author: "str" = betterproto2.field(5, betterproto2.TYPE_STRING)
+    """
+    Who makes it (the operator's user name); "admin" when empty.
+    """
+
+
+default_message_pool.register_message("llmgw.v1", "SetSettingsRequest", SetSettingsRequest)
+
+
+@dataclass(eq=False, repr=False)
+class SettingChange(betterproto2.Message):
+    key: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    kind: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    added, removed or changed.
+    """
+
+    old_yaml: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+
+    new_yaml: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+
+
+default_message_pool.register_message("llmgw.v1", "SettingChange", SettingChange)
+
+
+@dataclass(eq=False, repr=False)
+class SettingsDiffReply(betterproto2.Message):
+    from_version: "int" = betterproto2.field(1, betterproto2.TYPE_INT64)
+
+    to_version: "int" = betterproto2.field(2, betterproto2.TYPE_INT64)
+
+    changes: "list[SettingChange]" = betterproto2.field(3, betterproto2.TYPE_MESSAGE, repeated=True)
+
+
+default_message_pool.register_message("llmgw.v1", "SettingsDiffReply", SettingsDiffReply)
+
+
+@dataclass(eq=False, repr=False)
+class SettingsDiffRequest(betterproto2.Message):
+    from_version: "int" = betterproto2.field(1, betterproto2.TYPE_INT64)
+    """
+    0 for from_version: the one before to_version; 0 for to_version: the newest.
+    """
+
+    to_version: "int" = betterproto2.field(2, betterproto2.TYPE_INT64)
+
+
+default_message_pool.register_message("llmgw.v1", "SettingsDiffRequest", SettingsDiffRequest)
+
+
+@dataclass(eq=False, repr=False)
+class SettingsHistoryReply(betterproto2.Message):
+    versions: "list[SettingsVersionView]" = betterproto2.field(
+        1, betterproto2.TYPE_MESSAGE, repeated=True
+    )
+
+    in_force_version: "int" = betterproto2.field(2, betterproto2.TYPE_INT64)
+
+
+default_message_pool.register_message("llmgw.v1", "SettingsHistoryReply", SettingsHistoryReply)
+
+
+@dataclass(eq=False, repr=False)
+class SettingsHistoryRequest(betterproto2.Message):
+    limit: "int" = betterproto2.field(1, betterproto2.TYPE_INT32)
+    """
+    The newest this many versions (0: 50).
+    """
+
+
+default_message_pool.register_message("llmgw.v1", "SettingsHistoryRequest", SettingsHistoryRequest)
+
+
+@dataclass(eq=False, repr=False)
+class SettingsInForce(betterproto2.Message):
+    """
+    What this control plane runs on, and each connected node's agent.
+    """
+
+    control_plane: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    version: "int" = betterproto2.field(2, betterproto2.TYPE_INT64)
+    """
+    The version applied here (0 while none is).
+    """
+
+    since: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+
+    problems: "list[str]" = betterproto2.field(4, betterproto2.TYPE_STRING, repeated=True)
+    """
+    Parts of the version that could not be applied here, in plain words.
+    """
+
+    agents: "list[AgentSettingsState]" = betterproto2.field(
+        5, betterproto2.TYPE_MESSAGE, repeated=True
+    )
+
+
+default_message_pool.register_message("llmgw.v1", "SettingsInForce", SettingsInForce)
+
+
+@dataclass(eq=False, repr=False)
+class SettingsReply(betterproto2.Message):
+    version: "SettingsVersionView | None" = betterproto2.field(
+        1, betterproto2.TYPE_MESSAGE, optional=True
+    )
+
+    key: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+
+    value_yaml: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    The key's value (or the whole document), as YAML and as JSON.
+    """
+
+    value_json: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+
+    in_force: "SettingsInForce | None" = betterproto2.field(
+        5, betterproto2.TYPE_MESSAGE, optional=True
+    )
+
+    latest_version: "int" = betterproto2.field(6, betterproto2.TYPE_INT64)
+    """
+    The newest version there is (version.version when that one is shown).
+    """
+
+
+default_message_pool.register_message("llmgw.v1", "SettingsReply", SettingsReply)
+
+
+@dataclass(eq=False, repr=False)
+class SettingsVersionView(betterproto2.Message):
+    """
+    ---- the cluster's kept settings ------------------------------------------------
+
+    One version of the settings document: who made it, when, why, from which.
+    """
+
+    version: "int" = betterproto2.field(1, betterproto2.TYPE_INT64)
+
+    author: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+
+    at: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+
+    comment: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+
+    parent_version: "int" = betterproto2.field(5, betterproto2.TYPE_INT64)
+    """
+    The version it was made from (0 for the first).
+    """
+
+    changed_keys: "list[str]" = betterproto2.field(6, betterproto2.TYPE_STRING, repeated=True)
+    """
+    The keys it changed from its parent (none for the first).
+    """
+
+
+default_message_pool.register_message("llmgw.v1", "SettingsVersionView", SettingsVersionView)
+
+
+@dataclass(eq=False, repr=False)
+class SettingsWritten(betterproto2.Message):
+    """
+    A version written (SetSettings, RollbackSettings), what it changed, and
+    what this control plane runs on once it applied it.
+    """
+
+    version: "SettingsVersionView | None" = betterproto2.field(
+        1, betterproto2.TYPE_MESSAGE, optional=True
+    )
+
+    changes: "list[SettingChange]" = betterproto2.field(2, betterproto2.TYPE_MESSAGE, repeated=True)
+
+    in_force: "SettingsInForce | None" = betterproto2.field(
+        3, betterproto2.TYPE_MESSAGE, optional=True
+    )
+
+    unchanged: "bool" = betterproto2.field(4, betterproto2.TYPE_BOOL)
+    """
+    Nothing differed from the version it was made on: no version was written.
+    """
+
+
+default_message_pool.register_message("llmgw.v1", "SettingsWritten", SettingsWritten)
 
 
 @dataclass(eq=False, repr=False)
@@ -3949,6 +4234,99 @@ class AdminServiceStub(betterproto2_grpclib.ServiceStub):
             metadata=metadata,
         )
 
+    async def get_settings(
+        self,
+        message: "GetSettingsRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "SettingsReply":
+        """
+        The cluster's kept settings, versioned (llmgw ctl config …, the console's Settings).
+        """
+
+        return await self._unary_unary(
+            "/llmgw.v1.AdminService/GetSettings",
+            message,
+            SettingsReply,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def set_settings(
+        self,
+        message: "SetSettingsRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "SettingsWritten":
+
+        return await self._unary_unary(
+            "/llmgw.v1.AdminService/SetSettings",
+            message,
+            SettingsWritten,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def settings_history(
+        self,
+        message: "SettingsHistoryRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "SettingsHistoryReply":
+
+        return await self._unary_unary(
+            "/llmgw.v1.AdminService/SettingsHistory",
+            message,
+            SettingsHistoryReply,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def settings_diff(
+        self,
+        message: "SettingsDiffRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "SettingsDiffReply":
+
+        return await self._unary_unary(
+            "/llmgw.v1.AdminService/SettingsDiff",
+            message,
+            SettingsDiffReply,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def rollback_settings(
+        self,
+        message: "RollbackSettingsRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "SettingsWritten":
+
+        return await self._unary_unary(
+            "/llmgw.v1.AdminService/RollbackSettings",
+            message,
+            SettingsWritten,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
 
 class AgentServiceStub(betterproto2_grpclib.ServiceStub):
     async def connect(
@@ -4199,6 +4577,29 @@ class AdminServiceBase(betterproto2_grpclib.ServiceBase):
         raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
 
     async def mcp_usage(self, message: "McpUsageRequest") -> "McpUsageReply":
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def get_settings(self, message: "GetSettingsRequest") -> "SettingsReply":
+        """
+        The cluster's kept settings, versioned (llmgw ctl config …, the console's Settings).
+        """
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def set_settings(self, message: "SetSettingsRequest") -> "SettingsWritten":
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def settings_history(self, message: "SettingsHistoryRequest") -> "SettingsHistoryReply":
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def settings_diff(self, message: "SettingsDiffRequest") -> "SettingsDiffReply":
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def rollback_settings(self, message: "RollbackSettingsRequest") -> "SettingsWritten":
 
         raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
 
@@ -4647,6 +5048,46 @@ class AdminServiceBase(betterproto2_grpclib.ServiceBase):
         response = await self.mcp_usage(request)
         await stream.send_message(response)
 
+    async def __rpc_get_settings(
+        self, stream: "grpclib.server.Stream[GetSettingsRequest, SettingsReply]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.get_settings(request)
+        await stream.send_message(response)
+
+    async def __rpc_set_settings(
+        self, stream: "grpclib.server.Stream[SetSettingsRequest, SettingsWritten]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.set_settings(request)
+        await stream.send_message(response)
+
+    async def __rpc_settings_history(
+        self, stream: "grpclib.server.Stream[SettingsHistoryRequest, SettingsHistoryReply]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.settings_history(request)
+        await stream.send_message(response)
+
+    async def __rpc_settings_diff(
+        self, stream: "grpclib.server.Stream[SettingsDiffRequest, SettingsDiffReply]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.settings_diff(request)
+        await stream.send_message(response)
+
+    async def __rpc_rollback_settings(
+        self, stream: "grpclib.server.Stream[RollbackSettingsRequest, SettingsWritten]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.rollback_settings(request)
+        await stream.send_message(response)
+
     def __mapping__(self) -> "dict[str, grpclib.const.Handler]":
         return {
             "/llmgw.v1.AdminService/Status": grpclib.const.Handler(
@@ -4978,6 +5419,36 @@ class AdminServiceBase(betterproto2_grpclib.ServiceBase):
                 grpclib.const.Cardinality.UNARY_UNARY,
                 McpUsageRequest,
                 McpUsageReply,
+            ),
+            "/llmgw.v1.AdminService/GetSettings": grpclib.const.Handler(
+                self.__rpc_get_settings,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                GetSettingsRequest,
+                SettingsReply,
+            ),
+            "/llmgw.v1.AdminService/SetSettings": grpclib.const.Handler(
+                self.__rpc_set_settings,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                SetSettingsRequest,
+                SettingsWritten,
+            ),
+            "/llmgw.v1.AdminService/SettingsHistory": grpclib.const.Handler(
+                self.__rpc_settings_history,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                SettingsHistoryRequest,
+                SettingsHistoryReply,
+            ),
+            "/llmgw.v1.AdminService/SettingsDiff": grpclib.const.Handler(
+                self.__rpc_settings_diff,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                SettingsDiffRequest,
+                SettingsDiffReply,
+            ),
+            "/llmgw.v1.AdminService/RollbackSettings": grpclib.const.Handler(
+                self.__rpc_rollback_settings,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                RollbackSettingsRequest,
+                SettingsWritten,
             ),
         }
 
