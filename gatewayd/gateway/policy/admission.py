@@ -120,6 +120,8 @@ class Admission:
             self._states[band.name] = _BandState(band)
         # Highest priority first; bands of equal priority in the order given.
         self._order = sorted(self._states.values(), key=lambda s: -s.band.priority)
+        # Bands the settings no longer name that still hold requests (``reband``).
+        self._retired: dict[str, _BandState] = {}
         self._in_flight = 0
         self._waiting = 0
 
@@ -145,6 +147,32 @@ class Admission:
         for band in bands:
             self._states[band.name].band = band
         self._order = sorted(self._states.values(), key=lambda s: -s.band.priority)
+        if self._waiting:
+            self._dispatch()
+
+    def reband(self, bands: Sequence[Band]) -> None:
+        """Take another set of bands (the settings changed), keeping who is in flight and who waits.
+
+        A band kept by name takes its new rank, ceiling and queue bound at once
+        (a waiter keeps the queue_ttl_s it started with); a new band starts
+        empty; a band no longer named takes no new request, while the ones it
+        holds finish and its waiters are still let in, in their turn.
+        """
+        if not bands:
+            raise ValueError("admission needs at least one band")
+        states: dict[str, _BandState] = {}
+        for band in bands:
+            state = self._states.get(band.name) or self._retired.pop(band.name, None)
+            if state is None:
+                state = _BandState(band)
+            state.band = band
+            states[band.name] = state
+        retired = {**self._retired, **{n: s for n, s in self._states.items() if n not in states}}
+        self._retired = {n: s for n, s in retired.items() if s.waiters or s.in_flight}
+        self._states = states
+        self._order = sorted(
+            [*states.values(), *self._retired.values()], key=lambda s: -s.band.priority
+        )
         if self._waiting:
             self._dispatch()
 

@@ -38,6 +38,19 @@ class BandPools:
         self._pools: dict[str, tuple[int, Admission]] = {}
         self._warned: set[str] = set()
 
+    def reconfigure(self, cfg: AdmissionConfig) -> None:
+        """Take other bands (the kept settings changed), keeping every model's requests.
+
+        Requests in flight stay in flight and waiters keep their place; a
+        band's new ceiling, queue bound and rank hold from the next request.
+        """
+        self._cfg = cfg
+        self._names = {b.name for b in cfg.bands}
+        self._warned.clear()
+        for model, (capacity, admission) in list(self._pools.items()):
+            admission.reband(self._bands(capacity))
+            self._pools[model] = (capacity, admission)
+
     @property
     def band_names(self) -> list[str]:
         return [b.name for b in self._cfg.bands]
