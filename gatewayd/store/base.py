@@ -11,6 +11,7 @@ from typing import Protocol
 
 from gatewayd.store.batch_records import BatchProgress, BatchRecord, FileRecord
 from gatewayd.store.cluster_records import ControlPlaneRecord, LeaderChange, LeaseState
+from gatewayd.store.counter_records import CounterReading, SharedCounter
 from gatewayd.store.mcp_records import McpCallRow, McpGrantRecord, McpServerRecord
 from gatewayd.store.records import (
     HeartbeatRow,
@@ -342,3 +343,18 @@ class Store(Protocol):
 
     async def list_settings_versions(self, *, limit: int = 50) -> list[SettingsVersion]:
         """The newest ``limit`` versions, newest first."""
+
+    # ---- budgets and rate limits shared by the control planes -----------------------
+
+    async def publish_counters(self, counters: Sequence[SharedCounter]) -> None:
+        """Insert or replace each counter's row (its amount is the whole total, not an
+        increment), ``updated_at`` = the store's now; one statement or transaction."""
+
+    async def read_counters(
+        self, *, since: datetime | None = None, exclude_writer: str = ""
+    ) -> CounterReading:
+        """The rows of every writer but ``exclude_writer`` updated after ``since`` (all of
+        them when None), with the store's clock read before them."""
+
+    async def prune_counters(self) -> int:
+        """Remove the rows whose ``expires_at`` has passed; how many went."""

@@ -20,6 +20,7 @@ from gatewayd.store.migrate import Migration, load_migrations, migrations_dir, r
 from gatewayd.store.postgres.batches import PostgresBatches
 from gatewayd.store.postgres.catalog import PostgresCatalog, _aware
 from gatewayd.store.postgres.cluster import PostgresCluster
+from gatewayd.store.postgres.counters import PostgresCounters
 from gatewayd.store.postgres.keys import PostgresKeys
 from gatewayd.store.postgres.mcp import PostgresMcp
 from gatewayd.store.postgres.responses import PostgresResponses
@@ -141,6 +142,7 @@ class PostgresStore(
     PostgresMcp,
     PostgresCluster,
     PostgresSettings,
+    PostgresCounters,
 ):
     """The store in a PostgreSQL database."""
 

@@ -23,6 +23,7 @@ from gatewayd.store.sqlite.batches import SqliteBatches
 from gatewayd.store.sqlite.catalog import SqliteCatalog
 from gatewayd.store.sqlite.cluster import SqliteCluster
 from gatewayd.store.sqlite.codec import _from_text, _json, _to_text
+from gatewayd.store.sqlite.counters import SqliteCounters
 from gatewayd.store.sqlite.keys import SqliteKeys
 from gatewayd.store.sqlite.mcp import SqliteMcp
 from gatewayd.store.sqlite.responses import SqliteResponses
@@ -98,6 +99,7 @@ class SqliteStore(
     SqliteMcp,
     SqliteCluster,
     SqliteSettings,
+    SqliteCounters,
 ):
     """The store in one SQLite file, in WAL mode."""
 
