@@ -89,7 +89,8 @@ async def install_llmgw(
         raise OnboardError(
             f"the llmgw wheel arrived damaged on {shell.target.host} "
             f"(sha256 {got or 'unknown'}, expected {wheel.sha256})",
-            hint="run node add again; if it happens again, check the node's disk and memory",
+            hint=f"run {shell.target.command} again; if it happens again, check the "
+            "machine's disk and memory",
         )
     venv_python = f"{layout.venv}/bin/python"
     if not (await shell.run(["test", "-x", venv_python], timeout_s=30)).ok:

@@ -20,6 +20,7 @@ import yaml
 from llmgw.config import AgentConfig, AgentPki, dump_yaml
 from llmgw.errors import PkiError
 from llmgw.labels import check_labels
+from llmgw.onboard.daemon import detached_alive, run_unit, start_detached
 from llmgw.onboard.events import Clock, OnboardError, StepEvent
 from llmgw.onboard.layout import UNIT_NAME, NodeLayout
 from llmgw.onboard.remote_files import install_file, make_dir, remote_sha256
@@ -168,22 +169,16 @@ async def join_node(
 async def _systemd(
     shell: NodeShell, layout: NodeLayout, have: dict[str, str], restart: bool, clock: Clock
 ) -> AsyncIterator[StepEvent]:
-    unit_changed = await install_file(
-        shell, unit_text(layout).encode(), layout.unit_file, mode=0o644, have=have
+    status, detail = await run_unit(
+        shell,
+        unit_name=UNIT_NAME,
+        unit_file=layout.unit_file,
+        text=unit_text(layout),
+        link=bool(layout.install_root),
+        have=have,
+        restart=restart,
+        hint=_HINT,
     )
-    if unit_changed and layout.install_root:
-        await _must(shell, ["systemctl", "link", layout.unit_file])
-    if unit_changed:
-        await _must(shell, ["systemctl", "daemon-reload"])
-    await _must(shell, ["systemctl", "enable", UNIT_NAME])
-    active = (await shell.run(["systemctl", "is-active", "--quiet", UNIT_NAME])).ok
-    if restart or unit_changed or not active:
-        await _must(shell, ["systemctl", "restart", UNIT_NAME])
-        detail = f"{UNIT_NAME} enabled and (re)started"
-        status = "ok"
-    else:
-        detail = f"{UNIT_NAME} enabled and running; nothing changed"
-        status = "kept"
     yield StepEvent(step=STEP, status=status, detail=detail, elapsed_s=clock.elapsed())
 
 
@@ -191,9 +186,7 @@ async def _detached(
     shell: NodeShell, layout: NodeLayout, restart: bool, clock: Clock
 ) -> AsyncIterator[StepEvent]:
     pidfile = shlex.quote(layout.pidfile)
-    alive = (
-        await shell.run(["sh", "-c", f'kill -0 "$(cat {pidfile} 2>/dev/null)" 2>/dev/null'])
-    ).ok
+    alive = await detached_alive(shell, layout.pidfile)
     if alive and not restart:
         yield StepEvent(
             step=STEP,
@@ -205,17 +198,14 @@ async def _detached(
         return
     if alive:
         await shell.run(["sh", "-c", f'kill "$(cat {pidfile})"; sleep 1'])
-    log_dir = shlex.quote(str(Path(layout.log_file).parent))
-    start = (
-        # The folders first, then only the agent in the background: `a && b & c` would
-        # send the whole chain to the background and write the pidfile before them.
-        f"mkdir -p {log_dir} {shlex.quote(str(Path(layout.pidfile).parent))} && cd / && "
-        "umask 077 && { "
-        f"setsid {shlex.quote(layout.llmgw)} agent --config "
-        f"{shlex.quote(str(layout.paths.agent_yaml))} "
-        f"</dev/null >>{shlex.quote(layout.log_file)} 2>&1 & echo $! > {pidfile}; }}"
+    await start_detached(
+        shell,
+        [layout.llmgw, "agent", "--config", str(layout.paths.agent_yaml)],
+        pidfile=layout.pidfile,
+        log_file=layout.log_file,
+        env=layout.agent_env,
+        hint=_HINT,
     )
-    await _must(shell, ["sh", "-c", start], env=layout.agent_env)
     yield StepEvent(
         step=STEP,
         status="warn",
@@ -227,13 +217,7 @@ async def _detached(
     )
 
 
-async def _must(shell: NodeShell, argv: list[str], env: dict[str, str] | None = None) -> None:
-    ran = await shell.run(argv, env=env, timeout_s=120)
-    if not ran.ok:
-        raise OnboardError(
-            f"{' '.join(argv)} failed on {shell.target.host}: {ran.output[-800:]}",
-            hint="look at the agent's log there (journalctl -u llmgw-agent), then run node add again",
-        )
+_HINT = "look at the agent's log there (journalctl -u llmgw-agent), then run node add again"
 
 
 def _serial(cert_pem: bytes) -> int:

@@ -36,6 +36,8 @@ class SshTarget:
     identity: str = ""
     known_hosts: str = ""
     accept_new_host_key: bool = False
+    # The command that logs in, as the words of what to run again say it.
+    command: str = "node add"
 
     def where(self) -> str:
         at = f"{self.user}@{self.host}" if self.user else self.host
@@ -108,7 +110,7 @@ class NodeShell:
         except (asyncssh.Error, OSError) as e:
             raise OnboardError(
                 f"the SSH connection to {self.target.host} broke: {e}",
-                hint="run node add again: every step it completed is kept",
+                hint=f"run {self.target.command} again: every step it completed is kept",
                 exit_code=ExitCode.UNREACHABLE,
             ) from e
         status = res.exit_status if res.exit_status is not None else 255
@@ -214,7 +216,7 @@ async def _open(target: SshTarget) -> asyncssh.SSHClientConnection:
                 f"the host key of {target.host} is not the one recorded in {known_file}: "
                 "the machine was reinstalled, or something is in the way",
                 hint=f"if it was reinstalled, forget the old key (ssh-keygen -R {target.host} "
-                f"-f {known_file}) and run node add again with --accept-new-host-key",
+                f"-f {known_file}) and run {target.command} again with --accept-new-host-key",
                 exit_code=ExitCode.UNAUTHENTICATED,
             ) from e
         if not target.accept_new_host_key:

@@ -66,9 +66,10 @@ def store_is_local(cfg: ServerConfig) -> bool:
     return host in _LOCAL_HOSTS and (not query_host or query_host.startswith("/"))
 
 
-def server_unit_text(paths: Paths, cfg: ServerConfig) -> str:
+def server_unit_text(paths: Paths, cfg: ServerConfig, program: list[str] | None = None) -> str:
+    """``program``: the llmgw to start (default this one; server add names the new machine's)."""
     env = f"Environment={ENV_HOME}={paths.home}\n" if paths.home is not None else ""
-    argv = " ".join([*llmgw_program(), "server", "--config", str(paths.server_yaml)])
+    argv = " ".join([*(program or llmgw_program()), "server", "--config", str(paths.server_yaml)])
     # Ordering only: a local PostgreSQL that is enabled comes up first; a store
     # elsewhere is waited for by gatewayd itself.
     after = "network-online.target" + (" postgresql.service" if store_is_local(cfg) else "")
