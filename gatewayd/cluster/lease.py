@@ -159,7 +159,7 @@ class LeaderLease:
                     self._hold_off_until = self._clock() + self.hold_off_s
                     log.info(
                         "leader lease: the store answers again; leaving the lease to %s for %.1f s",
-                        self.leader_id or "its last holder",
+                        (self.state.holder if self.state else "") or "its last holder",
                         self.hold_off_s,
                     )
                 elif self._clock() < self._hold_off_until:
