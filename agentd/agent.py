@@ -223,9 +223,11 @@ class Agent:
                     self.board.lost(addr, f"{e.status.name} {e.message or ''}".strip())
             except (OSError, StreamTerminatedError, TimeoutError, ProtocolError) as e:
                 # ProtocolError: the control plane ended the stream while this side's
-                # half was still open (a removed node) — the same as a closed stream.
-                log.warning("control plane %s unreachable: %s", addr, e or e.__class__.__name__)
-                self.board.lost(addr, f"unreachable: {e or e.__class__.__name__}")
+                # half was still open (a removed node, a standby that named the
+                # leader) — the same as a closed stream.
+                if not self._standby_refused:
+                    log.warning("control plane %s unreachable: %s", addr, e or e.__class__.__name__)
+                    self.board.lost(addr, f"unreachable: {e or e.__class__.__name__}")
             if time.monotonic() - started >= HEALTHY_SESSION_S:
                 backoff.reset()
             index += 1  # fail over to the next control plane in the list

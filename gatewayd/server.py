@@ -12,6 +12,8 @@ import asyncio
 import contextlib
 import logging
 import secrets
+import socket
+from datetime import UTC, datetime
 
 import uvicorn
 from grpclib.events import RecvRequest, listen
@@ -22,6 +24,10 @@ from gatewayd.agents.revocations import Revocations
 from gatewayd.agents.service import AgentService
 from gatewayd.batches import mount as mount_batches
 from gatewayd.catalog.catalog import Catalog
+from gatewayd.cluster.identity import advertise_host, control_plane_id, leader_guard
+from gatewayd.cluster.lease import LeaderLease
+from gatewayd.cluster.members import Members
+from gatewayd.cluster.roles import Roles
 from gatewayd.controller.reconciler import Reconciler
 from gatewayd.controller.sizing import Sizing
 from gatewayd.gateway.metering.journal import UsageJournal
@@ -43,6 +49,8 @@ from gatewayd.mcp import mount as mount_mcp
 from gatewayd.mirrors.set import MirrorSet
 from gatewayd.nodes.registry import NodeRegistry
 from gatewayd.store import Store, open_store_from_config
+from gatewayd.store.cluster_records import ControlPlaneRecord
+from llmgw import __version__
 from llmgw.catalog.price import Price
 from llmgw.config import ServerConfig, server_pki_paths, split_host_port
 from llmgw.errors import ConfigError, StoreError
@@ -54,6 +62,8 @@ from llmgw.tls.tlsconf import server_context
 log = logging.getLogger(__name__)
 
 LIVENESS_CHECK_INTERVAL_S = 1.0
+# The other control planes' rows (addresses for agents' failover lists) are read this often.
+MEMBERS_READ_S = 2.0
 
 
 class _QuietUvicorn(uvicorn.Server):
@@ -69,7 +79,12 @@ class GatewayServer:
         self.cfg = cfg
         self.paths = paths
         self.store = store or open_store_from_config(cfg.store, paths)
-        self.registry = NodeRegistry(self.store, not_ready_grace_s=cfg.nodes.not_ready_grace_s)
+        # This control plane's name among those sharing the store (kept in its data dir).
+        self.control_plane_id = control_plane_id(paths)
+        self.roles: Roles | None = None
+        self.registry = NodeRegistry(
+            self.store, not_ready_grace_s=cfg.nodes.not_ready_grace_s, fence=self._leading
+        )
         # The model mirrors (server.yaml mirror.urls): hf: models are pinned, planned
         # and fetched through them. Tokens are read from their files as they change.
         self.mirrors = MirrorSet.from_config(cfg.mirror, paths, admin_token=paths.admin_token_file)
@@ -81,6 +96,7 @@ class GatewayServer:
         self._grpc: list[Server] = []
         self._uvicorns: list[_QuietUvicorn] = []
         self._tasks: list[asyncio.Task] = []
+        self._started_at = datetime.now(UTC)
 
     def _read_token(self) -> str:
         try:
@@ -102,7 +118,18 @@ class GatewayServer:
         ca, cert, key = server_pki_paths(self.cfg, self.paths)
         ssl_ctx = server_context(ca, cert, key)
         await self.store.open()
-        await self.registry.load()
+        # The leader lease decides which control plane reconciles and holds the
+        # agents' streams; until this one leads, it takes the store's state as it is.
+        self.lease = LeaderLease(
+            self.store, self.control_plane_id, ttl_s=self.cfg.cluster.lease_ttl_s
+        )
+        self.roles = Roles(
+            self.lease,
+            become_leader=self._become_leader,
+            become_standby=self._become_standby,
+            follow=self._follow,
+        )
+        await self.registry.load(leading=False)
         await self.catalog.load()
         self.reconciler = Reconciler(
             self.store,
@@ -113,6 +140,7 @@ class GatewayServer:
             engines=self.cfg.engines,
             sizing=Sizing(hub_url=self.cfg.hub_url, mirrors=self.mirrors),
             mirrors=self.mirrors,
+            fence=self._leading,
         )
         await self.reconciler.load()
         self.keys = KeyCache(self.store)
@@ -155,6 +183,8 @@ class GatewayServer:
             self.registry,
             heartbeat_interval_s=self.cfg.nodes.heartbeat_interval_s,
             revocations=self.revocations,
+            leading=self._leading,
+            control_planes=self._agent_failover,
         )
         # One budget of connections for every public port: the bound that matters
         # is the process's open files (gatewayd/http/guard.py).
@@ -179,12 +209,14 @@ class GatewayServer:
             batches=self.batches,
             mirrors=self.mirrors,
             mcp=self.mcp,
+            cluster=self._cluster_status,
         )
         if self.mcp is not None:
             # llmgw:admin answers from the same admin methods as ctl, in-process.
             self.mcp.admin_tools.bind(admin_service)
         admin = Server([admin_service])
         listen(admin, RecvRequest, token_guard(token))
+        listen(admin, RecvRequest, leader_guard(self._leading, self._leader_words))
         host, port = split_host_port(self.cfg.listen.admin)
         await admin.start(host, port)
         self.ports["admin"] = admin._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
@@ -196,7 +228,13 @@ class GatewayServer:
         self.info["gateway_url"] = f"http://{host}:{self.ports['http']}/v1"
         self._tasks.append(asyncio.create_task(self._liveness_loop(), name="liveness"))
         self._tasks.append(asyncio.create_task(self._flush_loop(), name="heartbeat-flush"))
-        self._tasks.append(asyncio.create_task(self.reconciler.run(), name="reconciler"))
+        self.roles.leader_only("reconciler", self.reconciler.run)
+        # Every control plane writes its row (the ports are known by now) and reads the others'.
+        self.members = Members(self.store, self._member_record(), self.lease)
+        self._tasks.append(asyncio.create_task(self.members.run(), name="members"))
+        self._tasks.append(asyncio.create_task(self._read_members(), name="read-members"))
+        # Last: a lone control plane leads before this returns, a standby follows.
+        await self.roles.start()
         self._tasks.append(asyncio.create_task(self.keys.run(), name="keys"))
         self._tasks.append(asyncio.create_task(self.usage.run(), name="usage"))
         self._tasks.append(asyncio.create_task(self.scraper.run(), name="scrape"))
@@ -219,6 +257,90 @@ class GatewayServer:
             log.warning("the usage journal's rows wait for the store: %s", e)
             return
         log.info("usage journal: %d rows of an earlier run replayed into the store", rows)
+
+    # ---- roles: leader or standby ------------------------------------------
+
+    def _leading(self) -> bool:
+        return self.roles is not None and self.roles.leading()
+
+    async def _become_leader(self) -> None:
+        """Take the cluster's state afresh from the store; agents dial in from here."""
+        await self.registry.load(leading=True)
+        await self.catalog.load()
+        await self.reconciler.load()
+        self.reconciler.kick()
+
+    async def _become_standby(self) -> None:
+        closed = self.registry.close_all("this control plane no longer leads")
+        if closed:
+            log.info("closed %d agent streams: their agents dial the leader", closed)
+        await self._follow()
+
+    async def _follow(self) -> None:
+        """A standby's view of the cluster: what the leader wrote, read every second."""
+        await self.registry.refresh()
+        await self.reconciler.load()
+        await self.catalog.load()
+
+    async def _read_members(self) -> None:
+        """The control planes' rows, read every few seconds (agents' failover lists)."""
+        while True:
+            try:
+                self._control_plane_rows = await self.store.list_control_planes()
+            except StoreError as e:
+                log.debug("reading the control planes' rows failed: %s", e)
+            await asyncio.sleep(MEMBERS_READ_S)
+
+    def _agent_failover(self) -> tuple[list[str], str]:
+        """Every live control plane's agent address (the leader's first), and the leader's."""
+        rows = getattr(self, "_control_plane_rows", None) or []
+        leader = ""
+        addresses = []
+        for row in rows:
+            if row.stopped_at is not None or not row.agent_address:
+                continue
+            if row.control_plane_id == self.lease.leader_id:
+                leader = row.agent_address
+            else:
+                addresses.append(row.agent_address)
+        if self._leading():
+            leader = self._member_record().agent_address
+        return ([leader] if leader else []) + [a for a in addresses if a != leader], leader
+
+    async def _cluster_status(self) -> dict:
+        """StatusReply's part on the control planes: who leads, since when, the store's state."""
+        lease = self.lease
+        since = lease.leader_since
+        views = await self.members.views() if getattr(self, "members", None) else []
+        return {
+            "leader": self._leading(),
+            "control_planes": views,
+            "leader_id": lease.leader_id,
+            "leader_since": since.isoformat(timespec="seconds") if since else "",
+            "lease_ttl_s": int(self.cfg.cluster.lease_ttl_s),
+            "control_plane_id": self.control_plane_id,
+            "store_state": lease.store_state,
+        }
+
+    def _leader_words(self) -> str:
+        """Who leads, for a standby's refusal of what only the leader does."""
+        leader = self.lease.leader_id
+        for row in getattr(self, "_control_plane_rows", None) or []:
+            if row.control_plane_id == leader and row.hostname:
+                return f"{leader} on {row.hostname}"
+        return leader or "none yet (the lease is changing hands)"
+
+    def _member_record(self) -> ControlPlaneRecord:
+        host = advertise_host(self.cfg)
+        return ControlPlaneRecord(
+            control_plane_id=self.control_plane_id,
+            hostname=socket.gethostname(),
+            agent_address=f"{host}:{self.ports.get('agent', 0)}",
+            http_url=f"http://{host}:{self.ports.get('http', 0)}",
+            admin_listen=self.cfg.listen.admin,
+            version=__version__,
+            started_at=self._started_at,
+        )
 
     def _engine_key(self) -> str:
         """The key engines demand of callers: made once, kept in the secrets dir."""
@@ -283,7 +405,7 @@ class GatewayServer:
 
     async def _start_http(self) -> None:
         app = make_app(
-            is_leader=lambda: True,
+            is_leader=self._leading,
             routable=self.endpoints.routable,
             gateway=self.gateway,
             mcp=self.mcp.endpoint if self.mcp is not None else None,
@@ -345,6 +467,17 @@ class GatewayServer:
     async def stop(self) -> None:
         if hasattr(self, "_agent_service"):
             self._agent_service.stopping = True
+        if self.roles is not None:
+            # First: the lease is given up so a standby leads within a second, while
+            # this one finishes the answers it has begun.
+            with contextlib.suppress(Exception):
+                await self.roles.stop()
+            if getattr(self, "members", None) is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(self.members.stopped(), 3)
+        # Agents hear it now and dial the next control plane (the new leader),
+        # rather than when the connection finally drops.
+        self.registry.close_all("the control plane is stopping")
         for server in self._grpc:
             server.close()
         for server in self._uvicorns:

@@ -117,11 +117,12 @@ class AgentService:
                     control_planes=ControlPlanes(addresses=addresses, leader=leader),
                 )
             )
-            raise GRPCError(
-                Status.UNAVAILABLE,
-                "this control plane is standing by; "
-                + (f"the leader is {leader}" if leader else "no control plane leads yet"),
+            # Ended with OK, not an error status: grpclib may deliver an error's
+            # trailers before the message, and the agent must read the message.
+            log.info(
+                "agent %s dialled a standby: sent it to %s", reg.node_id, leader or "no leader yet"
             )
+            return
         session = await self._registry.register(reg, address=host)
         await stream.send_message(
             ControlMessage(
