@@ -14,6 +14,7 @@ import typer
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from llmgw.cli.server_add_cmds import check_standbys, init_standbys
 from llmgw.config import (
     DEFAULT_PROJECT,
     AgentPki,
@@ -153,6 +154,22 @@ def server_init(
         str,
         typer.Option("--mirror-max-bytes", help="The mirror's quota: bytes, or 500G, 2T."),
     ] = "",
+    standbys: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--standbys",
+            help="Other machines made control planes too, standing by (server add's steps, "
+            "over SSH; repeat, or comma separated). Needs a PostgreSQL store.",
+        ),
+    ] = None,
+    standby_user: Annotated[str, typer.Option("--standby-user", help="SSH login there.")] = "",
+    standby_identity: Annotated[
+        str, typer.Option("--standby-identity", help="Private key to log in there with.")
+    ] = "",
+    accept_new_host_key: Annotated[
+        bool,
+        typer.Option("--accept-new-host-key", help="Trust and record a standby's new host key."),
+    ] = False,
     json_output: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Set this machine up as a control plane: CA, server certificate, admin token, server.yaml,
@@ -170,6 +187,7 @@ def server_init(
         if port is not None
     }
     paths = resolve()
+    code = 0
     try:
         setup = _setup_from_flags(
             node=node,
@@ -190,6 +208,8 @@ def server_init(
                 "--mirror-listen and --mirror-max-bytes are the mirror's: give --mirror"
             )
         mirror_quota = parse_bytes(mirror_max_bytes) if mirror_max_bytes else None
+        if standbys:
+            check_standbys(paths, standbys, store_dsn, force_config)
         # Refused before anything is written: a machine too small for what it would serve.
         _refuse_what_will_not_fit(
             paths, setup, starter_flag, ports, mirror=mirror, mirror_listen=mirror_listen
@@ -229,6 +249,10 @@ def server_init(
         out["node"] = agent.model_dump(mode="json") if agent else None
         out["mirror"] = mirrored.model_dump(mode="json") if mirrored else None
         out["server_unit"] = unit.model_dump(mode="json")
+        if standbys:
+            out["standbys"], code = init_standbys(
+                paths, standbys, standby_user, standby_identity, accept_new_host_key, json_output
+            )
         typer.echo(json.dumps(out, indent=2))
     else:
         _print_init(result)
@@ -236,10 +260,16 @@ def server_init(
         _print_setup(paths, recorded, agent)
         if mirrored is not None:
             _print_mirror(paths, mirrored)
+        if standbys:
+            code = init_standbys(
+                paths, standbys, standby_user, standby_identity, accept_new_host_key, json_output
+            )[1]
         if unit.enabled:
             typer.echo("Start it: llmgw start  (it starts at boot from now on)")
         else:
             typer.echo("Start it: llmgw up" if agent else "Start it: llmgw server")
+    if code:
+        raise typer.Exit(code=code)
 
 
 def _setup_flags_given(*values) -> bool:

@@ -11,6 +11,7 @@ import typer
 # Each ctl module adds its commands to the ctl group as it is imported (ruff flags
 # only the last of these as unused: they all bind the one name `llmgw`).
 import llmgw.cli.ctl.batches
+import llmgw.cli.ctl.config
 import llmgw.cli.ctl.keys
 import llmgw.cli.ctl.mcp
 import llmgw.cli.ctl.mirror
@@ -23,6 +24,7 @@ from llmgw.cli.doctor_cmd import doctor
 from llmgw.cli.init_cmds import node_cert, server_init
 from llmgw.cli.mirror_cmds import app as mirror_app
 from llmgw.cli.node_cmds import node_add, node_remove
+from llmgw.cli.server_add_cmds import server_add
 from llmgw.cli.service_cmds import restart, start, stop
 from llmgw.errors import LlmgwError, UsageError
 from llmgw.paths import resolve
@@ -42,6 +44,7 @@ app.add_typer(mirror_app, name="mirror")
 server_app.command(
     "init", help="Create the cluster CA, certificates, admin token, server.yaml and its unit."
 )(server_init)
+server_app.command("add")(server_add)
 node_app.command("cert", help="Issue a node certificate bundle signed by the cluster CA.")(
     node_cert
 )

@@ -77,6 +77,9 @@ class ControlPlanePart(_Part):
     admin_port: int = Field(default=DEFAULT_ADMIN_PORT, ge=1, le=65535)
     http_port: int = Field(default=DEFAULT_HTTP_PORT, ge=1, le=65535)
     metrics_port: int = Field(default=DEFAULT_METRICS_PORT, ge=1, le=65535)
+    # Other machines made control planes too, standing by (server add's steps, over SSH);
+    # they share the PostgreSQL store.
+    standbys: tuple[str, ...] = ()
 
     @field_validator("cluster_name")
     @classmethod
@@ -87,6 +90,14 @@ class ControlPlanePart(_Part):
     @classmethod
     def _hosts(cls, v: tuple[str, ...]) -> tuple[str, ...]:
         return tuple(pki.normalise_host(h) for h in v)
+
+    @field_validator("standbys")
+    @classmethod
+    def _standbys(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        named = tuple(h.strip() for h in v if h.strip())
+        if len(set(named)) != len(named):
+            raise ValueError("a machine is named twice among the standbys")
+        return named
 
     def ports(self) -> dict[str, int]:
         return {name: getattr(self, f"{name}_port") for name in PORT_NAMES}
@@ -314,6 +325,8 @@ def to_command(plan: SetupPlan) -> list[str]:
         argv += ["--store-dsn", plan.store.dsn]
     argv += ["--node", "--node-id", plan.node.node_id] if plan.node.on else ["--no-node"]
     argv.append("--starter" if plan.starter.on else "--no-starter")
+    for host in cp.standbys:
+        argv += ["--standbys", host]
     if plan.limits.on:
         lim = plan.limits
         argv += ["--project", lim.project]
@@ -435,6 +448,14 @@ def check(plan: SetupPlan, machine: Machine, *, store: StoreCheck | None = None)
                     "choose another with --mirror-listen",
                 )
             )
+    if cp.standbys and not (plan.store.on and plan.store.kind == "postgres"):
+        out.append(
+            Refusal(
+                part="control_plane",
+                message="standby control planes share the cluster's store: choose a "
+                "PostgreSQL store they all reach (--store-dsn postgresql://…), or name no standbys",
+            )
+        )
     if plan.store.kind == "postgres":
         if not plan.store.dsn:
             out.append(
