@@ -134,6 +134,20 @@ class Members:
         live.sort(key=lambda r: (self._role(r, now, leader) != "leader", r.control_plane_id))
         return list(dict.fromkeys(r.agent_address for r in live))
 
+    def leader_agent_address(self) -> str:
+        """The agent address of the control plane leading now ("" while none is known)."""
+        now = self._store_now()
+        leader = self.lease.leader_id
+        for rec in self._with_own_row():
+            if rec.agent_address and self._role(rec, now, leader) == "leader":
+                return rec.agent_address
+        return ""
+
+    @property
+    def rows(self) -> list[ControlPlaneRecord]:
+        """Every control plane as last read from the store, this one's own row as it is now."""
+        return self._with_own_row()
+
     # ---- inside ----
 
     async def _read(self) -> None:

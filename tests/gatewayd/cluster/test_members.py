@@ -67,6 +67,8 @@ async def test_every_control_plane_is_listed_the_leader_first(flaky, clock):
         "cp-c.example:7070",
     ]
     assert a.agent_addresses()[0] == "cp-b.example:7070"
+    assert a.leader_agent_address() == b.leader_agent_address() == "cp-b.example:7070"
+    assert {r.control_plane_id for r in a.rows} == {"cp-a", "cp-b", "cp-c"}
 
 
 async def test_a_control_plane_that_stopped_or_went_silent_is_gone_and_off_the_failover_list(
@@ -118,5 +120,7 @@ async def test_views_answer_from_the_last_read_while_the_store_is_out(flaky, clo
 async def test_a_control_plane_lists_itself_before_its_first_write(flaky, clock):
     a = _member(flaky, clock, "cp-a")
     assert a.agent_addresses() == ["cp-a.example:7070"]
+    assert a.leader_agent_address() == ""
     await a.lease.round()
     assert await _roles(a) == [("cp-a", "leader")]
+    assert a.leader_agent_address() == "cp-a.example:7070"
