@@ -60,9 +60,10 @@ def describe_part(plan: SetupPlan, part_id: str) -> str:
             return "none here: this setup would have nothing to install"
         ports = cp.ports()
         hosts = ", ".join(cp.hosts) or "this machine"
+        standbys = f" · standing by: {', '.join(cp.standbys)}" if cp.standbys else ""
         return (
             f"cluster {cp.cluster_name} · API :{ports['http']} · nodes dial "
-            f"{hosts}:{ports['agent']} · admin :{ports['admin']}"
+            f"{hosts}:{ports['agent']} · admin :{ports['admin']}{standbys}"
         )
     if part_id == "store":
         if plan.store.kind == "postgres":

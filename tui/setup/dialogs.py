@@ -114,6 +114,12 @@ class ControlPlaneDialog(PartDialog):
             "cp-hosts",
             placeholder=f"this machine's name ({self.machine.hostname if self.machine else ''})",
         )
+        yield from _field(
+            "Other machines as control planes, standing by (--standbys; PostgreSQL store)",
+            ", ".join(cp.standbys),
+            "cp-standbys",
+            placeholder="none",
+        )
         with Horizontal(classes="form-row"):
             for name in PORT_NAMES:
                 with Vertical():
@@ -127,11 +133,13 @@ class ControlPlaneDialog(PartDialog):
                 raise UsageError(f"the {name} port {text!r} is not a port number (1-65535)")
             ports[f"{name}_port"] = int(text)
         hosts = tuple(h.strip() for h in self.field("#cp-hosts").split(",") if h.strip())
+        standbys = tuple(h.strip() for h in self.field("#cp-standbys").split(",") if h.strip())
         return _build(
             ControlPlanePart,
             on=self.on,
             cluster_name=self.field("#cp-name"),
             hosts=hosts,
+            standbys=standbys,
             **ports,
         )
 
