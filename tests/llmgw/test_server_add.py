@@ -370,3 +370,35 @@ def test_the_setup_plan_shows_its_standbys_in_the_same_install_as_a_command():
     refusals = setup_plan.check(on_sqlite, setup_plan.Machine())
     assert [r.part for r in refusals] == ["control_plane"]
     assert "PostgreSQL" in refusals[0].message
+
+
+async def test_a_standby_of_a_new_cluster_is_waited_for_on_its_own_health_without_a_warning(
+    tmp_path, wheel_cache
+):
+    # server init --standbys runs before this control plane is started: its silent admin
+    # API is expected then, not a warning.
+    import dataclasses
+
+    from llmgw.cli.server_add_cmds import drive, standby_plans
+
+    paths = _cluster(tmp_path, wheel_cache)
+    async with machine(tmp_path) as node:
+        (plan,) = standby_plans(paths, ["127.0.0.1"], user="root", identity="")
+        assert plan.expect_running is False
+        plan = dataclasses.replace(
+            plan,
+            target=dataclasses.replace(
+                plan.target,
+                port=node.port,
+                identity=str(node.client_key_file),
+                known_hosts=str(node.known_hosts_file),
+            ),
+            install_root=str(tmp_path / "root"),
+            ready_timeout_s=20,
+        )
+        (result,) = await drive([plan], json_output=True)
+    assert result["ok"] is True and result["role"] == "standby", result
+    # Only that no systemd runs the fake machine; nothing about the cluster.
+    assert {w["check"] for w in result["warnings"]} == {"systemd"}
+    ready = [s for s in result["steps"] if s["step"] == "ready"]
+    assert [s["status"] for s in ready] == ["running", "ok"]
