@@ -3,10 +3,19 @@
 JSON columns are jsonb and datetimes timestamptz, so the database itself can
 answer questions about nodes. The DSN may carry a password: it is masked in
 every message we write (``mask_dsn``).
+
+The DSN may list several members (PostgreSQL under Patroni): the pool's
+connections are made by ``MemberDialer`` (connect.py), always to the member
+that takes writes. When the primary changes, the old one's connections die
+with it (a statement on one raises ``StoreError``, never hangs past the
+timeouts below) and the pool's next connections go to the new primary. A
+connection that fails, or is refused a write as read-only, drops every pooled
+connection: they all lead to the same server.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 from collections.abc import Iterator
@@ -20,6 +29,12 @@ from gatewayd.store.migrate import Migration, load_migrations, migrations_dir, r
 from gatewayd.store.postgres.batches import PostgresBatches
 from gatewayd.store.postgres.catalog import PostgresCatalog, _aware
 from gatewayd.store.postgres.cluster import PostgresCluster
+from gatewayd.store.postgres.connect import (
+    DIAL_TIMEOUT_S,
+    Member,
+    MemberDialer,
+    NoWritableMember,
+)
 from gatewayd.store.postgres.counters import PostgresCounters
 from gatewayd.store.postgres.keys import PostgresKeys
 from gatewayd.store.postgres.mcp import PostgresMcp
@@ -36,17 +51,39 @@ from llmgw.errors import StoreError
 # connection limit that other services need too.
 POOL_MIN_SIZE = 1
 POOL_MAX_SIZE = 5
-# 10 s to connect: long enough for a remote server, short enough that a
-# wrong host fails a start visibly instead of hanging it.
-CONNECT_TIMEOUT_S = 10.0
+# Each member is dialled for at most DIAL_TIMEOUT_S (connect.py). A statement
+# gets 30 s: the control plane's are small, and one sent to a server that
+# stopped answering (a frozen process: TCP still acknowledges) fails rather
+# than holding its caller until someone notices.
+COMMAND_TIMEOUT_S = 30.0
+# A migration may rewrite a large table; it runs once, at start.
+MIGRATION_TIMEOUT_S = 3600.0
+# Closing sends each connection a goodbye; a dead server is not waited on.
+CLOSE_TIMEOUT_S = 5.0
 # Serializes migrations when several gatewayd start against one database at
 # once. Any constant works; this one spells "llmgw".
 MIGRATION_LOCK_KEY = 0x6C6C6D6777
 
-# What asyncpg raises when the server or the network fails us.
+# What asyncpg raises when the server or the network fails us. InternalClientError
+# too: a connection the server ended while it sat in the pool (a primary shutting
+# down sends FATAL to every idle one) can be handed out before asyncpg sees it
+# closed, and the next statement on it fails that way.
 DRIVER_ERRORS: tuple[type[BaseException], ...] = (
     asyncpg.PostgresError,
     asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
+    OSError,
+    TimeoutError,
+)
+# The failures that say the connection, not the statement, is at fault: lost, ended
+# by the server, timed out, or on a member that no longer takes writes. Every pooled
+# connection is then replaced at its next use: they lead to the same server.
+CONNECTION_FAILURES: tuple[type[BaseException], ...] = (
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.OperatorInterventionError,
+    asyncpg.ReadOnlySQLTransactionError,
     OSError,
     TimeoutError,
 )
@@ -124,6 +161,13 @@ def scrub(text: str, dsn: str) -> str:
     return text
 
 
+async def _close_pool(pool: asyncpg.Pool) -> None:
+    try:
+        await asyncio.wait_for(pool.close(), CLOSE_TIMEOUT_S)
+    except (TimeoutError, *DRIVER_ERRORS):
+        pool.terminate()
+
+
 async def _init_connection(conn: asyncpg.Connection) -> None:
     # jsonb in and out as Python values instead of strings.
     await conn.set_type_codec(
@@ -153,6 +197,7 @@ class PostgresStore(
         # Tests pass their own migrations; normally the packaged ones are used.
         self._migrations = migrations
         self._pool: asyncpg.Pool | None = None
+        self._dialer: MemberDialer | None = None
 
     def __repr__(self) -> str:
         return f"PostgresStore({mask_dsn(self.dsn)!r})"
@@ -162,11 +207,13 @@ class PostgresStore(
         if migrations is None:
             migrations = load_migrations(migrations_dir(self.backend))
         try:
+            self._dialer = MemberDialer(self.dsn)
             pool = await asyncpg.create_pool(
                 self.dsn,
                 min_size=POOL_MIN_SIZE,
                 max_size=POOL_MAX_SIZE,
-                timeout=CONNECT_TIMEOUT_S,
+                connect=self._dialer,
+                command_timeout=COMMAND_TIMEOUT_S,
                 init=_init_connection,
                 server_settings={"application_name": "llmgw-gatewayd"},
             )
@@ -179,7 +226,7 @@ class PostgresStore(
             )
         except BaseException as e:
             self._pool = None
-            await pool.close()
+            await _close_pool(pool)
             if isinstance(e, DRIVER_ERRORS):
                 raise self._open_error(e) from e
             raise
@@ -202,8 +249,14 @@ class PostgresStore(
             )
         if isinstance(e, TimeoutError):
             return StoreError(
-                f"PostgreSQL at {where} did not answer within {CONNECT_TIMEOUT_S:.0f} s",
+                f"PostgreSQL at {where} did not answer within {DIAL_TIMEOUT_S:.0f} s",
                 hint=f"is the host right and the port open to this machine? {fix}",
+            )
+        if isinstance(e, NoWritableMember):
+            return StoreError(
+                f"PostgreSQL at {where}: {detail}",
+                hint="while a primary is being elected none takes writes (Patroni: up to its"
+                f" ttl; `patronictl list` says who leads); otherwise {fix}",
             )
         if isinstance(e, OSError):
             return StoreError(
@@ -220,7 +273,21 @@ class PostgresStore(
     async def close(self) -> None:
         if self._pool is not None:
             pool, self._pool = self._pool, None
-            await pool.close()
+            await _close_pool(pool)
+
+    @property
+    def member(self) -> Member | None:
+        """The member the store last connected to for writes (None before, or without a host)."""
+        return self._dialer.last_member if self._dialer is not None else None
+
+    def _drop_connections(self) -> None:
+        """Replace every pooled connection at its next use (they reach a server that
+        failed one of them, or no longer takes writes); statements running finish first."""
+        if self._pool is not None:
+            # What Pool.expire_connections() does, done now: as a task it could run
+            # after the next acquire had already handed out a stale connection.
+            # (Pool has __slots__: a renamed attribute fails loudly, never silently.)
+            self._pool._generation += 1
 
     @property
     def _conn(self) -> asyncpg.Pool:
@@ -233,6 +300,8 @@ class PostgresStore(
         try:
             yield
         except DRIVER_ERRORS as e:
+            if isinstance(e, CONNECTION_FAILURES):
+                self._drop_connections()
             raise StoreError(
                 f"could not {what} in PostgreSQL at {mask_dsn(self.dsn)}: {scrub(str(e), self.dsn)}",
                 hint="check that PostgreSQL is up and reachable; gatewayd retries on the next write",
@@ -264,7 +333,7 @@ class PostgresStore(
                 return False
             # No arguments: asyncpg sends it as a simple query, so a file may
             # hold several statements.
-            await conn.execute(migration.sql)
+            await conn.execute(migration.sql, timeout=MIGRATION_TIMEOUT_S)
             await conn.execute("INSERT INTO schema_migrations (name) VALUES ($1)", migration.name)
             return True
 
