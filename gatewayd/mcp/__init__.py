@@ -10,10 +10,16 @@ and their background tasks.
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
+from llmgw.errors import StoreError
+
 if TYPE_CHECKING:
+    from gatewayd.mcp.accounting import McpCallWriter
     from gatewayd.mcp.runtime import McpRuntime
+
+log = logging.getLogger(__name__)
 
 
 async def mount(server) -> McpRuntime | None:
@@ -21,7 +27,8 @@ async def mount(server) -> McpRuntime | None:
     start its tasks (they are ``server._tasks``: stopped with the server). With
     ``mcp.enabled: false`` there is none: ``server.mcp`` is None."""
     # Imported here: importing one part (gatewayd.mcp.protect) must not import them all.
-    from gatewayd.mcp.accounting import McpCallWriter, McpMetrics
+    from gatewayd.gateway.metering.journal import UsageJournal
+    from gatewayd.mcp.accounting import McpCallWriter, McpMetrics, decode_call, encode_call
     from gatewayd.mcp.builtin_admin import AdminTools
     from gatewayd.mcp.endpoint.asgi import McpEndpoint
     from gatewayd.mcp.protect import Breakers, RateBuckets
@@ -36,6 +43,15 @@ async def mount(server) -> McpRuntime | None:
         server.mcp = None
         return None
     sealer = Sealer.for_paths(server.paths)
+    # Call rows go to a journal on local disk before each answer goes out, as usage
+    # rows do; what an earlier run left there (a kill -9, a store that was down) is
+    # written first.
+    journal = UsageJournal(
+        server.paths.server_data_dir / "mcp-journal", encode=encode_call, decode=decode_call
+    )
+    await journal.open()
+    writer = McpCallWriter(server.store, journal=journal)
+    await _replay(writer)
     registry = McpRegistry(server.store, sealer, cfg)
     await registry.refresh()
     admin_tools = AdminTools()
@@ -62,7 +78,7 @@ async def mount(server) -> McpRuntime | None:
         ),
         rates=RateBuckets(),
         breakers=Breakers(cfg.breaker_failures, cfg.breaker_open_s),
-        writer=McpCallWriter(server.store),
+        writer=writer,
         metrics=McpMetrics(server.metrics.registry, known),
         admin_tools=admin_tools,
     )
@@ -71,6 +87,18 @@ async def mount(server) -> McpRuntime | None:
     registry.on_change(_forget_changed_servers(rt, server._tasks))
     server._tasks.extend(rt.start())
     return rt
+
+
+async def _replay(writer: McpCallWriter) -> None:
+    """Write what earlier runs left in the journal before /mcp serves."""
+    if writer.journal is None or writer.journal.backlog_segments <= 1:  # this run's own only
+        return
+    try:
+        rows = await writer.flush()
+    except StoreError as e:
+        log.warning("the MCP call journal's rows wait for the store: %s", e)
+        return
+    log.info("MCP call journal: %d rows of an earlier run replayed into the store", rows)
 
 
 def _forget_changed_servers(rt: McpRuntime, tasks: list):

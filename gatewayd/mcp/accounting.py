@@ -8,6 +8,13 @@ and logged. It is the usage writer's discipline
 (``gatewayd.gateway.metering.usage``) for another table: that writer is bound
 to ``record_usage`` and its rows.
 
+With a journal (gatewayd's: ``mcp-journal/`` beside the usage journal, the
+same ``UsageJournal`` given this row kind), ``add`` appends the row there and
+returns the future of its durability, which the endpoint awaits before the
+answer goes out; ``flush`` reads the rows back in order. A call answered just
+before a kill -9 is then replayed at the next start and stored once by its
+row id, and a store outage keeps rows on disk rather than in memory.
+
 ``McpMetrics`` counts calls by server, tool and how they ended, and times
 them by server. Label values come from the registry only: a server or tool
 a caller makes up is "unknown", so no call can grow the number of series.
@@ -17,14 +24,21 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
+import json
 import logging
 from collections.abc import Callable
+from datetime import datetime
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from gatewayd.store import Store
 from gatewayd.store.mcp_records import CALL_STATUSES, McpCallRow
 from llmgw.errors import StoreError
+
+if TYPE_CHECKING:
+    from gatewayd.gateway.metering.journal import UsageJournal
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +79,20 @@ CALL_BUCKETS = (
 
 UNKNOWN = "unknown"
 _STATUSES = frozenset(CALL_STATUSES)
+_CALL_FIELDS = tuple(f.name for f in dataclasses.fields(McpCallRow))
+
+
+def encode_call(row: McpCallRow) -> bytes:
+    """A call row as one JSON line of the MCP call journal."""
+    d = {name: getattr(row, name) for name in _CALL_FIELDS}
+    d["at"] = row.at.isoformat()
+    return json.dumps(d, separators=(",", ":")).encode() + b"\n"
+
+
+def decode_call(line: bytes) -> McpCallRow:
+    d = json.loads(line)
+    d["at"] = datetime.fromisoformat(d["at"])
+    return McpCallRow(**{k: v for k, v in d.items() if k in _CALL_FIELDS})
 
 
 class McpCallWriter:
@@ -77,8 +105,10 @@ class McpCallWriter:
         *,
         max_rows: int = MAX_BUFFERED_ROWS,
         rows_per_write: int = MAX_ROWS_PER_WRITE,
+        journal: UsageJournal | None = None,
     ) -> None:
         self._store = store
+        self.journal = journal
         self._interval_s = interval_s
         self._max_rows = max_rows
         self._rows_per_write = rows_per_write
@@ -92,13 +122,21 @@ class McpCallWriter:
         """Rows waiting to be written."""
         return len(self._buffer)
 
-    def add(self, row: McpCallRow) -> None:
-        """Keep a row for the next write. O(1); never waits for the store."""
+    def add(self, row: McpCallRow) -> asyncio.Future | None:
+        """Keep a row for the next write. O(1); never waits for the store.
+
+        With a journal: the future of the row's durability (True once on disk), which
+        the endpoint awaits before the answer goes out; None without one."""
+        if self.journal is not None:
+            if not row.row_id:
+                row = dataclasses.replace(row, row_id=self.journal.next_row_id())
+            return self.journal.append(row)
         if len(self._buffer) >= self._max_rows:
             self._buffer.popleft()
             self.dropped += 1
             self._dropped_unreported += 1
         self._buffer.append(row)
+        return None
 
     async def flush(self) -> int:
         """Write what is buffered; the number of rows written.
@@ -109,6 +147,8 @@ class McpCallWriter:
         would stop every later row too.
         """
         async with self._flushing:
+            if self.journal is not None:
+                return await self._flush_journal(self.journal)
             self._report_drops()
             written = 0
             while self._buffer:
@@ -124,6 +164,25 @@ class McpCallWriter:
                     continue
                 written += n
             return written
+
+    async def _flush_journal(self, journal: UsageJournal) -> int:
+        # The journal is the queue: a StoreError leaves its mark where it was, so the
+        # same rows are read again, in order, on the next try (and stored once).
+        written = 0
+        while True:
+            rows, mark = await journal.read(self._rows_per_write)
+            if rows:
+                try:
+                    await self._store.record_mcp_calls(rows)
+                except StoreError:
+                    raise
+                except Exception:
+                    log.exception("dropped %d MCP call rows the store could not take", len(rows))
+                else:
+                    written += len(rows)
+            if mark == journal.mark and not rows:
+                return written
+            journal.consumed(mark)
 
     def _put_back(self, batch: list[McpCallRow]) -> None:
         # Rows added while the write was in flight are newer: they go after.
@@ -157,19 +216,26 @@ class McpCallWriter:
         try:
             await self.flush()
         except StoreError as e:
-            log.warning(
-                "MCP calls not written, %d rows kept in memory for the next try: %s",
-                len(self._buffer),
-                e,
+            kept = (
+                "in the MCP call journal" if self.journal is not None else f"{len(self)} in memory"
             )
+            log.warning("MCP calls not written, rows kept %s for the next try: %s", kept, e)
 
     async def close(self) -> None:
-        """Write what is left; rows the store cannot take now are reported lost."""
+        """Write what is left; rows the store cannot take now are reported lost
+        (without a journal: with one they wait on disk for the next start)."""
         try:
+            if self.journal is not None:
+                await self.journal.sync()
             await self.flush()
         except StoreError as e:
-            log.error("lost %d MCP call rows at shutdown: %s", len(self._buffer), e)
-            self._buffer.clear()
+            if self.journal is None:
+                log.error("lost %d MCP call rows at shutdown: %s", len(self._buffer), e)
+                self._buffer.clear()
+            else:
+                log.warning("MCP call rows left in the journal for the next start: %s", e)
+        if self.journal is not None:
+            await self.journal.close()
 
 
 class McpMetrics:

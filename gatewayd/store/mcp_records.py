@@ -77,3 +77,6 @@ class McpCallRow:
     latency_ms: float
     bytes_in: int  # the request body
     bytes_out: int  # the answer relayed
+    # Unique per row, given by the MCP call journal: the store keeps a row id once,
+    # so a row replayed after a crash is not counted twice. "" for rows never journaled.
+    row_id: str = ""

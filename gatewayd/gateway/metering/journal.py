@@ -17,6 +17,9 @@ store before the gateway serves; the store ignores a row id it already has,
 so a row written just before a crash and replayed after is counted once.
 A torn last line (the process died mid-write) is skipped: its request was
 not answered.
+
+Another kind of row (MCP call rows) is journaled the same way in a folder of
+its own, given its ``encode`` and ``decode``; a row kind needs a ``row_id``.
 """
 
 from __future__ import annotations
@@ -29,9 +32,11 @@ import json
 import logging
 import os
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from gatewayd.gateway.metering.usage import UsageRow
 from llmgw.errors import LlmgwError
@@ -81,7 +86,10 @@ def decode(line: bytes) -> UsageRow:
 
 
 class UsageJournal:
-    """Append-only, group-committed segments of usage rows in ``folder``."""
+    """Append-only, group-committed segments of usage rows in ``folder``.
+
+    ``encode``/``decode``: a row to one JSON line and back (usage rows by default).
+    """
 
     def __init__(
         self,
@@ -90,8 +98,12 @@ class UsageJournal:
         segment_bytes: int = SEGMENT_BYTES,
         max_pending_rows: int = MAX_PENDING_ROWS,
         retry_s: float = RETRY_S,
+        encode: Callable[[Any], bytes] = encode,
+        decode: Callable[[bytes], Any] = decode,
     ) -> None:
         self.folder = folder
+        self._encode = encode
+        self._decode = decode
         self._segment_bytes = segment_bytes
         self._max_pending = max_pending_rows
         self._retry_s = retry_s
@@ -183,17 +195,23 @@ class UsageJournal:
         """Give the row an id and queue it; the future is True once it is on disk (False:
         the disk refused it for now; it stays queued). Never blocks."""
         if not row.row_id:
-            row.row_id = f"{self._prefix}{self._seq:x}"
-            self._seq += 1
+            row.row_id = self.next_row_id()
         if len(self._lines) >= self._max_pending:
             self._lines.pop(0)
             self.dropped += 1
-        self._lines.append(encode(row))
+        self._lines.append(self._encode(row))
         group = self._group
         if group is None:
             group = self._group = asyncio.get_running_loop().create_future()
             self._wake.set()
         return group
+
+    def next_row_id(self) -> str:
+        """A row id no other row of this journal has, in this run or another (for a row
+        kind that cannot be changed once made, given before ``append``)."""
+        row_id = f"{self._prefix}{self._seq:x}"
+        self._seq += 1
+        return row_id
 
     async def _commit_loop(self) -> None:
         while True:
@@ -294,7 +312,7 @@ class UsageJournal:
                 continue
             start = offset if seg.number == number else 0
             spans.append((seg.number, seg.path, start, seg.end, seg.closed, seg.found))
-        return await asyncio.to_thread(_read_spans, spans, limit, self._cursor)
+        return await asyncio.to_thread(_read_spans, spans, limit, self._cursor, self._decode)
 
     def consumed(self, mark: Mark) -> None:
         """The store has every row before ``mark``: segments wholly before it go."""
@@ -318,8 +336,8 @@ class UsageJournal:
             self._cursor = (first.number, 0)
 
 
-def _read_spans(spans, limit: int, cursor: Mark) -> tuple[list[UsageRow], Mark]:
-    rows: list[UsageRow] = []
+def _read_spans(spans, limit: int, cursor: Mark, decode=decode) -> tuple[list, Mark]:
+    rows: list = []
     mark = cursor
     for number, path, start, end, closed, found in spans:
         if start >= end:
@@ -340,12 +358,12 @@ def _read_spans(spans, limit: int, cursor: Mark) -> tuple[list[UsageRow], Mark]:
             try:
                 rows.append(decode(line))
             except (ValueError, TypeError, KeyError) as e:
-                log.warning("skipped a usage journal line %s could not read: %s", path.name, e)
+                log.warning("skipped a journal line %s could not read: %s", path, e)
         if len(rows) >= limit:
             return rows, (number, start + pos)
         if pos < len(data) and found:
             # A torn last line: the process died writing it, its request unanswered.
-            log.warning("skipped a torn last line in usage journal %s", path.name)
+            log.warning("skipped a torn last line in journal %s", path)
             pos = len(data)
         mark = (number, start + pos)
         if not closed:

@@ -320,10 +320,12 @@ class Dispatcher:
 
     # --- accounting -----------------------------------------------------------
 
-    def record(self, caller: Caller, call: Call, bytes_in: int, bytes_out: int) -> None:
+    async def record(self, caller: Caller, call: Call, bytes_in: int, bytes_out: int) -> None:
+        """Account a call: its row, on disk before this returns when there is a journal (the
+        answer goes out after: a call answered is accounted even if gatewayd is killed then)."""
         seconds = time.perf_counter() - call.started
         key = caller.key
-        self.rt.writer.add(
+        durable = self.rt.writer.add(
             McpCallRow(
                 at=datetime.now(UTC),
                 key_id=key.key_id,
@@ -337,3 +339,6 @@ class Dispatcher:
             )
         )
         self.rt.metrics.observe(call.server, call.tool, call.status, seconds)
+        if durable is not None:
+            # Shielded: the group's future is shared with other calls.
+            await asyncio.shield(durable)

@@ -128,7 +128,7 @@ class LegacyPath:
             )
         except RpcError as e:
             body = rpc_error_bytes(req_id, e)
-        self.dispatch.record(caller, call, size, len(body))
+        await self.dispatch.record(caller, call, size, len(body))
         return 200, body
 
     async def _initialize(self, key: KeyInfo, msg: dict, req_id, send) -> None:

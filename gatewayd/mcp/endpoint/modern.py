@@ -143,7 +143,7 @@ class ModernPath:
             body = result_bytes(req_id, result)
         except RpcError as e:
             body, status = rpc_error_bytes(req_id, e), _status(e.code)
-        self.dispatch.record(caller, call, size, len(body))
+        await self.dispatch.record(caller, call, size, len(body))
         return status, body
 
     async def _listen(self, caller: Caller, params: dict, req_id, receive, send) -> None:

@@ -141,13 +141,16 @@ class PostgresMcp:
             [float(r.latency_ms) for r in rows],
             [r.bytes_in for r in rows],
             [r.bytes_out for r in rows],
+            [r.row_id or None for r in rows],
         ]
         with self._mapped(f"write {len(rows)} MCP call rows"):
-            # One statement for the batch: atomic on its own, one round trip.
+            # One statement for the batch: atomic on its own, one round trip. A row id
+            # already stored (a journal replayed after a crash) is skipped.
             await self._conn.execute(
-                f"INSERT INTO mcp_calls ({_CALL_COLUMNS})"
+                f"INSERT INTO mcp_calls ({_CALL_COLUMNS}, row_id)"
                 " SELECT * FROM unnest($1::timestamptz[], $2::text[], $3::text[], $4::text[],"
-                " $5::text[], $6::text[], $7::float8[], $8::bigint[], $9::bigint[])",
+                " $5::text[], $6::text[], $7::float8[], $8::bigint[], $9::bigint[], $10::text[])"
+                " ON CONFLICT (row_id) DO NOTHING",
                 *columns,
             )
 

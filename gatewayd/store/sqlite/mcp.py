@@ -151,15 +151,17 @@ class SqliteMcp:
                 r.latency_ms,
                 r.bytes_in,
                 r.bytes_out,
+                r.row_id or None,
             )
             for r in rows
         ]
         async with self._lock:
             with self._mapped(f"write {len(rows)} MCP call rows"):
                 async with self._transaction() as db:
+                    # A row id already stored (a journal replayed after a crash) is skipped.
                     await db.executemany(
-                        f"INSERT INTO mcp_calls ({_CALL_COLUMNS})"
-                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        f"INSERT INTO mcp_calls ({_CALL_COLUMNS}, row_id)"
+                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (row_id) DO NOTHING",
                         params,
                     )
 

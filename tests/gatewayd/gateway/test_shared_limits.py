@@ -189,7 +189,7 @@ async def test_an_estimate_an_answer_did_not_use_is_given_back_on_the_other_too(
 async def test_a_control_plane_started_later_counts_what_the_others_took_this_minute(planes):
     # Guards a control plane (re)started under load letting a whole fresh minute through.
     clock = FakeClock()
-    half_past = lambda: 1_800_000_030.0  # noqa: E731 - 30 s into a minute window
+    half_past = lambda: 1_800_000_030.0  # 30 s into a minute window
     a = await planes("cp-a", clock=clock, wall=half_past)
     chain = [(KEY, Limits(rpm=600))]
     for _ in range(600):
