@@ -83,6 +83,24 @@ if ! [ -x /usr/sbin/nginx ] || ! command -v curl >/dev/null; then
   fi
 fi
 
+# The fault suite (tests/faults) runs etcd, Patroni and HAProxy on loopback with
+# files of its own; keepalived's example is checked with keepalived's own checker.
+# None of their services is started: a policy-rc.d refuses every start meanwhile.
+if ! [ -x /usr/bin/patroni ] || ! [ -x /usr/bin/etcd ] || ! [ -x /usr/sbin/haproxy ] || ! [ -x /usr/sbin/keepalived ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "== installing patroni, etcd-server, haproxy and keepalived for the fault suite (no service started)"
+    policy=/usr/sbin/policy-rc.d
+    own_policy=
+    if [ ! -e "$policy" ]; then
+      printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod 755 "$policy" && own_policy=1
+    fi
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq patroni etcd-server haproxy keepalived >/dev/null
+    if [ -n "$own_policy" ]; then rm -f "$policy"; fi
+  else
+    echo "patroni, etcd-server or haproxy is missing; the fault suite will be skipped" >&2
+  fi
+fi
+
 echo "== generated code matches proto/*.proto"
 gen=$(mktemp -d)
 trap 'rm -rf "$gen"' EXIT

@@ -121,6 +121,13 @@ def render_member_config(
         "retry_timeout": TEST_RETRY_TIMEOUT_S,
         **(dcs or {}),
     }
+    # Loopback and the member's own socket folder only, no passwords asked.
+    pg_hba = [
+        "local all all trust",
+        "host replication all 127.0.0.1/32 trust",
+        "host all all 127.0.0.1/32 trust",
+    ]
+    doc["bootstrap"]["pg_hba"] = pg_hba
     pg = doc["postgresql"]
     pg |= {
         "listen": f"127.0.0.1:{pg_port}",
@@ -128,12 +135,7 @@ def render_member_config(
         "data_dir": str(root / "data"),
         "bin_dir": _pg_bin_dir(pg["bin_dir"]),
         "pgpass": str(root / "pgpass"),
-        # Loopback and the member's own socket folder only, no passwords asked.
-        "pg_hba": [
-            "local all all trust",
-            "host replication all 127.0.0.1/32 trust",
-            "host all all 127.0.0.1/32 trust",
-        ],
+        "pg_hba": pg_hba,
     }
     pg["parameters"] |= {
         "unix_socket_directories": str(root),
