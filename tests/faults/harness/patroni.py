@@ -322,9 +322,8 @@ class PatroniCluster:
         return self.dsn(name)
 
     async def close(self) -> None:
+        await asyncio.gather(*(m.proc.stop() for m in self.members.values() if m.proc))
         for m in self.members.values():
-            if m.proc is not None:
-                await m.proc.stop()
             # A PostgreSQL that outlived its Patroni (killed alone) goes too.
             kill_pid_file(m.data_dir / "postmaster.pid", signal.SIGKILL)
 
