@@ -92,8 +92,12 @@ class BatchRunner:
                 except Exception:
                     log.exception("the batch runner failed a step; trying again")
                 tick = ROOM_POLL_S if self._waiting_room else TICK_S
+                # asyncio.timeout, not wait_for: Python 3.11's wait_for loses a cancel that
+                # comes as the wake is set, and the runner then ran on after a stop (a
+                # control plane that stopped leading waited on it for ever).
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._book.wake.wait(), tick)
+                    async with asyncio.timeout(tick):
+                        await self._book.wake.wait()
                 self._book.wake.clear()
         finally:
             sweeper.cancel()

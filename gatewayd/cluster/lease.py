@@ -134,8 +134,11 @@ class LeaderLease:
                     log.exception("leader lease: a round failed; trying again")
                     self._fail("the store call failed unexpectedly (see the log)")
                 # Woken early by release(), so the loop ends at once.
+                # asyncio.timeout, not wait_for: Python 3.11's wait_for loses a cancel
+                # that comes as the wake is set (release() sets it), and the loop ran on.
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), self.next_round_in_s())
+                    async with asyncio.timeout(self.next_round_in_s()):
+                        await self._wake.wait()
                 self._report()
         finally:
             self._step_down("its lease loop stopped")
