@@ -41,9 +41,10 @@ class SharedBudgetTable(BudgetTable):
 
     def __init__(self, clock: Clock = time.time) -> None:
         super().__init__(clock)
-        # (scope, period) → micro-units this process charged since it started.
+        # (scope, period) → micro-units this process charged since it started, and as
+        # last written. The hot path only adds to the first; the sync finds what changed.
         self._own: dict[tuple[str, str], int] = {}
-        self._dirty: set[tuple[str, str]] = set()
+        self._written: dict[tuple[str, str], int] = {}
         # (writer, scope, period) → the writer's total as last counted here.
         self._seen: dict[tuple[str, str, str], int] = {}
         self._kept_periods: tuple[str, str] = (self._periods.day, self._periods.month)
@@ -53,12 +54,12 @@ class SharedBudgetTable(BudgetTable):
         if micros <= 0:
             return
         periods = self._periods  # brought up to date by super().record
-        own, dirty = self._own, self._dirty
+        day, month, own = periods.day, periods.month, self._own
         for scope, _ in scopes:
-            for period in (periods.day, periods.month):
-                key = (scope, period)
-                own[key] = own.get(key, 0) + micros
-                dirty.add(key)
+            key = (scope, day)
+            own[key] = own.get(key, 0) + micros
+            key = (scope, month)
+            own[key] = own.get(key, 0) + micros
 
     def own_spent(self, scope: str, period: str) -> int:
         """What this control plane alone charged a scope in a period since it started."""
@@ -68,19 +69,21 @@ class SharedBudgetTable(BudgetTable):
         """This process's totals that changed since the last call, as rows for the store."""
         self._forget_past_periods()
         rows = []
-        for scope, period in self._dirty:
-            total = self._own[(scope, period)]
-            rows.append(
-                SharedCounter(writer, scope, SPEND, period, total, period_expires_at(period))
-            )
-        self._dirty = set()
+        written = self._written
+        for key, total in self._own.items():
+            if written.get(key) != total:
+                written[key] = total
+                scope, period = key
+                rows.append(
+                    SharedCounter(writer, scope, SPEND, period, total, period_expires_at(period))
+                )
         return rows
 
     def unsent(self, rows: Iterable[SharedCounter]) -> None:
         """Rows ``pending`` gave that the store did not take: sent again next time."""
         for c in rows:
             if c.kind == SPEND:
-                self._dirty.add((c.scope, c.period))
+                self._written.pop((c.scope, c.period), None)
 
     def absorb(self, rows: Iterable[SharedCounter], *, count: bool = True) -> int:
         """Count the growth of other control planes' totals; the micro-units added.
@@ -113,5 +116,5 @@ class SharedBudgetTable(BudgetTable):
             return
         self._kept_periods = kept
         self._own = {k: v for k, v in self._own.items() if k[1] in kept}
-        self._dirty = {k for k in self._dirty if k[1] in kept}
+        self._written = {k: v for k, v in self._written.items() if k[1] in kept}
         self._seen = {k: v for k, v in self._seen.items() if k[2] in kept}

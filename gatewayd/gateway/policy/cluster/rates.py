@@ -71,8 +71,8 @@ class SharedTicket(Ticket):
         diff = max(0, actual_tokens) - self.estimate
         if diff:
             window = window_of(self._table.wall())
-            for scope, rate in self._tpm_scopes:
-                self._table.took(scope, "tpm", window, diff, rate)
+            for scope in self._tpm_scopes:
+                self._table.took(scope, "tpm", window, diff)
 
 
 class SharedLimitTable(LimitTable):
@@ -87,10 +87,11 @@ class SharedLimitTable(LimitTable):
     ) -> None:
         super().__init__(clock, idle_s)
         self.wall = wall
-        # (scope, kind, window) → net taken here in that window; and each scope's rate.
+        # (scope, kind, window) → net taken here in that window, and as last written.
+        # The hot path only adds to the first; the sync finds what changed.
         self._own: dict[tuple[str, str, int], int] = {}
+        self._written: dict[tuple[str, str, int], int] = {}
         self._rates: dict[tuple[str, str], int] = {}
-        self._dirty: set[tuple[str, str, int]] = set()
         # (writer, scope, kind, period) → the writer's total as last counted here.
         self._seen: dict[tuple[str, str, str, str], int] = {}
         self._seen_window = window_of(wall())
@@ -99,46 +100,50 @@ class SharedLimitTable(LimitTable):
         outcome = super().admit(scopes, est_tokens)
         if isinstance(outcome, Refusal):
             return outcome
-        window = window_of(self.wall())
+        window = int(self.wall() // WINDOW_S)
         est = max(0, est_tokens)
+        own = self._own
         tpm_scopes = []
         for scope, limits in scopes:
             if limits.rpm is not None:
-                self.took(scope, "rpm", window, 1, limits.rpm)
+                key = (scope, "rpm", window)
+                own[key] = own.get(key, 0) + 1
             if limits.tpm is not None:
-                self.took(scope, "tpm", window, est, limits.tpm)
-                tpm_scopes.append((scope, limits.tpm))
+                key = (scope, "tpm", window)
+                own[key] = own.get(key, 0) + est
+                tpm_scopes.append(scope)
         if not tpm_scopes:
             return outcome
         return SharedTicket(outcome, self, tpm_scopes)
 
-    def took(self, scope: str, kind: str, window: int, n: int, rate_per_min: int) -> None:
+    def took(self, scope: str, kind: str, window: int, n: int) -> None:
         """Count ``n`` taken here (negative: given back) from a scope's ``kind`` in a window."""
         key = (scope, kind, window)
         self._own[key] = self._own.get(key, 0) + n
-        self._rates[(scope, kind)] = rate_per_min
-        self._dirty.add(key)
 
     def pending(self, writer: str) -> list[SharedCounter]:
         """This process's window totals that changed since the last call, as rows for the store."""
         rows = []
-        for scope, kind, window in self._dirty:
+        written = self._written
+        for key, amount in self._own.items():
+            if written.get(key) == amount:
+                continue
+            written[key] = amount
+            scope, kind, window = key
+            # The rate the bucket counts against now (the last one known if it went idle).
+            bucket = self._buckets.get((scope, kind))
+            if bucket is not None:
+                self._rates[(scope, kind)] = int(bucket.capacity)
             expires = datetime.fromtimestamp((window + 1) * WINDOW_S + KEEP_WINDOWS_S, UTC)
-            rows.append(
-                SharedCounter(
-                    writer,
-                    scope,
-                    kind,
-                    _period(window),
-                    self._own[(scope, kind, window)],
-                    expires,
-                    rate_per_min=self._rates.get((scope, kind), 0),
-                )
-            )
-        self._dirty = set()
+            rate = self._rates.get((scope, kind), 0)
+            period = _period(window)
+            rows.append(SharedCounter(writer, scope, kind, period, amount, expires, rate))
         # Totals of windows over are not needed once written.
         current = window_of(self.wall())
-        self._own = {k: v for k, v in self._own.items() if k[2] >= current - 1}
+        if any(k[2] < current - 1 for k in self._own):
+            self._own = {k: v for k, v in self._own.items() if k[2] >= current - 1}
+            self._written = {k: v for k, v in written.items() if k in self._own}
+            self._rates = {(k[0], k[1]): r for k in self._own if (r := self._rates.get(k[:2]))}
         return rows
 
     def unsent(self, rows: Iterable[SharedCounter]) -> None:
@@ -148,8 +153,8 @@ class SharedLimitTable(LimitTable):
             if c.kind in RATE_KINDS and window is not None:
                 key = (c.scope, c.kind, window)
                 if key not in self._own:
-                    self._own[key] = c.amount
-                self._dirty.add(key)
+                    self._own[key] = c.amount  # its window was dropped meanwhile
+                self._written.pop(key, None)
 
     def absorb(self, rows: Iterable[SharedCounter], *, first: bool = False) -> int:
         """Charge our buckets with the growth of the others' takes; how many rows grew.
