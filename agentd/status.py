@@ -42,6 +42,7 @@ from llmgw.agent_status import (
     ControlPlaneState,
     DiskReport,
     EngineReport,
+    SettingInForce,
     ShardReport,
     error_body,
     http_response,
@@ -266,7 +267,21 @@ class StatusView:
             mem_bandwidth_gbs=getattr(agent, "mem_bandwidth_gbs", 0.0)
             or (host.mem_bandwidth_gbs if host else 0.0),
             gpus=list(agent.inventory.gpus) if agent.inventory is not None else [],
+            **self.settings(),
         )
+
+    def settings(self) -> dict:
+        """The live settings in force, each with where it comes from (agentd/live_settings.py)."""
+        live = getattr(self._agent, "live", None)
+        if live is None:
+            return {}
+        return {
+            "settings": [
+                SettingInForce(key=s.key, value=str(s.value), source=s.source)
+                for s in live.sources()
+            ],
+            "settings_version": live.version,
+        }
 
     def engines(self) -> list[EngineReport]:
         manager = getattr(self._agent.engines, "manager", None)

@@ -34,6 +34,7 @@ from proto.llmgw.v1 import (
     GetBatchRequest,
     GetModelRequest,
     GetNodeRequest,
+    GetSettingsRequest,
     KeyView,
     LabelNodeRequest,
     LimitsView,
@@ -96,11 +97,19 @@ from proto.llmgw.v1 import (
     RevokeKeyRequest,
     RevokeNodeReply,
     RevokeNodeRequest,
+    RollbackSettingsRequest,
     RotateKeyRequest,
     ScaleModelRequest,
     SetLimitsRequest,
     SetModelContextRequest,
     SetRetentionRequest,
+    SetSettingsRequest,
+    SettingsDiffReply,
+    SettingsDiffRequest,
+    SettingsHistoryReply,
+    SettingsHistoryRequest,
+    SettingsReply,
+    SettingsWritten,
     StatusReply,
     StatusRequest,
     TenantRequest,
@@ -480,6 +489,49 @@ class AdminClient:
 
     async def mcp_usage(self, request: McpUsageRequest) -> McpUsageReply:
         return await self._call(self._stub.mcp_usage(request, timeout=self._timeout_s))
+
+    # ---- the cluster's kept settings (llmgw ctl config, the console's Settings) ---------
+
+    async def get_settings(self, key: str = "", *, version: int = 0) -> SettingsReply:
+        """The settings document, or one key of it, of version ``version`` (0: the newest)."""
+        request = GetSettingsRequest(key=key, version=version)
+        return await self._call(self._stub.get_settings(request, timeout=self._timeout_s))
+
+    async def set_settings(
+        self,
+        assignments: list[str] | None = None,
+        *,
+        document_yaml: str = "",
+        parent_version: int = 0,
+        comment: str = "",
+        author: str = "",
+    ) -> SettingsWritten:
+        """Keep a new version: KEY=VALUE changes, or a whole document, made on
+        ``parent_version`` (0: the newest); ConflictError when that was replaced since."""
+        request = SetSettingsRequest(
+            assignments=list(assignments or []),
+            document_yaml=document_yaml,
+            parent_version=parent_version,
+            comment=comment,
+            author=author,
+        )
+        return await self._call(self._stub.set_settings(request, timeout=self._timeout_s))
+
+    async def settings_history(self, limit: int = 0) -> SettingsHistoryReply:
+        request = SettingsHistoryRequest(limit=limit)
+        return await self._call(self._stub.settings_history(request, timeout=self._timeout_s))
+
+    async def settings_diff(self, from_version: int = 0, to_version: int = 0) -> SettingsDiffReply:
+        """What changed from one version to another (0, 0: the newest against the one before)."""
+        request = SettingsDiffRequest(from_version=from_version, to_version=to_version)
+        return await self._call(self._stub.settings_diff(request, timeout=self._timeout_s))
+
+    async def rollback_settings(
+        self, version: int, *, comment: str = "", author: str = ""
+    ) -> SettingsWritten:
+        """Keep version ``version`` again, as a new version."""
+        request = RollbackSettingsRequest(version=version, comment=comment, author=author)
+        return await self._call(self._stub.rollback_settings(request, timeout=self._timeout_s))
 
     # ---- node and replica operations, warnings -----------------------------------
 

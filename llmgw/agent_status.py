@@ -122,6 +122,15 @@ class AgentWarning(BaseModel):
     text: str
 
 
+class SettingInForce(BaseModel):
+    """One setting the agent changes while it runs: its value in force and where it comes from."""
+
+    key: str
+    value: str
+    # "agent.yaml", "cluster" (the kept settings), "environment" (an LLMGW_ variable) or "built in".
+    source: str
+
+
 class AgentStatus(BaseModel):
     """Everything the agent tells the node console; fields are added, never renamed."""
 
@@ -150,6 +159,10 @@ class AgentStatus(BaseModel):
     # The cards and MIG instances the agent reports to the cluster, with
     # their links (PCIe, NVLink); what NVML alone does not say per index.
     gpus: list[GpuInfo] = []
+    # The live settings in force and where each comes from; the kept settings'
+    # version the cluster last sent (0: none yet).
+    settings: list[SettingInForce] = []
+    settings_version: int = 0
 
 
 # ---- framing (both sides) ------------------------------------------------------

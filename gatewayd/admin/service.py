@@ -24,6 +24,7 @@ from gatewayd.admin.mirror import MirrorAdmin
 from gatewayd.admin.models import ModelAdmin
 from gatewayd.admin.ops import OpsAdmin
 from gatewayd.admin.revoke import RevokeAdmin
+from gatewayd.admin.settings import SettingsAdmin
 from gatewayd.admin.tenancy import TenancyAdmin
 from gatewayd.admin.usage import UsageAdmin
 from gatewayd.admin.views import replica_view
@@ -85,6 +86,7 @@ class AdminService(
     BatchAdmin,
     MirrorAdmin,
     McpAdmin,
+    SettingsAdmin,
     AdminServiceBase,
 ):
     def __init__(

@@ -135,6 +135,10 @@ class Reconciler:
     def kick(self) -> None:
         self._kick.set()
 
+    def set_lost_grace(self, lost_grace_s: float) -> None:
+        """How long a node may be gone before its replicas are placed elsewhere, from now on."""
+        self._lost_grace_s = lost_grace_s
+
     def set_engines(self, engines: list[EngineRelease]) -> None:
         """The engine recipes nodes should have from now on (server.yaml's ``engines:``).
 

@@ -92,6 +92,8 @@ class MirrorSet:
         self._verify = verify
         # Made at the first call: a control plane without mirrors never opens one.
         self._client: httpx.AsyncClient | None = None
+        # Set when the list changes: the probe loop probes again without waiting its turn.
+        self._changed = asyncio.Event()
 
     @classmethod
     def from_config(cls, cfg: MirrorsConfig, paths: Paths, *, admin_token: str | Path) -> MirrorSet:
@@ -105,6 +107,18 @@ class MirrorSet:
                 read_file,
             )
         return cls(cfg, read_token=read_file, admin_token=admin, verify=_verify(paths))
+
+    def reconfigure(self, urls: list[str], probe_interval_s: float) -> None:
+        """Use other mirrors from now on (the kept settings changed), in this order.
+
+        A mirror named before keeps its last probe; a new one is "unknown"
+        until the next probe, which ``run`` makes at once.
+        """
+        self.cfg = self.cfg.model_copy(
+            update={"urls": list(urls), "probe_interval_s": probe_interval_s}
+        )
+        self._states = {u: self._states.get(u) or MirrorState(u) for u in self.cfg.urls}
+        self._changed.set()
 
     # -- what is known ------------------------------------------------------------------
 
@@ -190,13 +204,17 @@ class MirrorSet:
         state.state, state.reason = new, reason
 
     async def run(self) -> None:
-        """Probe every ``probe_interval_s`` until cancelled."""
+        """Probe every ``probe_interval_s`` (and at once when the list changes) until cancelled."""
         while True:
+            self._changed.clear()
             try:
                 await self.probe_once()
             except Exception:
                 log.exception("probing the mirrors failed; trying again")
-            await asyncio.sleep(self.cfg.probe_interval_s)
+            # asyncio.timeout, not wait_for: Python 3.11's wait_for can lose a cancel.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.cfg.probe_interval_s):
+                    await self._changed.wait()
 
     # -- calls --------------------------------------------------------------------------
 

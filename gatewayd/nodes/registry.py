@@ -265,6 +265,10 @@ class NodeRegistry:
         live.engines[status.engine] = status
         self.watch.publish("engines", node_id)
 
+    def set_grace(self, not_ready_grace_s: float) -> None:
+        """How long a node may stay silent before it is not ready, from the next check on."""
+        self._grace_s = not_ready_grace_s
+
     def live(self, node_id: str) -> NodeLive | None:
         return self._nodes.get(node_id)
 

@@ -52,6 +52,11 @@ class BandPools:
             self._pools[model] = (capacity, admission)
 
     @property
+    def config(self) -> AdmissionConfig:
+        """The bands in force."""
+        return self._cfg
+
+    @property
     def band_names(self) -> list[str]:
         return [b.name for b in self._cfg.bands]
 

@@ -68,8 +68,13 @@ class KeyInfo:
         return not self.models or model in self.models
 
 
-def _info(rec: KeyRecord, tenancy: Tenancy | None = None) -> KeyInfo:
+def _info(rec: KeyRecord, tenancy: Tenancy | None = None, defaults: Limits = UNLIMITED) -> KeyInfo:
     limits = limits_of(rec.limits)
+    if defaults is not UNLIMITED:
+        # The kept settings' limits.key_default fill in what the key sets none of.
+        limits = Limits(
+            **(defaults.model_dump(exclude_none=True) | limits.model_dump(exclude_none=True))
+        )
     own = (f"key:{rec.key_id}", limits)
     chain = tenancy.chain(rec.project) if tenancy is not None else ()
     return KeyInfo(
@@ -91,16 +96,27 @@ class KeyCache:
         self._by_hash: dict[str, KeyInfo] = {}
         self._records: dict[str, KeyRecord] = {}
         self._used: dict[str, datetime] = {}
+        # What a key that sets no limit of a field gets (the kept settings' limits.key_default).
+        self.key_defaults: Limits = UNLIMITED
+
+    def set_key_defaults(self, defaults: Limits) -> None:
+        """Give every key that sets none of its own these limits, field by field, from now on."""
+        self.key_defaults = defaults
+        self._by_hash = {
+            r.secret_sha256: _info(r, self.tenancy, defaults) for r in self._records.values()
+        }
 
     async def refresh(self) -> None:
         await self.tenancy.refresh()
         records = await self._store.list_keys()
         self._records = {r.key_id: r for r in records}
-        self._by_hash = {r.secret_sha256: _info(r, self.tenancy) for r in records}
+        self._by_hash = {
+            r.secret_sha256: _info(r, self.tenancy, self.key_defaults) for r in records
+        }
 
     def _keep(self, rec: KeyRecord) -> None:
         self._records[rec.key_id] = rec
-        self._by_hash[rec.secret_sha256] = _info(rec, self.tenancy)
+        self._by_hash[rec.secret_sha256] = _info(rec, self.tenancy, self.key_defaults)
 
     def live_keys(self, path: str) -> int:
         """How many keys at or beneath ``path`` still work (not revoked, not expired)."""
@@ -233,7 +249,10 @@ class KeyCache:
 
     def rechain(self) -> None:
         """Rebuild every key's chain of limits after the tree's limits changed."""
-        self._by_hash = {r.secret_sha256: _info(r, self.tenancy) for r in self._records.values()}
+        self._by_hash = {
+            r.secret_sha256: _info(r, self.tenancy, self.key_defaults)
+            for r in self._records.values()
+        }
 
     async def revoke(self, key_id: str) -> KeyRecord:
         rec = self._records.get(key_id)
