@@ -23,6 +23,7 @@ from grpclib.exceptions import GRPCError, ProtocolError, StreamTerminatedError
 
 from agentd.engine_provider import LocalEngines
 from agentd.heartbeat import build_heartbeat, foreign_gpu_bytes
+from agentd.live_settings import LiveSettings
 from agentd.provision.manager import installable_engines
 from agentd.shards import ShardRunner
 from agentd.status import StatusBoard, StatusServer, StatusView
@@ -133,6 +134,9 @@ class Agent:
         # -- the node console's status socket (agentd/status.py) --
         self.board = StatusBoard()
         self.status_socket = status_socket or paths.agent_status_socket
+        # agent.yaml < the cluster's settings < LLMGW_ variables (agentd/live_settings.py).
+        self.live = LiveSettings(cfg, os.environ)
+        self.live.apply(self)
 
     async def _engine_user_setup(self) -> None:
         """As root with no engine_user of its own: make llmgw-engine where it is missing."""
@@ -292,7 +296,8 @@ class Agent:
                     if self._stream is stream:
                         self._stream = None
                     return
-                self.heartbeat_interval_s = max(first.registered.heartbeat_interval_ms, 100) / 1000
+                self.live.registered(first.registered.heartbeat_interval_ms)
+                self.live.apply(self)
                 self.connected_to = addr
                 self.board.connected(addr)
                 if self._bandwidth_task is None:
@@ -429,11 +434,7 @@ class Agent:
         return True, ""
 
     def _apply_settings(self, settings) -> tuple[bool, str]:
-        if settings.heartbeat_interval_ms:
-            self.heartbeat_interval_s = max(settings.heartbeat_interval_ms, 100) / 1000
-        if settings.log_level:
-            level = logging.getLevelName(settings.log_level.upper())
-            if not isinstance(level, int):
-                return False, f"unknown log level {settings.log_level!r}"
-            logging.getLogger().setLevel(level)
-        return True, ""
+        ok, error = self.live.take(settings)
+        if ok:
+            self.live.apply(self)
+        return ok, error
