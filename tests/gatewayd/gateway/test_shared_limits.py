@@ -293,3 +293,23 @@ async def test_a_row_of_a_past_period_is_not_counted(planes):
     await b.store.publish_counters([old])
     await b.sync.step()
     assert b.budgets.spent(KEY, "2020-01") == 0
+
+
+async def test_a_writer_whose_clock_is_minutes_off_is_not_counted_twice(planes):
+    # Guards forgetting a row by its window's name: a control plane whose clock runs
+    # minutes behind names old windows, and its row, read again within the look back
+    # after our minute turned, was counted afresh.
+    clock, wall = FakeClock(), FakeClock(1_800_000_005.0)
+    b = await planes("cp-b", clock=clock, wall=wall)
+    behind = SharedCounter(
+        "cp-late-clock/run", KEY, "rpm", f"m{int(wall() // 60) - 10}", 50,
+        datetime.now(UTC).replace(year=2099), 600,
+    )  # fmt: skip
+    await b.store.publish_counters([behind])
+    await b.sync.step()
+    wall.now += 61  # our minute turns
+    await b.sync.step()
+    await b.store.publish_counters([behind])  # written again, the same total
+    await b.sync.step()
+    chain = [(KEY, Limits(rpm=600))]
+    assert sum(isinstance(b.limits.admit(chain, 0), Ticket) for _ in range(600)) == 550

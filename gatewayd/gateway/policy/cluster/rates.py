@@ -37,6 +37,10 @@ WINDOW_S = 60
 # (a slow sync, a clock a little late) still reads the last growth of the window.
 KEEP_WINDOWS_S = 120
 RATE_KINDS = ("rpm", "tpm")
+# A window row another wrote is remembered this long after it was last read: well past
+# its minute and the sync's look back, whatever the writer's clock says the minute is.
+FORGET_SEEN_S = 300.0
+_NONE = (0, 0.0)
 
 
 def window_of(wall_s: float) -> int:
@@ -93,7 +97,10 @@ class SharedLimitTable(LimitTable):
         self._written: dict[tuple[str, str, int], int] = {}
         self._rates: dict[tuple[str, str], int] = {}
         # (writer, scope, kind, period) → the writer's total as last counted here.
-        self._seen: dict[tuple[str, str, str, str], int] = {}
+        # With when it was last read (our wall clock), so it is forgotten only once no
+        # read can bring the row back: a row is written for a window's minute on the
+        # writer's clock, and read again for LOOKBACK_S after each write.
+        self._seen: dict[tuple[str, str, str, str], tuple[int, float]] = {}
         self._seen_window = window_of(wall())
 
     def admit(self, scopes: Sequence[tuple[str, Limits]], est_tokens: int) -> Refusal | Ticket:
@@ -174,8 +181,8 @@ class SharedLimitTable(LimitTable):
             if window is None:
                 continue
             key = (c.writer, c.scope, c.kind, c.period)
-            before = seen.get(key, 0)
-            seen[key] = c.amount
+            before = seen.get(key, _NONE)[0]
+            seen[key] = (c.amount, now_wall)
             delta = c.amount - before
             if first:
                 if window != current or c.rate_per_min <= 0:
@@ -193,9 +200,8 @@ class SharedLimitTable(LimitTable):
             else:
                 bucket.refund(-delta)
         if current != self._seen_window:
-            # Windows read back are within the last few minutes: older ones are done.
             self._seen_window = current
-            self._seen = {k: v for k, v in seen.items() if (_window(k[3]) or 0) >= current - 3}
+            self._seen = {k: v for k, v in seen.items() if now_wall - v[1] < FORGET_SEEN_S}
         return grew
 
     def _shared_bucket(self, scope: str, kind: str, rate_per_min: int) -> TokenBucket | None:
