@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from llmgw.admin_client import AdminClient
 from llmgw.config import load_server_config
 from llmgw.paths import Paths
 from tests.e2e.helpers import init_on_free_ports, llmgw
@@ -46,10 +47,12 @@ async def test_every_tool_call_answered_before_a_kill_9_of_gatewayd_is_in_mcp_ca
     log = tmp_path / "gatewayd.log"
     gatewayd = _gatewayd(home, log, port)
     try:
-        _ctl(home, "project", "create", "--parents", "a/b/c")
-        made = _ctl(home, "keys", "create", "--project", "a/b/c")
-        key = Key(made["key_id"], made["secret"])
-        _ctl(home, "mcp", "grant", key.key_id, "llmgw:admin.list_nodes")
+        # In-process (what ctl sends): each ctl is a process start of its own.
+        async with AdminClient.from_paths(paths) as admin:
+            await admin.create_tenant("project", "a/b/c", parents=True)
+            made = await admin.create_key("a/b/c")
+            key = Key(made.key_id, made.secret)
+            await admin.grant_mcp(key.key_id, "llmgw:admin.list_nodes")
         answered = 0
         async with agent(f"http://127.0.0.1:{port}/mcp", key, "auto") as c:
             for _ in range(N):
@@ -62,15 +65,14 @@ async def test_every_tool_call_answered_before_a_kill_9_of_gatewayd_is_in_mcp_ca
         print(f"MCP call rows in the store at the kill: {before} of {answered} answered")
 
         gatewayd = _gatewayd(home, log, port)  # replays the MCP call journal before it serves
+        # ctl mcp usage reads them as before.
+        usage = _ctl(home, "mcp", "usage", "--key", key.key_id, "--by", "tool,status")
+        groups = {(g["group"]["tool"], g["group"]["status"]): g["calls"] for g in usage["groups"]}
+        assert groups == {("list_nodes", "ok"): answered}, log.read_text()[-4000:]
         gatewayd.terminate()
         gatewayd.wait(timeout=60)
         assert _mcp_rows(paths.sqlite_file) == answered, log.read_text()[-4000:]
         assert "MCP call journal" in log.read_text() or before == answered
-        # And ctl mcp usage reads them as before.
-        gatewayd = _gatewayd(home, log, port)
-        usage = _ctl(home, "mcp", "usage", "--key", key.key_id, "--by", "tool,status")
-        groups = {(g["group"]["tool"], g["group"]["status"]): g["calls"] for g in usage["groups"]}
-        assert groups == {("list_nodes", "ok"): answered}
     finally:
         if gatewayd.poll() is None:
             gatewayd.terminate()
