@@ -348,3 +348,31 @@ async def test_a_gatewayd_behind_haproxy_answers_through_a_primary_change_and_ac
             f" primary {old} -> {new} in {promoted_s:.2f} s; {len(rows)} usage rows"
         )
     await _whole_again(patroni, old)
+
+
+async def test_a_store_writes_again_once_patroni_replaces_a_primary_that_was_killed(
+    patroni: PatroniCluster,
+):
+    # Guards acknowledged writes lost with a primary that died (power, kill -9): an
+    # asynchronous replica promoted without them. The standby is synchronous, so every
+    # write the store reported done is on it.
+    old = await patroni.wait_primary()
+
+    async def kill_primary() -> None:
+        await patroni.stop_primary(kill=True)
+
+    writes, back_s = await _writing_through(patroni, "kill", kill_primary)
+    try:
+        new = await patroni.wait_primary()
+        assert new != old
+        assert writes.store.member == _member(patroni, new)
+        # Nobody released the leader key: the standby waits out its ttl.
+        assert back_s < STORE_BACK_WITHIN_S
+        print(
+            f"\nprimary {old} killed: writes refused for {back_s:.2f} s, then stored on {new};"
+            f" {len(writes.failed)} refused meanwhile, {len(writes.ok)} stored"
+        )
+    finally:
+        # The module's last test: the killed member is left down (a rejoin costs a
+        # pg_rewind, seconds no later test needs). A test after this one starts it.
+        await writes.store.close()
