@@ -35,6 +35,7 @@ from gatewayd.gateway.metering.metrics import GatewayMetrics
 from gatewayd.gateway.metering.scrape import Scraper
 from gatewayd.gateway.metering.usage import UsageWriter
 from gatewayd.gateway.policy.bands import BandPools
+from gatewayd.gateway.policy.cluster import mount_shared_limits
 from gatewayd.gateway.policy.keys import KeyCache
 from gatewayd.gateway.policy.pricing import BudgetTable
 from gatewayd.gateway.policy.spent import spent_so_far
@@ -48,6 +49,7 @@ from gatewayd.http.tls_gate import GuardedServer
 from gatewayd.mcp import mount as mount_mcp
 from gatewayd.mirrors.set import MirrorSet
 from gatewayd.nodes.registry import NodeRegistry
+from gatewayd.settings import mount_settings
 from gatewayd.store import Store, open_store_from_config
 from gatewayd.store.cluster_records import ControlPlaneRecord
 from llmgw import __version__
@@ -176,6 +178,8 @@ class GatewayServer:
         mount_batches(self)
         # The MCP gateway (/mcp): self.mcp, None where server.yaml turns it off.
         await mount_mcp(self)
+        await mount_shared_limits(self)
+        await mount_settings(self)
 
         self.revocations = Revocations(self.store)
         await self.revocations.load()
