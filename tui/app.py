@@ -7,7 +7,7 @@ Nodes (n) as ``llmgw ctl nodes`` and ``engines``, Models (m) as ``llmgw ctl
 models``, Replicas (p) as ``llmgw ctl replicas``, Keys & tenancy (k) as
 ``llmgw ctl keys`` and ``llmgw ctl org|team|project``, Usage (u) as ``llmgw ctl
 usage``, Batches (b) as ``llmgw ctl batches``, Mirror (i) as ``llmgw ctl mirror``, MCP (j) as
-``llmgw ctl mcp``. Each screen is a Textual mode:
+``llmgw ctl mcp``, Settings (w) as ``llmgw ctl config``. Each screen is a Textual mode:
 switching keeps the others open and live, so coming back shows them current
 at once.
 
@@ -66,6 +66,7 @@ from tui.screens.mirror.mirror import MirrorScreen
 from tui.screens.models.models import ModelsScreen
 from tui.screens.models.replicas import ReplicasScreen
 from tui.screens.nodes.nodes import NodesScreen
+from tui.screens.settings.settings import SettingsScreen
 from tui.screens.shell import SCREENS
 
 ClientSource = AdminClient | Callable[[], AdminClient]
@@ -148,6 +149,7 @@ class LlmgwApp(App[LlmgwError | None]):
         self.add_mode("batches", lambda: BatchesScreen(self.client))
         self.add_mode("mirror", lambda: MirrorScreen(self.client))
         self.add_mode("mcp", lambda: McpScreen(self.client))
+        self.add_mode("settings", lambda: SettingsScreen(self.client))
 
     @property
     def client(self) -> AdminClient:

@@ -110,6 +110,7 @@ PARITY: dict[Item, Mirror] = {
     ("LlmgwApp", "switch_mode('batches')"): opens("BatchesScreen"),
     ("LlmgwApp", "switch_mode('mirror')"): opens("MirrorScreen"),
     ("LlmgwApp", "switch_mode('mcp')"): opens("McpScreen"),
+    ("LlmgwApp", "switch_mode('settings')"): opens("SettingsScreen"),
     ("LlmgwApp", "refresh"): ui_only("reads the shown screen's own command again"),
     ("LlmgwApp", "quit"): ui_only("leaves the console"),
     ("LlmgwApp", "toggle_theme"): ui_only("switches between the dark and the light theme"),
@@ -240,6 +241,15 @@ PARITY: dict[Item, Mirror] = {
     ("McpServerDialog", None): _FORM,
     ("CredentialDialog", None): _FORM,
     ("GrantDialog", None): _FORM,
+    # -- the kept settings ---------------------------------------------------------
+    # The head and the document are `config get`; the table, `config history`; the
+    # pane under it, the selected version against the one it was made from.
+    ("SettingsScreen", None): ctl("config get", "config history", "config diff {from} {to}"),
+    ("SettingsScreen", "change"): ctl(
+        "config set {assignment} --comment {comment}", shown_by="config get"
+    ),
+    ("SettingsScreen", "rollback"): ctl("config rollback {version}", shown_by="config history"),
+    ("SettingDialog", None): _FORM,
 }
 
 

@@ -8,12 +8,15 @@ control plane's version and each node's), a change as ``KEY: OLD → NEW``
 
 from __future__ import annotations
 
+import getpass
+import os
+
 from rich.text import Text
 
 from llmgw.present.usagefmt import short_time
 from proto.llmgw.v1 import SettingChange, SettingsInForce, SettingsVersionView
 
-HISTORY_COLUMNS = ("VERSION", "AT", "BY", "FROM", "CHANGED", "COMMENT")
+HISTORY_COLUMNS = ("VERSION", "AT", "BY", "FROM", "COMMENT", "CHANGED")
 DIFF_COLUMNS = ("KEY", "WAS", "NOW")
 # Keys a history row names before it counts the rest.
 KEYS_SHOWN = 3
@@ -21,6 +24,11 @@ KIND_STYLE = {"added": "green", "removed": "red", "changed": "yellow"}
 
 NO_CHANGE = "Nothing changed: the settings already say that. No version was written."
 UNSET = "(not set)"
+
+
+def author() -> str:
+    """Who makes a change: the user running ctl or the console (sudo's caller under sudo)."""
+    return os.environ.get("SUDO_USER") or getpass.getuser()
 
 
 def version_line(v: SettingsVersionView | None) -> str:
@@ -86,8 +94,8 @@ def history_cells(v: SettingsVersionView, in_force_version: int = 0) -> tuple[st
         short_time(v.at),
         v.author or "?",
         str(v.parent_version) if v.parent_version else "—",
-        changed_keys_text(list(v.changed_keys)),
         v.comment,
+        changed_keys_text(list(v.changed_keys)),
     )
 
 

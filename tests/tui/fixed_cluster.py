@@ -12,6 +12,7 @@ import asyncio
 from collections.abc import AsyncIterator
 
 from proto.llmgw.v1 import (
+    AgentSettingsState,
     BatchCounts,
     BatchView,
     CardNeed,
@@ -53,6 +54,12 @@ from proto.llmgw.v1 import (
     ReplicaEvent,
     ReplicaLogsReply,
     ReplicaView,
+    SettingChange,
+    SettingsDiffReply,
+    SettingsHistoryReply,
+    SettingsInForce,
+    SettingsReply,
+    SettingsVersionView,
     StatusReply,
     TenantView,
     UsageGroup,
@@ -619,6 +626,77 @@ MCP_SERVERS = ListMcpServersReply(
 )
 
 
+# -- the kept settings: three versions, the newest in force here and on two nodes --------
+
+
+def _settings_yaml() -> str:
+    from llmgw.settings import ClusterSettings, dump_document
+
+    doc = ClusterSettings().as_dict()
+    doc["router"]["admission"]["bands"] = [
+        {"name": "gold", "priority": 300, "saturation_ceiling": 0.85},
+        {
+            "name": "bulk",
+            "priority": 50,
+            "saturation_ceiling": 0.3,
+            "queue_ttl": 300,
+            "max_queue": 200,
+        },
+    ]
+    doc["router"]["admission"]["default_band"] = "gold"
+    doc["agents"]["nodes"] = {"gpu-2": {"log_level": "debug"}}
+    return dump_document(ClusterSettings.model_validate(doc))
+
+
+SETTINGS_VERSIONS = [
+    SettingsVersionView(
+        version=3,
+        author="alice",
+        at=_at("10:41:07"),
+        comment="gpu-2 logs more while its fan is looked at",
+        parent_version=2,
+        changed_keys=["agents.nodes.gpu-2.log_level"],
+    ),
+    SettingsVersionView(
+        version=2,
+        author="bob",
+        at=_at("09:12:30"),
+        comment="a bulk band for the import",
+        parent_version=1,
+        changed_keys=[
+            "router.admission.bands[0].name",
+            "router.admission.bands[0].priority",
+            "router.admission.bands[1].name",
+            "router.admission.default_band",
+        ],
+    ),
+    SettingsVersionView(
+        version=1, author="server.yaml", at=_at("08:00:00"), comment="from server.yaml"
+    ),
+]
+SETTINGS_IN_FORCE = SettingsInForce(
+    control_plane="cp-1",
+    version=3,
+    since=_at("10:41:08"),
+    agents=[
+        AgentSettingsState(node_id="gpu-1", version=3, ok=True, at=_at("10:41:08")),
+        AgentSettingsState(node_id="gpu-2", version=3, ok=True, at=_at("10:41:08")),
+    ],
+)
+SETTINGS = SettingsReply(
+    version=SETTINGS_VERSIONS[0],
+    value_yaml=_settings_yaml(),
+    value_json="{}",
+    in_force=SETTINGS_IN_FORCE,
+    latest_version=3,
+)
+SETTINGS_DIFF = SettingsDiffReply(
+    from_version=2,
+    to_version=3,
+    changes=[SettingChange(key="agents.nodes.gpu-2.log_level", kind="added", new_yaml="debug")],
+)
+
+
 class FixedAdmin:
     """Answers as ``AdminClient`` does, always with the replies above; changes nothing."""
 
@@ -695,6 +773,15 @@ class FixedAdmin:
 
     async def list_mcp_grants(self, who: str = "", server: str = "") -> ListMcpGrantsReply:
         return ListMcpGrantsReply(grants=MCP_GRANTS)
+
+    async def get_settings(self, key: str = "", *, version: int = 0) -> SettingsReply:
+        return SETTINGS
+
+    async def settings_history(self, limit: int = 0) -> SettingsHistoryReply:
+        return SettingsHistoryReply(versions=SETTINGS_VERSIONS, in_force_version=3)
+
+    async def settings_diff(self, from_version: int = 0, to_version: int = 0) -> SettingsDiffReply:
+        return SETTINGS_DIFF
 
     async def watch(self, topics: list[str]) -> AsyncIterator[WatchEvent]:
         await asyncio.Event().wait()  # nothing changes in a fixed cluster

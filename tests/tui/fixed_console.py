@@ -399,6 +399,12 @@ async def open_mcp(pilot: Pilot) -> None:
     await until(pilot, lambda: grants.row_count > 0)
 
 
+async def open_settings(pilot: Pilot) -> None:
+    await _mode(pilot, "w", "SettingsScreen", "#settings-history")
+    diff = pilot.app.screen.query_one("#settings-diff")
+    await until(pilot, lambda: diff.display)
+
+
 async def open_node_overview(pilot: Pilot) -> None:
     await until(pilot, lambda: getattr(pilot.app.screen, "facts", None) is not None)
     await pilot.pause()
@@ -470,6 +476,7 @@ SCENES = [
     Scene("mirror", "cluster", "Mirror (i)", open_mirror),
     Scene("mirror-add", "cluster", "Add to the mirror (a on Mirror)", open_mirror_add),
     Scene("mcp", "cluster", "MCP (j)", open_mcp),
+    Scene("settings", "cluster", "Settings (w)", open_settings),
     Scene("node-overview", "node", "Node console: Overview (o)", open_node_overview),
     Scene("node-agent-yaml", "node", "Node console: agent.yaml (y)", open_agent_yaml),
     Scene("setup-parts", "setup", "Setup: the parts", open_setup_parts),

@@ -241,6 +241,8 @@ MODE_OF = {
     "BatchesScreen": "batches",
     "MirrorScreen": "mirror",
     "McpScreen": "mcp",
+    "SettingsScreen": "settings",
+    "SettingDialog": "settings",
 }
 SCREEN_OF_MODE = {MODE_OF[name]: name for name in MODE_OF if name.endswith("Screen")}
 

@@ -36,7 +36,7 @@ import typer
 
 from llmgw.cli.main import app as llmgw_cli
 from tests.cluster_fixture import running_cluster, wait_for
-from tests.tui import parity_batches, parity_mcp, parity_mirror
+from tests.tui import parity_batches, parity_mcp, parity_mirror, parity_settings
 from tests.tui.parity_actions import ACTIONS as KIT_ACTIONS
 from tests.tui.parity_kit import (
     READY_ATTEMPTS,
@@ -62,12 +62,14 @@ SCREENS = {
     **parity_batches.SCREENS,
     **parity_mirror.SCREENS,
     **parity_mcp.SCREENS,
+    **parity_settings.SCREENS,
 }
 ACTIONS = {
     **KIT_ACTIONS,
     **parity_batches.ACTIONS,
     **parity_mirror.ACTIONS,
     **parity_mcp.ACTIONS,
+    **parity_settings.ACTIONS,
 }
 
 # -- the declarations themselves ----------------------------------------------------
@@ -263,6 +265,7 @@ def test_every_opens_declaration_goes_through_its_own_key():
         "BatchesScreen": ("LlmgwApp", "switch_mode('batches')"),
         "MirrorScreen": ("LlmgwApp", "switch_mode('mirror')"),
         "McpScreen": ("LlmgwApp", "switch_mode('mcp')"),
+        "SettingsScreen": ("LlmgwApp", "switch_mode('settings')"),
         "ServeDialog": ("ModelsScreen", "serve"),
         "AddNodeDialog": ("NodesScreen", "add_node"),
         "ExplainPlacement": ("ModelsScreen", "explain"),

@@ -35,6 +35,7 @@ SCREENS: tuple[ScreenEntry, ...] = (
     ScreenEntry("batches", "b", "Batches", "llmgw ctl batches"),
     ScreenEntry("mirror", "i", "Mirror", "llmgw ctl mirror list / du / peers list"),
     ScreenEntry("mcp", "j", "MCP", "llmgw ctl mcp list / grants"),
+    ScreenEntry("settings", "w", "Settings", "llmgw ctl config get / history / diff"),
 )
 
 

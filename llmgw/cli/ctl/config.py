@@ -11,7 +11,6 @@ replies look: llmgw/cli/ctl/render_settings.py.
 from __future__ import annotations
 
 import asyncio
-import getpass
 import os
 import shlex
 import subprocess
@@ -26,6 +25,7 @@ from llmgw.cli.ctl.app import JsonOpt, app, call
 from llmgw.errors import ConflictError, LlmgwError, UsageError
 from llmgw.paths import resolve
 from llmgw.present import output
+from llmgw.present.settingsfmt import author
 from llmgw.settings import SettingsRefused, load_document
 
 config_app = typer.Typer(
@@ -35,11 +35,6 @@ config_app = typer.Typer(
 app.add_typer(config_app, name="config")
 
 CommentOpt = typer.Option("", "--comment", "-m", help="Why: kept with the version.")
-
-
-def author() -> str:
-    """Who makes a change: the user running ctl (sudo's caller, where sudo runs it)."""
-    return os.environ.get("SUDO_USER") or getpass.getuser()
 
 
 @config_app.command("get")
