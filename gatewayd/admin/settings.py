@@ -53,6 +53,18 @@ def _normal(document: dict[str, Any]) -> dict[str, Any]:
     return ClusterSettings.model_validate(document).as_dict()
 
 
+def _loaded(v: SettingsVersion) -> dict[str, Any]:
+    """``_normal`` of a version, or FAILED_PRECONDITION for one this llmgw cannot load."""
+    try:
+        return _normal(v.document)
+    except ValueError as e:
+        raise GRPCError(
+            Status.FAILED_PRECONDITION,
+            f"settings version {v.version} cannot be loaded by this control plane (written by a"
+            f" newer llmgw?): {e}",
+        ) from None
+
+
 def _diff(old: dict[str, Any], new: dict[str, Any]) -> list[Change]:
     """What changed between two stored documents, as each loads here (else as stored)."""
     try:
@@ -133,7 +145,7 @@ class SettingsAdmin:
     async def get_settings(self, message: GetSettingsRequest) -> SettingsReply:
         runtime = self._settings()
         shown = await self._version(message.version)
-        document = _normal(shown.document)
+        document = _loaded(shown)
         if message.key:
             try:
                 value = get_at(document, parse_key(message.key))
@@ -154,7 +166,7 @@ class SettingsAdmin:
     async def set_settings(self, message: SetSettingsRequest) -> SettingsWritten:
         runtime = self._settings()
         base = await self._version(message.parent_version)
-        before = _normal(base.document)
+        before = _loaded(base)
         try:
             if message.document_yaml.strip():
                 new = load_document(message.document_yaml)
@@ -200,7 +212,7 @@ class SettingsAdmin:
         author: str,
         comment: str,
     ) -> SettingsWritten:
-        changes = diff(_normal(base.document), new.as_dict())
+        changes = diff(_loaded(base), new.as_dict())
         if not changes:
             return SettingsWritten(
                 version=_version_view(base, await self._parent(base)),

@@ -47,6 +47,19 @@ async def test_a_change_written_to_the_store_by_another_is_taken_within_seconds(
         )
         assert runtime.version == 2
 
+        # A version this control plane cannot load (a newer llmgw's key): reported,
+        # skipped, and the one in force stays — never a half-applied document.
+        await c.server.store.put_settings(
+            doc | {"from_the_future": {}},
+            parent_version=2,
+            author="newer",
+            comment="",
+            at=runtime.since,
+        )
+        await wait_for(lambda: runtime.problems, attempts=IN_FORCE_ATTEMPTS)
+        assert "version 3 cannot be loaded here" in runtime.problems[0]
+        assert runtime.version == 2 and c.server.gateway.bands.config.bands[0].max_queue == 3
+
 
 async def test_a_change_made_on_a_replaced_version_is_refused_naming_the_newest(tmp_path):
     async with running_cluster(tmp_path) as c, c.admin() as admin:
