@@ -2695,9 +2695,7 @@ default_message_pool.register_message("llmgw.v1", "SettingsReply", SettingsReply
 @dataclass(eq=False, repr=False)
 class SettingsVersionView(betterproto2.Message):
     """
-    ---- the cluster's kept settings ------------------------------------------------
-
-    One version of the settings document: who made it, when, why, from which.
+    One version of the kept settings document: who made it, when, why, from which.
     """
 
     version: "int" = betterproto2.field(1, betterproto2.TYPE_INT64)
