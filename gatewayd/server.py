@@ -296,20 +296,20 @@ class GatewayServer:
             await asyncio.sleep(MEMBERS_READ_S)
 
     def _agent_failover(self) -> tuple[list[str], str]:
-        """Every live control plane's agent address (the leader's first), and the leader's."""
-        rows = getattr(self, "_control_plane_rows", None) or []
-        leader = ""
-        addresses = []
-        for row in rows:
-            if row.stopped_at is not None or not row.agent_address:
-                continue
-            if row.control_plane_id == self.lease.leader_id:
-                leader = row.agent_address
-            else:
-                addresses.append(row.agent_address)
-        if self._leading():
-            leader = self._member_record().agent_address
-        return ([leader] if leader else []) + [a for a in addresses if a != leader], leader
+        """Every live control plane's agent address (the leader's first), and the leader's.
+
+        No list while this control plane is the only one: agent.yaml names it
+        as the agent reaches it, and a second name for the same machine (the
+        one it advertises) would only double the agent's list.
+        """
+        members = getattr(self, "members", None)
+        if members is None:
+            return [], ""
+        addresses = members.agent_addresses()
+        leader = members.leader_agent_address()
+        if len(addresses) < 2:
+            return [], leader
+        return addresses, leader
 
     async def _cluster_status(self) -> dict:
         """StatusReply's part on the control planes: who leads, since when, the store's state."""
