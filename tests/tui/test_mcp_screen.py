@@ -353,17 +353,18 @@ def test_header_lines_are_taken_as_ctl_takes_header_options():
         parse_headers("X-A=1\nx-a=2")
 
 
-def test_nine_tabs_fit_80_columns_the_last_giving_up_its_title_never_the_current_one():
-    # Guards: the ninth tab (MCP) pushing the tab line past 80 columns (the palette's key cut).
+def test_ten_tabs_fit_80_columns_the_last_giving_up_their_titles_never_the_current_one():
+    # Guards: the ninth tab (MCP), then the tenth (Settings), pushing the tab line past
+    # 80 columns (the palette's key cut).
     room = 80 - 2 - 2  # the tab line's padding, the palette's key
     assert tabs_width(compact=True) > room
-    for current in ("overview", "mirror", "mcp"):
+    for current in ("overview", "mirror", "mcp", "settings"):
         dropped = tight_tabs(current, room)
         assert current not in dropped
         assert tabs_width(compact=True, keys_only=dropped) <= room
         markup = tabs_markup(current, compact=True, keys_only=dropped)
         assert ("MCP" in markup) == ("mcp" not in dropped)
-    assert tight_tabs("overview", room) == ("mcp",)
+    assert tight_tabs("overview", room) == ("settings", "mcp", "mirror")
     assert tight_tabs("overview", 200) == ()
 
 

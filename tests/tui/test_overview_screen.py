@@ -27,6 +27,7 @@ from tui.screens.mirror.mirror import MirrorScreen
 from tui.screens.models.models import ModelsScreen
 from tui.screens.models.replicas import ReplicasScreen
 from tui.screens.nodes.nodes import NodesScreen
+from tui.screens.settings.settings import SettingsScreen
 from tui.screens.shell import SCREENS
 
 SCREEN_OF = {
@@ -39,6 +40,7 @@ SCREEN_OF = {
     "batches": BatchesScreen,
     "mirror": MirrorScreen,
     "mcp": McpScreen,
+    "settings": SettingsScreen,
 }
 
 
