@@ -31,6 +31,7 @@ from agentd.supervisor.users import ALLOW_ROOT_ENV, ensure_engine_user, root_eng
 from agentd.weights import WeightsFetcher
 from agentd.weights.sources import mirror_tls
 from llmgw import __version__
+from llmgw.aio import within
 from llmgw.config import AgentConfig, split_host_port
 from llmgw.inventory import Inventory, gpu_to_proto, host_to_proto
 from llmgw.keepalive import keepalive_config
@@ -244,7 +245,7 @@ class Agent:
                 delay = LEADER_REDIRECT_S if self._leader_hint else STANDBY_RETRY_S
             log.info("reconnecting in %.1f s", delay)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), delay)
+                await within(stop.wait(), delay)
         if recheck is not None:
             recheck.cancel()
             with contextlib.suppress(BaseException):
@@ -257,8 +258,8 @@ class Agent:
         stream, self._stream = self._stream, None
         if stream is not None and not session.done():
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(stream.end(), STOP_GRACE_S)
-                await asyncio.wait_for(asyncio.shield(session), STOP_GRACE_S)
+                await within(stream.end(), STOP_GRACE_S)
+                await within(asyncio.shield(session), STOP_GRACE_S)
         session.cancel()
         with contextlib.suppress(BaseException):
             await session
@@ -276,7 +277,7 @@ class Agent:
                 # Known from here, so a stop while the reply is on its way still ends the
                 # stream politely (the control plane may already show the node ready).
                 self._stream = stream
-                first = await asyncio.wait_for(stream.recv_message(), REGISTERED_TIMEOUT_S)
+                first = await within(stream.recv_message(), REGISTERED_TIMEOUT_S)
                 if first is not None and first.control_planes is not None:
                     # A standby: it names the control planes and the leader, then ends.
                     cps = first.control_planes

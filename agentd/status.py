@@ -48,6 +48,7 @@ from llmgw.agent_status import (
     http_response,
     unix_address,
 )
+from llmgw.aio import within
 
 log = logging.getLogger(__name__)
 
@@ -394,7 +395,7 @@ class StatusServer:
             return
         server.close()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(server.wait_closed(), REQUEST_TIMEOUT_S)
+            await within(server.wait_closed(), REQUEST_TIMEOUT_S)
         # Only our own file: a newer agent may already serve the path.
         with contextlib.suppress(OSError):
             if self.path.stat().st_ino == self._inode:
@@ -403,7 +404,7 @@ class StatusServer:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             try:
-                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), REQUEST_TIMEOUT_S)
+                head = await within(reader.readuntil(b"\r\n\r\n"), REQUEST_TIMEOUT_S)
             except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
                 writer.write(http_response(400, error_body("send: GET /status HTTP/1.0")))
                 return

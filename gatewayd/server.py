@@ -53,6 +53,7 @@ from gatewayd.settings import mount_settings
 from gatewayd.store import Store, open_store_from_config
 from gatewayd.store.cluster_records import ControlPlaneRecord
 from llmgw import __version__
+from llmgw.aio import within
 from llmgw.catalog.price import Price
 from llmgw.config import ServerConfig, server_pki_paths, split_host_port
 from llmgw.errors import ConfigError, StoreError
@@ -478,7 +479,7 @@ class GatewayServer:
                 await self.roles.stop()
             if getattr(self, "members", None) is not None:
                 with contextlib.suppress(Exception):
-                    await asyncio.wait_for(self.members.stopped(), 3)
+                    await within(self.members.stopped(), 3)
         # Agents hear it now and dial the next control plane (the new leader),
         # rather than when the connection finally drops.
         self.registry.close_all("the control plane is stopping")
@@ -495,7 +496,7 @@ class GatewayServer:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         for server in self._grpc:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(server.wait_closed(), 5)
+                await within(server.wait_closed(), 5)
         with contextlib.suppress(Exception):
             await self.registry.flush()
         if getattr(self, "gateway", None) is not None:

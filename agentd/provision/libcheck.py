@@ -21,6 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from llmgw.aio import within
+
 log = logging.getLogger(__name__)
 
 # ldd resolves every library of a big binary in well under a second; a
@@ -123,7 +125,7 @@ async def check_binary(binary: Path, env: Mapping[str, str] | None = None) -> li
         log.info("no ldd on this machine; %s is judged by running it", binary)
         return []
     try:
-        out, _ = await asyncio.wait_for(proc.communicate(), LDD_TIMEOUT_S)
+        out, _ = await within(proc.communicate(), LDD_TIMEOUT_S)
     except TimeoutError:
         proc.kill()
         await proc.wait()

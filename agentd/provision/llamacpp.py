@@ -43,6 +43,7 @@ import httpx
 from agentd.provision import libcheck
 from agentd.provision.download import Progress, download
 from agentd.provision.unpack import unpack
+from llmgw.aio import within
 from llmgw.errors import LlmgwError
 from llmgw.fsutil import share_tree, share_with_group
 
@@ -214,7 +215,7 @@ async def run_check(argv: list[str], env: Mapping[str, str] | None) -> str:
         )
         raise InstallError(f"{name} {words}") from exc
     try:
-        out, _ = await asyncio.wait_for(proc.communicate(), VERSION_TIMEOUT_S)
+        out, _ = await within(proc.communicate(), VERSION_TIMEOUT_S)
     except TimeoutError:
         proc.kill()
         await proc.wait()

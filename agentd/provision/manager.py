@@ -38,6 +38,7 @@ from agentd.provision.llamacpp import (
     install_dir,
 )
 from agentd.provision.pyenv import NotHere, PyEnvSource, Runner, SubprocessRunner
+from llmgw.aio import within
 from llmgw.errors import LlmgwError
 from llmgw.inventory import Inventory
 from proto.llmgw.v1 import EngineStatus, InstalledEngine
@@ -318,7 +319,7 @@ class EngineManager:
         while not stop.is_set():
             await self.recheck()
             try:
-                await asyncio.wait_for(stop.wait(), interval_s)
+                await within(stop.wait(), interval_s)
             except TimeoutError:
                 pass
 

@@ -46,6 +46,7 @@ from agentd.provision.llamacpp import (
     scratch_dir,
     size_words,
 )
+from llmgw.aio import within
 from llmgw.errors import LlmgwError
 from llmgw.inventory import Inventory
 
@@ -199,7 +200,7 @@ class SubprocessRunner:
             await proc.wait()
 
         try:
-            await asyncio.wait_for(drain(), timeout_s)
+            await within(drain(), timeout_s)
         except TimeoutError:
             proc.kill()
             await proc.wait()

@@ -19,6 +19,7 @@ import psutil
 
 from agentd.supervisor.model import LaunchSpec
 from agentd.supervisor.users import EngineUser
+from llmgw.aio import within
 
 # Taken from the agent's environment; nothing else is (the agent's own
 # variables are no engine's business, and may hold secrets).
@@ -186,7 +187,7 @@ async def terminate_group(
     deadline = loop.time() + grace_s
     signal_group(pgid, signal.SIGTERM)
     with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(exited.wait(), grace_s)
+        await within(exited.wait(), grace_s)
     while loop.time() < deadline and await asyncio.to_thread(group_members, pgid):
         await asyncio.sleep(min(0.1, grace_s))
     if exited.is_set() and not await asyncio.to_thread(group_members, pgid):
@@ -195,7 +196,7 @@ async def terminate_group(
     # A SIGKILLed process goes at once unless it is stuck in the kernel (a GPU
     # driver call), which no signal hurries.
     try:
-        await asyncio.wait_for(exited.wait(), kill_wait_s)
+        await within(exited.wait(), kill_wait_s)
     except TimeoutError:
         return f"SIGKILLed after {grace_s:g} s, but it has not exited yet"
     return f"it did not exit within {grace_s:g} s of SIGTERM and was SIGKILLed"

@@ -11,7 +11,6 @@ buckets start afresh); other control planes read it within
 
 from __future__ import annotations
 
-import asyncio
 import time
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -40,6 +39,7 @@ from gatewayd.gateway.policy.tenancy import NOUN, ancestors, scope_of
 from gatewayd.mcp.upstream import Upstream
 from gatewayd.store import Store
 from gatewayd.store.mcp_records import McpGrantRecord, McpServerRecord
+from llmgw.aio import within
 from llmgw.mcp.names import (
     ADMIN_PREFIX,
     ADMIN_SERVER,
@@ -309,7 +309,7 @@ class McpAdmin:
         started = time.perf_counter()
         reply = McpTestReply(name=rec.name)
         try:
-            reply.tools, reply.protocol_version = await asyncio.wait_for(
+            reply.tools, reply.protocol_version = await within(
                 self._list_tools(rt, rec, timeout_s), timeout_s + 1
             )
             reply.ok = True

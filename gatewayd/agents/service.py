@@ -20,6 +20,7 @@ from grpclib.server import Stream
 
 from gatewayd.agents.revocations import Revocations, peer_serial
 from gatewayd.nodes.registry import NodeRegistry
+from llmgw.aio import within
 from llmgw.config import check_name
 from llmgw.tls.tlsconf import peer_common_name
 from proto.llmgw.v1 import AgentMessage, ControlMessage, ControlPlanes, Registered
@@ -86,7 +87,7 @@ class AgentService:
             )
             raise GRPCError(Status.PERMISSION_DENIED, _revoked_words(cn or ""))
         try:
-            first = await asyncio.wait_for(stream.recv_message(), REGISTER_TIMEOUT_S)
+            first = await within(stream.recv_message(), REGISTER_TIMEOUT_S)
         except TimeoutError:
             raise GRPCError(Status.DEADLINE_EXCEEDED, "no Register message within 30 s") from None
         if first is None or first.register is None:

@@ -29,6 +29,7 @@ from gatewayd.batches.objects import output_file_id
 from gatewayd.gateway.policy.keys import KeyCache, KeyInfo, KeyRefused
 from gatewayd.store import Store
 from gatewayd.store.batch_records import FileRecord
+from llmgw.aio import within
 from llmgw.config import BatchesConfig, FilesConfig
 from llmgw.errors import StoreError
 
@@ -111,7 +112,7 @@ class BatchRunner:
         for b in list(self._book.active.values()):
             if b.results:
                 try:
-                    await asyncio.wait_for(self._ledger.commit(b), STOP_COMMIT_S)
+                    await within(self._ledger.commit(b), STOP_COMMIT_S)
                 except (Exception, asyncio.CancelledError):  # noqa: BLE001 (sent again next start)
                     log.warning(
                         "batch %s: answers not kept at stop; asked again at start", b.rec.batch_id

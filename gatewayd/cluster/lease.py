@@ -21,6 +21,7 @@ from datetime import datetime
 from typing import TypeVar
 
 from gatewayd.store import LeaseState, Store
+from llmgw.aio import within
 from llmgw.errors import ConfigError, StoreError
 
 log = logging.getLogger(__name__)
@@ -117,7 +118,7 @@ class LeaderLease:
     async def wait_leading(self, timeout_s: float) -> bool:
         """Wait until this process leads; False when ``timeout_s`` passes first."""
         try:
-            await asyncio.wait_for(self.leading_event.wait(), timeout_s)
+            await within(self.leading_event.wait(), timeout_s)
         except TimeoutError:
             return False
         return self.held()
@@ -187,9 +188,7 @@ class LeaderLease:
         # the lease again for a whole ttl with nobody acting.
         async with self._call_lock:
             try:
-                return await asyncio.wait_for(
-                    self.store.release_lease(self.name, self.holder), self.ttl_s
-                )
+                return await within(self.store.release_lease(self.name, self.holder), self.ttl_s)
             except (StoreError, TimeoutError) as e:
                 log.warning(
                     "leader lease: could not give it up (%s); a standby takes it within %.0f s",
@@ -221,7 +220,7 @@ class LeaderLease:
         """A store call given up when it would outlast the time this process may still act."""
         limit_s = self._deadline - self._clock() if self.held() else self.renew_every_s
         try:
-            result = await asyncio.wait_for(call, max(limit_s, 0.0))
+            result = await within(call, max(limit_s, 0.0))
         except StoreError as e:
             self._fail(e.message)
             raise _Failed from e

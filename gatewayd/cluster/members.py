@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 
 from gatewayd.cluster.lease import LeaderLease
 from gatewayd.store import ControlPlaneRecord, Store
+from llmgw.aio import within
 from llmgw.errors import StoreError
 from proto.llmgw.v1 import ControlPlaneView
 
@@ -73,7 +74,7 @@ class Members:
                 return False
             rec = self.record.model_copy(update={"store_state": self.lease.store_state})
             try:
-                await asyncio.wait_for(self.store.put_control_plane(rec), self.lease.ttl_s)
+                await within(self.store.put_control_plane(rec), self.lease.ttl_s)
                 await self._read()
             except (StoreError, TimeoutError) as e:
                 words = getattr(e, "message", "") or "the store did not answer"
@@ -91,7 +92,7 @@ class Members:
         async with self._write_lock:
             self._stopped = True
             try:
-                await asyncio.wait_for(
+                await within(
                     self.store.mark_control_plane_stopped(self.control_plane_id), READ_LIMIT_S
                 )
             except (StoreError, TimeoutError) as e:
@@ -109,8 +110,8 @@ class Members:
         leader = self.lease.leader_id
         leader_since = self.lease.leader_since
         try:
-            state = await asyncio.wait_for(self.store.get_lease(self.lease.name), READ_LIMIT_S)
-            await asyncio.wait_for(self._read(), READ_LIMIT_S)
+            state = await within(self.store.get_lease(self.lease.name), READ_LIMIT_S)
+            await within(self._read(), READ_LIMIT_S)
         except (StoreError, TimeoutError):
             pass
         else:

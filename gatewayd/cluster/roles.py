@@ -17,6 +17,8 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
+from llmgw.aio import within
+
 log = logging.getLogger(__name__)
 
 # A standby reads the nodes, replicas and catalog the leader writes this often.
@@ -86,7 +88,7 @@ class Roles:
                 gained = await self._changes.get()
             else:
                 try:
-                    gained = await asyncio.wait_for(self._changes.get(), self._follow_every_s)
+                    gained = await within(self._changes.get(), self._follow_every_s)
                 except TimeoutError:
                     try:
                         await self._follow()
@@ -138,4 +140,4 @@ class Roles:
                 await self._lease_task
         if was_leading:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self.lease.release(), 3)
+                await within(self.lease.release(), 3)

@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from gatewayd.nodes.views import node_view
 from gatewayd.nodes.watch import Broadcaster
 from gatewayd.store import HeartbeatRow, NodeRecord, Store
+from llmgw.aio import within
 from llmgw.labels import check_labels
 from llmgw.protojson import to_plain
 from proto.llmgw.v1 import (
@@ -439,7 +440,7 @@ class NodeRegistry:
         self._acks[msg.command_id] = answer
         try:
             live.send(msg)
-            return await asyncio.wait_for(answer, timeout_s)
+            return await within(answer, timeout_s)
         except TimeoutError:
             return CommandAck(
                 command_id=msg.command_id,

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from llmgw.admin_client import AdminClient
+from llmgw.aio import within
 from llmgw.config import (
     DEFAULT_ADMIN_PORT,
     DEFAULT_AGENT_PORT,
@@ -97,7 +98,7 @@ class Child:
             return
         p.terminate()
         try:
-            await asyncio.wait_for(p.wait(), STOP_TIMEOUT_S)
+            await within(p.wait(), STOP_TIMEOUT_S)
         except TimeoutError:
             console.print(f"{self.name} did not stop within {STOP_TIMEOUT_S:g} s; killing it")
             p.kill()
@@ -273,7 +274,7 @@ async def _supervise(stop: asyncio.Event, children: list[Child]) -> None:
                 f"{delay:g} s, as its service would be[/yellow] — log: {child.log_file}"
             )
             try:
-                await asyncio.wait_for(stop.wait(), delay)
+                await within(stop.wait(), delay)
                 return
             except TimeoutError:
                 pass

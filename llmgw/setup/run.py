@@ -26,6 +26,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from llmgw.admin_client import AdminClient
+from llmgw.aio import within
 from llmgw.config import (
     DEFAULT_ADMIN_PORT,
     DEFAULT_AGENT_PORT,
@@ -174,7 +175,7 @@ async def check_postgres(dsn: str, timeout_s: float = STORE_CHECK_TIMEOUT_S) -> 
 
     where = f"PostgreSQL at {_place(dsn)}"
     try:
-        conn = await asyncio.wait_for(asyncpg.connect(dsn, timeout=timeout_s), timeout_s + 0.5)
+        conn = await within(asyncpg.connect(dsn, timeout=timeout_s), timeout_s + 0.5)
     except TimeoutError:
         return StoreCheck(ok=False, message=f"{where} did not answer within {timeout_s:g} s")
     except asyncpg.InvalidPasswordError:
@@ -198,7 +199,7 @@ async def check_postgres(dsn: str, timeout_s: float = STORE_CHECK_TIMEOUT_S) -> 
         return StoreCheck(ok=False, message=f"{where} answered, then failed: {e}")
     finally:
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(conn.close(), timeout_s)
+            await within(conn.close(), timeout_s)
     return StoreCheck(ok=True, message=f"{where} answers (PostgreSQL {version})")
 
 
@@ -301,7 +302,7 @@ class PlanRun:
             env=self._env(),
         )
         try:
-            out, err = await asyncio.wait_for(proc.communicate(), INIT_TIMEOUT_S)
+            out, err = await within(proc.communicate(), INIT_TIMEOUT_S)
         except TimeoutError:
             proc.kill()
             await proc.wait()

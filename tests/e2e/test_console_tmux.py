@@ -61,6 +61,9 @@ SCREENS = [
     ("i", "has no mirror", []),
     # No company MCP server yet: the cursor is on llmgw:admin, which is granted, not changed.
     ("j", "No company MCP servers yet", ["Add", "Grant", "Revoke"]),
+    # The settings kept in the store; the cursor is on the newest version, which is in
+    # force, so there is nothing to roll back to and that key is not shown.
+    ("w", "Settings:", ["Change a key"]),
     ("o", "Live from", []),
 ]
 # The screens' keys are on the header's tabs (TABS); the palette's on the tab line too.
@@ -76,11 +79,12 @@ TABS = (
     "b Batches",
     "i Mirror",
     "j MCP",
+    "w Settings",
 )
-# Nine tabs overflow 80 columns: the shell's tight_tabs has the last ones (never the
-# current one) show their key alone there; every other tab is whole.
+# Ten tabs overflow 80 columns: the shell's tight_tabs has the last ones (never the
+# current one) show their key alone there, at most three; every other tab is whole.
 TAB_OF_KEY = {s.key: s for s in SHELL_TABS}
-# In 80 columns, beside eight tabs, the palette's key alone; its words where there is room.
+# In 80 columns, beside the tabs, the palette's key alone; its words where there is room.
 PALETTE = {80: "^p", 200: "^p commands"}
 
 # Keys the footer does not show, by (terminal width or None for any, screen): none
@@ -204,7 +208,7 @@ def test_every_screen_comes_up_in_a_real_terminal_with_its_title_and_keys(cluste
             room = size[0] - 2 - PALETTE_HINT_SHORT_CELLS
             tight = {s.key for s in SHELL_TABS if s.mode in tight_tabs(TAB_OF_KEY[key].mode, room)}
             whole = [tab for tab in TABS if tab.split()[0] not in tight]
-            assert key not in tight and len(whole) >= len(TABS) - 1, (key, tight)
+            assert key not in tight and len(whole) >= len(TABS) - 3, (key, tight)
             assert all(tab in text.splitlines()[1] for tab in whole), text
             assert PALETTE[size[0]] in text.splitlines()[1], text
             # The footer follows the status line by a frame or two (its keys are

@@ -21,6 +21,7 @@ from textual.widgets import DataTable, Footer, Header, Static
 from textual.worker import Worker
 
 from llmgw.agent_status import AgentNotRunning, AgentStatus, ControlPlaneState
+from llmgw.aio import within
 from tui.node import cells
 from tui.node.probe import NodeFacts, NodeProbe
 from tui.screens.common import describe, show_worker_error
@@ -99,7 +100,7 @@ class OverviewScreen(Screen[None]):
             self._again.clear()
             self.post_message(NodeLooked(await self._probe.look()))
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._again.wait(), self._refresh_s)
+                await within(self._again.wait(), self._refresh_s)
 
     # -- message handlers: widgets only ----------------------------------------
 

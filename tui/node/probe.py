@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from llmgw.agent_status import PROBE_TIMEOUT_S, AgentStatus, read_status
+from llmgw.aio import within
 from llmgw.config import load_agent_config, split_host_port
 from llmgw.errors import LlmgwError
 from tui.node.gpus import GpuReader, GpuReport
@@ -124,7 +125,7 @@ class NodeProbe:
         if self._gpu_call is None or self._gpu_call.done():
             self._gpu_call = asyncio.ensure_future(asyncio.to_thread(self.gpus.read))
         try:
-            return await asyncio.wait_for(asyncio.shield(self._gpu_call), self.timeout_s)
+            return await within(asyncio.shield(self._gpu_call), self.timeout_s)
         except TimeoutError:
             return GpuReport(
                 note=f"NVML did not answer within {self.timeout_s:g} s "

@@ -15,7 +15,6 @@ connection: they all lead to the same server.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 from collections.abc import Iterator
@@ -44,6 +43,7 @@ from gatewayd.store.postgres.settings import PostgresSettings
 from gatewayd.store.postgres.tenants import PostgresTenants
 from gatewayd.store.postgres.usage import PostgresUsage
 from gatewayd.store.records import HeartbeatRow, NodeRecord
+from llmgw.aio import within
 from llmgw.errors import StoreError
 
 # A small pool: the control plane's writes are batched (heartbeats) or rare
@@ -163,7 +163,7 @@ def scrub(text: str, dsn: str) -> str:
 
 async def _close_pool(pool: asyncpg.Pool) -> None:
     try:
-        await asyncio.wait_for(pool.close(), CLOSE_TIMEOUT_S)
+        await within(pool.close(), CLOSE_TIMEOUT_S)
     except (TimeoutError, *DRIVER_ERRORS):
         pool.terminate()
 

@@ -22,6 +22,7 @@ from datetime import datetime, timedelta
 from gatewayd.gateway.policy.cluster.budgets import SharedBudgetTable
 from gatewayd.gateway.policy.cluster.rates import SharedLimitTable
 from gatewayd.store import Store
+from llmgw.aio import within
 from llmgw.errors import StoreError
 
 log = logging.getLogger(__name__)
@@ -105,7 +106,7 @@ class CounterSync:
 
     async def _call(self, coro):
         try:
-            return await asyncio.wait_for(coro, self._timeout_s)
+            return await within(coro, self._timeout_s)
         except TimeoutError as e:
             raise StoreError(
                 f"the store did not answer within {self._timeout_s:g} s",
