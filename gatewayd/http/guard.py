@@ -32,6 +32,7 @@ import contextlib
 import ipaddress
 import logging
 import resource
+import select
 import socket
 import struct
 import time
@@ -52,6 +53,9 @@ MIN_TOTAL = 64
 # A refused or late connection is reset (SO_LINGER 0): no FIN handshake and no
 # TIME_WAIT entry are kept for a client that is holding the port down.
 _LINGER_RESET = struct.pack("ii", 1, 0)
+# A deadline met with bytes still unread in the socket looks again this much later.
+UNREAD_RECHECK_S = 0.05
+UNREAD_RECHECKS = 3
 # One log line at most this often per port while connections are refused.
 REFUSAL_LOG_INTERVAL_S = 60.0
 
@@ -99,6 +103,19 @@ def reset(transport) -> None:
         with contextlib.suppress(OSError):
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RESET)
     transport.abort()
+
+
+def unread(transport) -> bool:
+    """Whether bytes (or the peer's end) wait in the connection's socket, not yet read."""
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        return False
+    try:
+        poller = select.poll()
+        poller.register(sock.fileno(), select.POLLIN)
+        return bool(poller.poll(0))
+    except (OSError, ValueError):
+        return False
 
 
 def reset_socket(sock: socket.socket) -> None:
@@ -235,6 +252,8 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self._since = 0.0
         # Loop time the last bytes of a request body came.
         self._read_at = 0.0
+        # Deadlines put off since the last answer because bytes waited unread.
+        self._rechecks = 0
 
     def connection_made(self, transport) -> None:  # type: ignore[override]
         guard = self.guard
@@ -273,6 +292,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             task.cancel()
             self.timeout_keep_alive_task = None
         self._since = self.loop.time()
+        self._rechecks = 0
         _on_response_complete(self)  # arms the idle timer, or starts a pipelined request
         if self.timeout_keep_alive_task is None and not self.transport.is_closing():
             # A pipelined request started: its body, if any, is still timed.
@@ -295,6 +315,8 @@ class GuardedHttpProtocol(HttpToolsProtocol):
                 # Answered, and not one byte of another request since: idle.
                 due, reason = self._since + guard.keepalive_timeout_s, ""
                 if now >= due:
+                    if self._came_unread():
+                        return
                     transport.close()  # an ordinary end: a FIN, not counted
                     return
                 # Bytes may come before then; their headers are due by the other deadline.
@@ -315,5 +337,20 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         if now < due:
             self.timeout_keep_alive_task = self.loop.call_later(due - now, self._check)
             return
+        if self._came_unread():
+            return
         guard.count(reason, self._key or "")
         reset(transport)
+
+    def _came_unread(self) -> bool:
+        """Bytes the client sent wait unread: look again once they are read.
+
+        After a stall (the process stopped, the loop held up), the loop runs
+        its due timers before it reads what came meanwhile: the client was on
+        time, and a request sent on a kept-alive connection would be dropped
+        unanswered. The socket is looked at only when a deadline is met.
+        """
+        if not unread(self.transport):
+            return False
+        self.timeout_keep_alive_task = self.loop.call_later(UNREAD_RECHECK_S, self._check)
+        return True

@@ -182,3 +182,56 @@ def test_refusals_are_metrics_by_port_and_reason(reason):
     text = generate_latest(metrics.registry).decode()
     assert f'llmgw_connections_refused_total{{port="metrics",reason="{reason}"}} 1.0' in text
     assert 'llmgw_connections_open{port="metrics"} 0.0' in text
+
+
+def test_a_request_that_came_during_a_stall_is_answered_not_dropped_as_idle():
+    # Regression (the fault suite's SIGSTOP of a control plane): a stall while the
+    # loop handled reads (uvloop's poll phase) is followed by the due timers, before
+    # the next poll reads what came meanwhile. The idle deadline of a kept-alive
+    # connection then closed it with a request waiting unread in its socket, and
+    # the front's request was lost unanswered.
+    import socket
+    import threading
+    import time
+
+    import uvloop
+
+    cfg = ConnectionsConfig(keepalive_timeout=0.3, header_timeout=0.3)
+    guard = PortGuard("http", cfg, ConnectionBudget(100))
+    loop = uvloop.new_event_loop()
+    ready, stalled, ports = threading.Event(), threading.Event(), []
+    stop = asyncio.Event()
+
+    class Stall(asyncio.Protocol):
+        def data_received(self, data: bytes) -> None:
+            stalled.set()
+            time.sleep(1.0)  # the loop held up, in the middle of its reads
+
+    async def serve():
+        stall_server = await loop.create_server(Stall, "127.0.0.1", 0)
+        async with serving(guard) as p:
+            ports[:] = [p, stall_server.sockets[0].getsockname()[1]]
+            ready.set()
+            await stop.wait()
+        stall_server.close()
+
+    thread = threading.Thread(target=loop.run_until_complete, args=(serve(),), daemon=True)
+    thread.start()
+    try:
+        assert ready.wait(20)
+        request = b"POST / HTTP/1.1\r\nHost: gw\r\nContent-Length: 2\r\n\r\nhi"
+        with (
+            socket.create_connection(("127.0.0.1", ports[0]), timeout=20) as s,
+            socket.create_connection(("127.0.0.1", ports[1]), timeout=20) as holder,
+        ):
+            s.sendall(request)
+            assert b"200 OK" in s.recv(65536)
+            holder.sendall(b"x")
+            assert stalled.wait(20)
+            s.sendall(request)  # kept alive, on time, while the loop is held up
+            answer = s.recv(65536)
+            assert b"200 OK" in answer, answer
+    finally:
+        loop.call_soon_threadsafe(stop.set)
+        thread.join(20)
+        loop.close()
