@@ -204,7 +204,7 @@ async def agree(
         if again is not None:
             again()
         await pilot.pause(0.1)
-    assert got == want, "the screen and its command disagree"
+    assert got == want, f"the screen and its command disagree:\nscreen:  {got}\ncommand: {want}"
     raise AssertionError("both were empty: nothing was compared")
 
 

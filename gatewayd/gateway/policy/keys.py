@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 from gatewayd.gateway.policy.limits import UNLIMITED, Limits
 from gatewayd.gateway.policy.tenancy import Tenancy, TenancyRefused, check_path, limits_of
 from gatewayd.store import KeyRecord, Store
+from llmgw.errors import StoreError
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +97,7 @@ class KeyCache:
         self._by_hash: dict[str, KeyInfo] = {}
         self._records: dict[str, KeyRecord] = {}
         self._used: dict[str, datetime] = {}
+        self._store_away = False  # the last refresh failed for want of the store
         # What a key that sets no limit of a field gets (the kept settings' limits.key_default).
         self.key_defaults: Limits = UNLIMITED
 
@@ -133,12 +135,25 @@ class KeyCache:
         """Refresh from the store and write last use back, until cancelled."""
         while True:
             await asyncio.sleep(REFRESH_S)
+            used, self._used = self._used, {}
             try:
-                used, self._used = self._used, {}
                 await self._store.touch_keys(used)
                 await self.refresh()
+            except StoreError as e:
+                # The store is away (a failover, a cut): said once, in words, until it is
+                # back; the last uses are kept for the next round, newer ones winning.
+                self._used = used | self._used
+                if not self._store_away:
+                    log.warning("API keys not refreshed; the last ones stay in force: %s", e)
+                    self._store_away = True
+                continue
             except Exception:
+                self._used = used | self._used
                 log.exception("refreshing the API keys failed; the last ones stay in force")
+                continue
+            if self._store_away:
+                log.info("API keys refreshed from the store again")
+                self._store_away = False
 
     def info_of(self, secret_sha256: str) -> KeyInfo | None:
         """A key by the hash of its secret (what a batch keeps of the key that made it)."""

@@ -26,6 +26,22 @@ import asyncpg
 
 log = logging.getLogger(__name__)
 
+
+class _InWords(logging.Filter):
+    """asyncpg's pool logs a failed reconnect with its traceback (a store failing over,
+    a member away): kept as one line, the error in words at its end."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and record.exc_info[1] is not None:
+            record.msg = f"{record.getMessage()}: {_words(record.exc_info[1])}"
+            record.args = None
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+logging.getLogger("asyncpg.pool").addFilter(_InWords())
+
 # 3 s per member: a member on the same network answers in milliseconds, and
 # a powered-off one must not hold up the others (it once cost 45 s of hanging
 # requests when the whole connect shared one timeout and the dead one came first).
