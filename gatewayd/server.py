@@ -20,6 +20,7 @@ from grpclib.events import RecvRequest, listen
 from grpclib.server import Server
 
 from gatewayd.admin.service import AdminService, token_guard
+from gatewayd.admin.store_errors import StoreErrorsInWords
 from gatewayd.agents.revocations import Revocations
 from gatewayd.agents.service import AgentService
 from gatewayd.batches import mount as mount_batches
@@ -219,7 +220,7 @@ class GatewayServer:
         if self.mcp is not None:
             # llmgw:admin answers from the same admin methods as ctl, in-process.
             self.mcp.admin_tools.bind(admin_service)
-        admin = Server([admin_service])
+        admin = Server([StoreErrorsInWords(admin_service)])
         listen(admin, RecvRequest, token_guard(token))
         listen(admin, RecvRequest, leader_guard(self._leading, self._leader_words))
         host, port = split_host_port(self.cfg.listen.admin)

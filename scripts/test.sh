@@ -116,4 +116,8 @@ echo "== lint"
 .venv/bin/ruff check .
 
 echo "== tests"
-.venv/bin/python -m pytest "$@"
+# Most of the suite waits on processes and sockets, not on the CPU: several
+# workers, each given whole test files (a file's tests share its fixtures and
+# run in order). LLMGW_TEST_WORKERS=0 runs it in this process alone.
+workers=${LLMGW_TEST_WORKERS:-3}
+.venv/bin/python -m pytest -n "$workers" --dist loadfile "$@"

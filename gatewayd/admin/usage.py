@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
+from gatewayd.admin.store_errors import store_unavailable
 from gatewayd.store import Store, UsageRecord, UsageSum
 from gatewayd.store.usage_query import check_dimensions
 from llmgw.errors import StoreError
@@ -87,8 +88,6 @@ def usage_row_view(r: UsageRecord) -> UsageRowView:
     )
 
 
-def _unavailable(e: StoreError) -> GRPCError:
-    return GRPCError(Status.UNAVAILABLE, f"{e.message} ({e.hint})" if e.hint else e.message)
 
 
 class UsageAdmin:
@@ -123,7 +122,7 @@ class UsageAdmin:
                 start, end, step, message.project, message.key_id
             )
         except StoreError as e:
-            raise _unavailable(e) from e
+            raise store_unavailable(e) from e
         return UsageReply(
             groups=[usage_group(g) for g in groups],
             from_=_iso(start),
@@ -145,7 +144,7 @@ class UsageAdmin:
             async for rec in self._store.usage_rows(start, end, message.project, message.key_id):
                 yield usage_row_view(rec)
         except StoreError as e:
-            raise _unavailable(e) from e
+            raise store_unavailable(e) from e
 
 
 __all__ = ["UsageAdmin", "parse_when", "series_step_s"]
