@@ -116,8 +116,9 @@ echo "== lint"
 .venv/bin/ruff check .
 
 echo "== tests"
-# Most of the suite waits on processes and sockets, not on the CPU: several
-# workers, each given whole test files (a file's tests share its fixtures and
-# run in order). LLMGW_TEST_WORKERS=0 runs it in this process alone.
-workers=${LLMGW_TEST_WORKERS:-3}
+# Most of the suite waits on processes and sockets, not on the CPU: with
+# LLMGW_TEST_WORKERS=N it runs on N workers, each given whole test files (a
+# file's tests share its fixtures and run in order). 0, the default: in this
+# process alone.
+workers=${LLMGW_TEST_WORKERS:-0}
 .venv/bin/python -m pytest -n "$workers" --dist loadfile "$@"

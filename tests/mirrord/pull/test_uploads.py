@@ -136,6 +136,9 @@ async def test_a_wheel_is_held_by_its_sha256(store):
 @pytest.mark.parametrize(
     ("name", "data"),
     [("demo-1.0-py3-none-any.whl", b"not a zip"), ("demo.tar.gz", wheel())],
+    # Named, not by their bytes: a zip's bytes hold the time it was made, and every
+    # worker of a parallel run must collect the same tests.
+    ids=["zip-named-whl-not-a-zip", "wheel-named-tar-gz"],
 )
 async def test_a_file_that_is_not_a_wheel_is_refused_as_one(store, name, data):
     with pytest.raises(PullInvalid):
