@@ -88,8 +88,6 @@ def usage_row_view(r: UsageRecord) -> UsageRowView:
     )
 
 
-
-
 class UsageAdmin:
     """Mixed into AdminService; reads usage from ``_store``."""
 
