@@ -40,13 +40,14 @@ import pytest
 import pytest_asyncio
 
 from llmgw.admin_client import AdminClient
-from proto.llmgw.v1 import KeyView, ModelPrice, ModelProfile, ModelSpec
+from proto.llmgw.v1 import KeyView, ModelPrice, ModelSpec
 from tests.e2e.helpers import llmgw
 from tests.faults.harness import HAProxy, PatroniCluster, haproxy, wait_until
 from tests.faults.harness.llmgw_cluster import ControlPlane, LlmgwCluster, llmgw_cluster
 from tests.faults.harness.load import OpenLoad, Outcome
 from tests.faults.harness.observe import LeaderWatch, leader_changes_since, usage_counts
 from tests.faults.harness.report import FaultRow, write_table
+from tests.gatewayd.test_admin_ops import sim_model
 
 pytestmark = [
     pytest.mark.faults,
@@ -196,16 +197,11 @@ async def _answers(url: str, secret: str) -> bool:
 
 
 def _sim_model() -> ModelSpec:
-    return ModelSpec(
-        name=MODEL,
-        source="/models/none.gguf",
-        profiles=[ModelProfile(name="default", engine="sim", startup_timeout_s=60)],
-        replicas_min=REPLICAS,
-        replicas_max=REPLICAS,
-        slots=8,
-        # A micro-unit a token: what the budget test spends.
-        price=ModelPrice(prompt_per_thousand=1000, completion_per_thousand=1000),
-    )
+    spec = sim_model(MODEL, replicas=REPLICAS)
+    spec.slots = 8
+    # A micro-unit a token: what the budget test spends.
+    spec.price = ModelPrice(prompt_per_thousand=1000, completion_per_thousand=1000)
+    return spec
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")

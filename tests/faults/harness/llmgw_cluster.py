@@ -30,6 +30,7 @@ from llmgw.config import HardwareConfig, StoreConfig, dump_yaml, load_server_con
 from llmgw.paths import Paths
 from llmgw.setup.cluster_init import init_server, issue_node_bundle
 from llmgw.setup.server_add_files import ensure_shared_secrets
+from tests.e2e.helpers import env_for
 from tests.faults.harness.patroni import PatroniCluster
 from tests.faults.harness.procs import HarnessError, Proc, free_port, wait_until
 from tests.faults.harness.store_link import StoreLink
@@ -38,13 +39,6 @@ LLMGW = [sys.executable, "-m", "llmgw"]
 START_TIMEOUT_S = 60.0
 # What the suite asks of /leader and /health: a frozen process answers nothing.
 PROBE_TIMEOUT_S = 0.5
-
-
-def _env(home: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    env["LLMGW_HOME"] = str(home)
-    env.pop("LLMGW_STORE_DSN", None)
-    return env
 
 
 @dataclass
@@ -92,7 +86,7 @@ class ControlPlane:
 
     async def start(self) -> None:
         self.proc = Proc(
-            self.name, LLMGW + ["server"], self.log_path, env=_env(self.home), cwd=self.home
+            self.name, LLMGW + ["server"], self.log_path, env=env_for(self.home), cwd=self.home
         )
         with self.log_path.open("a") as log:
             log.write(f"\n=== start {self.starts + 1}\n")
@@ -163,7 +157,7 @@ class NodeAgent:
 
     async def start(self) -> None:
         argv = LLMGW + ["agent", "--config", str(self.config)]
-        self.proc = Proc("agent", argv, self.log_path, env=_env(self.home), cwd=self.home)
+        self.proc = Proc("agent", argv, self.log_path, env=env_for(self.home), cwd=self.home)
         await self.proc.start()
 
     def kill(self) -> None:
