@@ -459,6 +459,8 @@ class GatewayServer:
             await asyncio.sleep(LIVENESS_CHECK_INTERVAL_S)
             try:
                 await self.registry.check_liveness()
+            except StoreError as e:
+                log.warning("liveness check failed; trying again: %s", e)
             except Exception:
                 log.exception("liveness check failed; trying again")
 
@@ -467,6 +469,8 @@ class GatewayServer:
             await asyncio.sleep(self.cfg.nodes.heartbeat_flush_interval_s)
             try:
                 await self.registry.flush()
+            except StoreError as e:
+                log.warning("writing heartbeats to the store failed; kept in memory: %s", e)
             except Exception:
                 log.exception("writing heartbeats to the store failed; kept in memory")
 

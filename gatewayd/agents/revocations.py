@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 
 from gatewayd.store import Store
 from gatewayd.store.revoked_records import RevokedCert, canonical_serial
+from llmgw.errors import StoreError
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,8 @@ class Revocations:
             await asyncio.sleep(interval_s)
             try:
                 await self.load()
+            except StoreError as e:
+                log.warning("could not refresh the revoked certificates; trying again: %s", e)
             except Exception:
                 log.exception("could not refresh the revoked certificates; trying again")
 

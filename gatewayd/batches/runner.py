@@ -380,6 +380,8 @@ class BatchRunner:
         while True:
             try:
                 await self.sweep()
+            except StoreError as e:
+                log.warning("deleting expired files failed; trying again later: %s", e)
             except Exception:
                 log.exception("deleting expired files failed; trying again later")
             await asyncio.sleep(SWEEP_INTERVAL_S)

@@ -18,6 +18,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from llmgw.aio import within
+from llmgw.errors import StoreError
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +104,8 @@ class Roles:
                     await self._lead()
                 elif not gained and self.acting_as == "leader":
                     await self._stand_by()
+            except StoreError as e:
+                log.warning("changing role failed; trying again at the next change: %s", e)
             except Exception:
                 log.exception("changing role failed; trying again at the next change")
 

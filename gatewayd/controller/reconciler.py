@@ -38,6 +38,7 @@ from llmgw.engines.recipes import (
     install_message,
     recipe_for,
 )
+from llmgw.errors import StoreError
 from llmgw.inventory import Inventory
 from llmgw.placement import Decision, NodeIndex, PlacementRequest, place
 from proto.llmgw.v1 import ControlMessage, InstallEngine, ShardStatus, StopShard
@@ -239,6 +240,8 @@ class Reconciler:
             self._kick.clear()
             try:
                 await self.reconcile_once()
+            except StoreError as e:
+                log.warning("reconcile pass failed; trying again: %s", e)
             except Exception:
                 log.exception("reconcile pass failed; trying again")
 

@@ -25,6 +25,7 @@ from typing import TypeVar
 
 import httpx
 
+from llmgw.errors import StoreError
 from llmgw.mirror import wire
 from llmgw.mirror.client import TIMEOUT_S, MirrorClient, MirrorError, MirrorUnreachable
 from llmgw.mirror.config import MirrorsConfig
@@ -209,6 +210,8 @@ class MirrorSet:
             self._changed.clear()
             try:
                 await self.probe_once()
+            except StoreError as e:
+                log.warning("probing the mirrors failed; trying again: %s", e)
             except Exception:
                 log.exception("probing the mirrors failed; trying again")
             # asyncio.timeout, not wait_for: Python 3.11's wait_for can lose a cancel.

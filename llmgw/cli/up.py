@@ -12,7 +12,6 @@ Ctrl-C or SIGTERM stops both, agent first, and nothing is left behind.
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import os
 import re
 import signal
@@ -21,6 +20,7 @@ import sys
 import time
 from pathlib import Path
 
+from llmgw import parent_death
 from llmgw.admin_client import AdminClient
 from llmgw.aio import within
 from llmgw.config import (
@@ -65,15 +65,6 @@ def local_node_id() -> str:
     return name[:63]
 
 
-def _die_with_parent() -> None:
-    # If `llmgw up` itself is killed outright, its children must not live on.
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
-
-
 class Child:
     def __init__(self, name: str, args: list[str], log_file: Path, env: dict[str, str]):
         self.name, self.args, self.log_file, self.env = name, args, log_file, env
@@ -88,8 +79,7 @@ class Child:
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=log,
                 stderr=log,
-                env=self.env,
-                preexec_fn=_die_with_parent,
+                env={**self.env, parent_death.ENV: str(os.getpid())},
             )
 
     async def stop(self) -> None:
@@ -278,7 +268,11 @@ async def _supervise(stop: asyncio.Event, children: list[Child]) -> None:
                 return
             except TimeoutError:
                 pass
-            await child.start()
+            try:
+                await child.start()
+            except OSError as e:
+                # Its old process stays the one waited on: the next round tries again, later.
+                console.print(f"[red]{child.name} could not be started again: {e}[/red]")
 
 
 async def _serve_starter(paths: Paths, cfg: ServerConfig, home_note: str) -> None:

@@ -11,14 +11,19 @@ import yaml
 from tests.e2e.helpers import init_on_free_ports, start, wait_until
 
 
-def _mirror_child(up: psutil.Process) -> psutil.Process | None:
+def _child(up: psutil.Process, *tail: str) -> psutil.Process | None:
+    """up's child whose command line ends in ``tail``."""
     for c in up.children():
         try:
-            if c.cmdline()[-2:] == ["mirror", "serve"]:
+            if c.cmdline()[-len(tail) :] == list(tail):
                 return c
         except psutil.Error:  # exited (a zombie until `up` reaps it)
             continue
     return None
+
+
+def _mirror_child(up: psutil.Process) -> psutil.Process | None:
+    return _child(up, "mirror", "serve")
 
 
 def _healthy(url: str) -> bool:
@@ -50,7 +55,10 @@ def test_up_with_a_mirror_sets_it_up_names_it_to_the_cluster_and_restarts_it_whe
         info = httpx.get(f"{url}/v1/info", headers={"Authorization": f"Bearer {token}"})
         assert info.status_code == 200, info.text
 
-        # Killed, it is started again, as its service would be.
+        # Killed once up is past starting it (gatewayd comes next: a mirror that dies
+        # while up waits for it to answer is a failed start), it is started again,
+        # as its service would be.
+        wait_until(lambda: _child(proc, "server"), timeout_s=30)
         first = wait_until(lambda: _mirror_child(proc), timeout_s=30)
         first.send_signal(signal.SIGKILL)
         try:
@@ -66,7 +74,15 @@ def test_up_with_a_mirror_sets_it_up_names_it_to_the_cluster_and_restarts_it_whe
                     children.append((c.pid, c.status(), c.cmdline()[-3:]))
                 except psutil.Error as gone:
                     children.append((c.pid, type(gone).__name__))
-            raise AssertionError(f"{e}; up's children {children}; mirror.log:\n{log[-3000:]}")
+            alive = up.poll() is None
+            up.send_signal(signal.SIGTERM)
+            out, _ = up.communicate(timeout=60)
+            gw_log = home / "run" / "log" / "gatewayd.log"
+            gw = gw_log.read_text(errors="replace") if gw_log.exists() else "(none)"
+            raise AssertionError(
+                f"{e}; up alive {alive}, exit {up.returncode}; its children {children}\n"
+                f"up said:\n{out[-3000:]}\nmirror.log:\n{log[-3000:]}\ngatewayd.log:\n{gw[-2000:]}"
+            ) from None
         assert again.is_running()
         assert (home / "run" / "log" / "mirror.log").stat().st_size > 0
     finally:

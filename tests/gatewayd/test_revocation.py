@@ -119,3 +119,22 @@ async def test_a_node_added_again_gets_a_fresh_certificate_that_connects(cluster
     async with RawAgentStream(cluster, fresh) as stream:
         assert (await _register(stream, "gpu-again")).registered is not None
         await stream.end()
+
+
+class _StoreAway:
+    async def list_revoked_certs(self):
+        from llmgw.errors import StoreError
+
+        raise StoreError("could not list revoked certificates in PostgreSQL: connection lost")
+
+
+async def test_a_store_away_is_one_warning_line_and_the_refresh_goes_on(caplog):
+    revocations = Revocations(_StoreAway())  # type: ignore[arg-type]
+    task = asyncio.create_task(revocations.run(interval_s=0.01))
+    try:
+        await wait_for(lambda: len(caplog.records) >= 2)
+    finally:
+        task.cancel()
+    record = caplog.records[0]
+    assert record.levelname == "WARNING" and record.exc_info is None
+    assert "connection lost" in record.getMessage()
