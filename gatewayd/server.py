@@ -66,8 +66,6 @@ from llmgw.tls.tlsconf import server_context
 log = logging.getLogger(__name__)
 
 LIVENESS_CHECK_INTERVAL_S = 1.0
-# The other control planes' rows (addresses for agents' failover lists) are read this often.
-MEMBERS_READ_S = 2.0
 
 
 class _QuietUvicorn(uvicorn.Server):
@@ -238,7 +236,6 @@ class GatewayServer:
         # Every control plane writes its row (the ports are known by now) and reads the others'.
         self.members = Members(self.store, self._member_record(), self.lease)
         self._tasks.append(asyncio.create_task(self.members.run(), name="members"))
-        self._tasks.append(asyncio.create_task(self._read_members(), name="read-members"))
         # Last: a lone control plane leads before this returns, a standby follows.
         await self.roles.start()
         self._tasks.append(asyncio.create_task(self.keys.run(), name="keys"))
@@ -288,15 +285,6 @@ class GatewayServer:
         await self.reconciler.load()
         await self.catalog.load()
 
-    async def _read_members(self) -> None:
-        """The control planes' rows, read every few seconds (agents' failover lists)."""
-        while True:
-            try:
-                self._control_plane_rows = await self.store.list_control_planes()
-            except StoreError as e:
-                log.debug("reading the control planes' rows failed: %s", e)
-            await asyncio.sleep(MEMBERS_READ_S)
-
     def _agent_failover(self) -> tuple[list[str], str]:
         """Every live control plane's agent address (the leader's first), and the leader's.
 
@@ -331,7 +319,8 @@ class GatewayServer:
     def _leader_words(self) -> str:
         """Who leads, for a standby's refusal of what only the leader does."""
         leader = self.lease.leader_id
-        for row in getattr(self, "_control_plane_rows", None) or []:
+        members = getattr(self, "members", None)
+        for row in members.rows if members is not None else []:
             if row.control_plane_id == leader and row.hostname:
                 return f"{leader} on {row.hostname}"
         return leader or "none yet (the lease is changing hands)"

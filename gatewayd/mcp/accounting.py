@@ -1,12 +1,8 @@
 """Accounting of MCP tool calls: a row per call in the store, and Prometheus series.
 
-``McpCallWriter.add`` runs once per ``tools/call``: it appends to a buffer and
-returns, never awaiting the store; ``run`` writes the buffer about once a
-second, one store call (one transaction) per batch. Through a store outage
-the rows wait in memory up to ``max_rows``, the oldest going first, counted
-and logged. It is the usage writer's discipline
-(``gatewayd.gateway.metering.usage``) for another table: that writer is bound
-to ``record_usage`` and its rows.
+``McpCallWriter.add`` runs once per ``tools/call``; the rows go to the store
+as ``gatewayd.gateway.metering.batches`` writes usage rows too: buffered or
+journaled, a transaction a batch, kept through a store outage.
 
 With a journal (gatewayd's: ``mcp-journal/`` beside the usage journal, the
 same ``UsageJournal`` given this row kind), ``add`` appends the row there and
@@ -23,7 +19,6 @@ a caller makes up is "unknown", so no call can grow the number of series.
 from __future__ import annotations
 
 import asyncio
-import collections
 import dataclasses
 import json
 import logging
@@ -33,9 +28,9 @@ from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from gatewayd.gateway.metering.batches import BatchWriter
 from gatewayd.store import Store
 from gatewayd.store.mcp_records import CALL_STATUSES, McpCallRow
-from llmgw.errors import StoreError
 
 if TYPE_CHECKING:
     from gatewayd.gateway.metering.journal import UsageJournal
@@ -95,8 +90,10 @@ def decode_call(line: bytes) -> McpCallRow:
     return McpCallRow(**{k: v for k, v in d.items() if k in _CALL_FIELDS})
 
 
-class McpCallWriter:
-    """Buffers MCP call rows and writes them to the store in batches."""
+class McpCallWriter(BatchWriter[McpCallRow]):
+    """Buffers MCP call rows (or journals them) and writes them to the store in batches."""
+
+    rows_are = "MCP call rows"
 
     def __init__(
         self,
@@ -107,135 +104,20 @@ class McpCallWriter:
         rows_per_write: int = MAX_ROWS_PER_WRITE,
         journal: UsageJournal | None = None,
     ) -> None:
-        self._store = store
-        self.journal = journal
-        self._interval_s = interval_s
-        self._max_rows = max_rows
-        self._rows_per_write = rows_per_write
-        self._buffer: collections.deque[McpCallRow] = collections.deque()
-        # One flush at a time: run() and close() may overlap.
-        self._flushing = asyncio.Lock()
-        self.dropped = 0  # rows lost to the bound since start
-        self._dropped_unreported = 0
-
-    def __len__(self) -> int:
-        """Rows waiting to be written."""
-        return len(self._buffer)
+        super().__init__(
+            lambda rows: store.record_mcp_calls(rows),
+            interval_s=interval_s,
+            max_rows=max_rows,
+            rows_per_write=rows_per_write,
+            journal=journal,
+            log=log,
+        )
 
     def add(self, row: McpCallRow) -> asyncio.Future | None:
-        """Keep a row for the next write. O(1); never waits for the store.
-
-        With a journal: the future of the row's durability (True once on disk), which
-        the endpoint awaits before the answer goes out; None without one."""
-        if self.journal is not None:
-            if not row.row_id:
-                row = dataclasses.replace(row, row_id=self.journal.next_row_id())
-            return self.journal.append(row)
-        if len(self._buffer) >= self._max_rows:
-            self._buffer.popleft()
-            self.dropped += 1
-            self._dropped_unreported += 1
-        self._buffer.append(row)
-        return None
-
-    async def flush(self) -> int:
-        """Write what is buffered; the number of rows written.
-
-        On a StoreError the rows not written stay buffered (oldest first,
-        within the bound) and the error is raised. Rows the store refuses for
-        being malformed are dropped with the error logged: retried, they
-        would stop every later row too.
-        """
-        async with self._flushing:
-            if self.journal is not None:
-                return await self._flush_journal(self.journal)
-            self._report_drops()
-            written = 0
-            while self._buffer:
-                n = min(len(self._buffer), self._rows_per_write)
-                batch = [self._buffer.popleft() for _ in range(n)]
-                try:
-                    await self._store.record_mcp_calls(batch)
-                except StoreError:
-                    self._put_back(batch)
-                    raise
-                except Exception:
-                    log.exception("dropped %d MCP call rows the store could not take", len(batch))
-                    continue
-                written += n
-            return written
-
-    async def _flush_journal(self, journal: UsageJournal) -> int:
-        # The journal is the queue: a StoreError leaves its mark where it was, so the
-        # same rows are read again, in order, on the next try (and stored once).
-        written = 0
-        while True:
-            rows, mark = await journal.read(self._rows_per_write)
-            if rows:
-                try:
-                    await self._store.record_mcp_calls(rows)
-                except StoreError:
-                    raise
-                except Exception:
-                    log.exception("dropped %d MCP call rows the store could not take", len(rows))
-                else:
-                    written += len(rows)
-            if mark == journal.mark and not rows:
-                return written
-            journal.consumed(mark)
-
-    def _put_back(self, batch: list[McpCallRow]) -> None:
-        # Rows added while the write was in flight are newer: they go after.
-        rows = batch + list(self._buffer)
-        over = len(rows) - self._max_rows
-        if over > 0:
-            rows = rows[over:]
-            self.dropped += over
-            self._dropped_unreported += over
-        self._buffer = collections.deque(rows)
-
-    def _report_drops(self) -> None:
-        if self._dropped_unreported:
-            log.warning(
-                "dropped the %d oldest MCP call rows: the store took none for a while"
-                " and at most %d are kept in memory",
-                self._dropped_unreported,
-                self._max_rows,
-            )
-            self._dropped_unreported = 0
-
-    async def run(self) -> None:
-        """Write the buffer every ``interval_s`` until cancelled."""
-        while True:
-            await asyncio.sleep(self._interval_s)
-            # Shielded: a stop arriving mid-write lets that write finish (close()
-            # waits for it) rather than losing, or writing twice, the batch in flight.
-            await asyncio.shield(self._flush_or_keep())
-
-    async def _flush_or_keep(self) -> None:
-        try:
-            await self.flush()
-        except StoreError as e:
-            kept = (
-                "in the MCP call journal" if self.journal is not None else f"{len(self)} in memory"
-            )
-            log.warning("MCP calls not written, rows kept %s for the next try: %s", kept, e)
-
-    async def close(self) -> None:
-        """Write what is left; rows the store cannot take now are reported lost
-        (without a journal: with one they wait on disk for the next start)."""
-        try:
-            if self.journal is not None:
-                await self.journal.sync()
-            await self.flush()
-        except StoreError as e:
-            if self.journal is None:
-                log.error("lost %d MCP call rows at shutdown: %s", len(self._buffer), e)
-                self._buffer.clear()
-            else:
-                log.warning("MCP call rows left in the journal for the next start: %s", e)
-        if self.journal is not None:
-            await self.journal.close()
+        """As ``BatchWriter.add``; a journaled row gets its id here (the store keeps it once)."""
+        if self.journal is not None and not row.row_id:
+            row = dataclasses.replace(row, row_id=self.journal.next_row_id())
+        return super().add(row)
 
 
 class McpMetrics:

@@ -11,6 +11,7 @@ import contextlib
 import os
 import shutil
 import signal
+import socket
 import time
 from pathlib import Path
 
@@ -146,6 +147,8 @@ async def test_a_standby_serves_clients_refuses_the_leaders_work_and_leads_after
                 await admin.scale_model("sim-chat", 2)
             assert "standing by" in refused.value.message
             assert a.control_plane_id in refused.value.message
+            # ... and its machine, from the control planes' rows as b read them.
+            assert f"on {socket.gethostname()}" in refused.value.message
 
         pid = next(iter(a.reconciler.replicas.values())).pid
         assert pid
