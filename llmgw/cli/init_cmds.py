@@ -33,7 +33,7 @@ from llmgw.setup import cluster_init, starter
 from llmgw.setup import plan as setup_plan
 from llmgw.setup.cluster_init import InitResult, NodeBundle
 from llmgw.setup.mirror_init import MIRROR_UNIT_NAME, MirrorInit, init_mirror, parse_bytes
-from llmgw.setup.server_unit import ServerUnitStep, ensure_server_unit
+from llmgw.setup.server_unit import ServerUnitStep, ensure_agent_unit, ensure_server_unit
 
 STORE_DSN_ENV = "LLMGW_STORE_DSN"
 
@@ -236,6 +236,8 @@ def server_init(
             init_mirror(paths, listen=mirror_listen, max_bytes=mirror_quota) if mirror else None
         )
         unit = ensure_server_unit(paths, load_server_config(paths.server_yaml))
+        # The local node's agent comes back at boot too, after the control plane it dials.
+        agent_unit = ensure_agent_unit(paths) if agent else None
         # Every run: init has just put the token back to 0600, as a secret should be
         # unless server.yaml names a group for it.
         gid = _admin_gid(recorded.admin_group)
@@ -249,6 +251,7 @@ def server_init(
         out["node"] = agent.model_dump(mode="json") if agent else None
         out["mirror"] = mirrored.model_dump(mode="json") if mirrored else None
         out["server_unit"] = unit.model_dump(mode="json")
+        out["agent_unit"] = agent_unit.model_dump(mode="json") if agent_unit else None
         if standbys:
             out["standbys"], code = init_standbys(
                 paths, standbys, standby_user, standby_identity, accept_new_host_key, json_output
@@ -257,6 +260,8 @@ def server_init(
     else:
         _print_init(result)
         _print_server_unit(unit)
+        if agent_unit is not None:
+            _print_server_unit(agent_unit)
         _print_setup(paths, recorded, agent)
         if mirrored is not None:
             _print_mirror(paths, mirrored)
@@ -264,7 +269,7 @@ def server_init(
             code = init_standbys(
                 paths, standbys, standby_user, standby_identity, accept_new_host_key, json_output
             )[1]
-        if unit.enabled:
+        if unit.enabled and (agent_unit is None or agent_unit.enabled):
             typer.echo("Start it: llmgw start  (it starts at boot from now on)")
         else:
             typer.echo("Start it: llmgw up" if agent else "Start it: llmgw server")
@@ -355,10 +360,11 @@ def _print_mirror(paths: Paths, m: MirrorInit) -> None:
 
 
 def _print_server_unit(u: ServerUnitStep) -> None:
-    line = f"  {u.action:<9} {'control plane unit':<19} {u.path}"
+    what = "control plane" if u.item == "server_unit" else "agent"
+    line = f"  {u.action:<9} {what + ' unit':<19} {u.path}"
     typer.echo(line)
     if u.enabled:
-        typer.echo(f"  {'':<9} {'':<19} enabled: the control plane starts at boot")
+        typer.echo(f"  {'':<9} {'':<19} enabled: the {what} starts at boot")
     else:
         why = f"{u.reason}; " if u.reason else ""
         typer.echo(f"  {'':<9} {'':<19} not enabled ({why}to start it at boot: {u.to_run})")

@@ -33,15 +33,31 @@ STEP = "join"
 
 
 def unit_text(layout: NodeLayout, description: str = "llmgw node agent") -> str:
-    env = "".join(f"Environment={k}={v}\n" for k, v in layout.agent_env.items())
+    return agent_unit_text(
+        [layout.llmgw], layout.paths.agent_yaml, layout.agent_env, description=description
+    )
+
+
+def agent_unit_text(
+    program: list[str],
+    agent_yaml: Path | str,
+    env: dict[str, str],
+    *,
+    description: str = "llmgw node agent",
+    after: str = "",
+) -> str:
+    """llmgw-agent.service: ``program`` (the llmgw to start) as the agent of ``agent_yaml``;
+    ``after``: a unit of this machine it dials (the local control plane's)."""
+    lines = "".join(f"Environment={k}={v}\n" for k, v in env.items())
+    argv = " ".join([*program, "agent", "--config", str(agent_yaml)])
     return (
         "[Unit]\n"
         f"Description={description}\n"
-        "After=network-online.target\n"
+        f"After=network-online.target{' ' + after if after else ''}\n"
         "Wants=network-online.target\n\n"
         "[Service]\n"
-        f"ExecStart={layout.llmgw} agent --config {layout.paths.agent_yaml}\n"
-        f"{env}"
+        f"ExecStart={argv}\n"
+        f"{lines}"
         # Always: the agent keeps engines running across its own restarts.
         "Restart=always\n"
         "RestartSec=5\n"

@@ -1,4 +1,5 @@
-"""The control plane's service unit: llmgw-server.service, written and enabled by ``server init``.
+"""The units ``server init`` writes and enables: the control plane's (llmgw-server.service)
+and, with ``--node``, this machine's agent (llmgw-agent.service, after the control plane).
 
 Before it only agents (and mirrors) had a unit, so a control plane that was
 rebooted stayed down until someone ran ``llmgw server`` by hand. The unit
@@ -20,6 +21,8 @@ from pydantic import BaseModel
 
 from llmgw.config import ServerConfig
 from llmgw.fsutil import write_atomic
+from llmgw.onboard.join import agent_unit_text as node_agent_unit_text
+from llmgw.onboard.layout import UNIT_NAME as AGENT_UNIT_NAME
 from llmgw.paths import ENV_HOME, Paths
 from llmgw.setup.mirror_init import SYSTEM_UNIT_DIR, llmgw_program
 from llmgw.setup.systemd import Systemd
@@ -29,9 +32,9 @@ _LOCAL_HOSTS = ("", "localhost", "127.0.0.1", "::1")
 
 
 class ServerUnitStep(BaseModel):
-    """What ``server init`` did with the control plane's unit, for people and ``--json``."""
+    """What ``server init`` did with one of its units, for people and ``--json``."""
 
-    item: Literal["server_unit"] = "server_unit"
+    item: Literal["server_unit", "agent_unit"] = "server_unit"
     path: str
     action: Literal["created", "kept", "rewritten"]
     enabled: bool
@@ -40,10 +43,25 @@ class ServerUnitStep(BaseModel):
     reason: str = ""
 
 
-def server_unit_path(paths: Paths, unit_dir: Path = SYSTEM_UNIT_DIR) -> Path:
+def server_unit_path(
+    paths: Paths, unit_dir: Path = SYSTEM_UNIT_DIR, name: str = SERVER_UNIT_NAME
+) -> Path:
     if paths.home is None:
-        return unit_dir / SERVER_UNIT_NAME
-    return paths.config_dir / "systemd" / SERVER_UNIT_NAME
+        return unit_dir / name
+    return paths.config_dir / "systemd" / name
+
+
+def agent_unit_text(paths: Paths, program: list[str] | None = None) -> str:
+    """This machine's agent, as ``server init --node`` made it: started after the control
+    plane it dials; its engines outlive its restarts (KillMode=process)."""
+    env = {ENV_HOME: str(paths.home)} if paths.home is not None else {}
+    return node_agent_unit_text(
+        program or llmgw_program(),
+        paths.agent_yaml,
+        env,
+        description="llmgw node agent (this control plane's machine)",
+        after=SERVER_UNIT_NAME,
+    )
 
 
 def store_is_local(cfg: ServerConfig) -> bool:
@@ -100,15 +118,36 @@ def ensure_server_unit(
     *,
     unit_dir: Path = SYSTEM_UNIT_DIR,
 ) -> ServerUnitStep:
-    """Write the unit when it differs, then enable it where that is this command's to do."""
-    unit = server_unit_path(paths, unit_dir)
-    text = server_unit_text(paths, cfg)
+    """The control plane's unit written when it differs, then enabled where that is ours to do."""
+    return _ensure_unit(
+        paths, SERVER_UNIT_NAME, server_unit_text(paths, cfg), "server_unit", systemd, unit_dir
+    )
+
+
+def ensure_agent_unit(
+    paths: Paths, systemd: Systemd | None = None, *, unit_dir: Path = SYSTEM_UNIT_DIR
+) -> ServerUnitStep:
+    """This machine's agent's unit (``server init --node``), as the control plane's."""
+    return _ensure_unit(
+        paths, AGENT_UNIT_NAME, agent_unit_text(paths), "agent_unit", systemd, unit_dir
+    )
+
+
+def _ensure_unit(
+    paths: Paths,
+    name: str,
+    text: str,
+    item: Literal["server_unit", "agent_unit"],
+    systemd: Systemd | None,
+    unit_dir: Path,
+) -> ServerUnitStep:
+    unit = server_unit_path(paths, unit_dir, name)
     have = unit.read_text() if unit.exists() else None
     if have != text:
         write_atomic(unit, text, mode=0o644)
     action = "kept" if have == text else ("rewritten" if have is not None else "created")
-    step = ServerUnitStep(path=str(unit), action=action, enabled=False)
-    enable = f"systemctl enable {SERVER_UNIT_NAME}"
+    step = ServerUnitStep(item=item, path=str(unit), action=action, enabled=False)
+    enable = f"systemctl enable {name}"
     if paths.home is not None:
         # Not the machine's: a unit under LLMGW_HOME is enabled only if its owner says so.
         step.to_run = f"systemctl link {unit} && {enable}"
@@ -124,7 +163,7 @@ def ensure_server_unit(
             step.to_run = f"systemctl daemon-reload && {enable}"
             step.reason = f"systemctl daemon-reload failed: {reload.output[-300:]}"
             return step
-    ran = systemd.run("enable", SERVER_UNIT_NAME)
+    ran = systemd.run("enable", name)
     if ran.ok:
         step.enabled = True
     else:

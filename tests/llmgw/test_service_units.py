@@ -20,9 +20,12 @@ from typer.testing import CliRunner
 from llmgw import pidfile
 from llmgw.cli.main import app
 from llmgw.config import ServerConfig, StoreConfig
+from llmgw.onboard.layout import UNIT_NAME as AGENT_UNIT_NAME
 from llmgw.paths import Paths
 from llmgw.setup.server_unit import (
     SERVER_UNIT_NAME,
+    agent_unit_text,
+    ensure_agent_unit,
     ensure_server_unit,
     server_unit_text,
     store_is_local,
@@ -261,3 +264,43 @@ def test_stop_leaves_a_control_plane_under_llmgw_up_alone_and_says_whose_it_is(t
         up.kill()
         up.wait()
         up.stdout.close()
+
+
+def test_the_agent_unit_of_a_control_planes_own_node_comes_after_it_and_spares_its_engines(
+    tmp_path,
+) -> None:
+    paths = Paths.under(tmp_path)
+    text = agent_unit_text(paths)
+    assert f"agent --config {paths.agent_yaml}\n" in text
+    assert f"After=network-online.target {SERVER_UNIT_NAME}\n" in text
+    assert "Restart=always\n" in text and "KillMode=process\n" in text
+    assert f"Environment=LLMGW_HOME={paths.home}\n" in text
+    assert "Environment=" not in agent_unit_text(system_like(tmp_path))
+
+
+def test_an_agent_unit_on_a_system_install_is_enabled_beside_the_control_planes(
+    tmp_path, monkeypatch
+) -> None:
+    sd, d = fake_systemd(tmp_path, monkeypatch)
+    paths, unit_dir = system_like(tmp_path), tmp_path / "root" / "etc" / "systemd" / "system"
+    step = ensure_agent_unit(paths, sd, unit_dir=unit_dir)
+    assert step.item == "agent_unit" and step.action == "created" and step.enabled
+    assert (unit_dir / AGENT_UNIT_NAME).read_text() == agent_unit_text(paths)
+    assert calls(d) == ["daemon-reload", f"enable {AGENT_UNIT_NAME}"]
+
+
+def test_server_init_with_its_node_writes_the_agents_unit_too(tmp_path) -> None:
+    env = {"LLMGW_HOME": str(tmp_path)}
+    res = CliRunner().invoke(app, ["server", "init", "--no-starter", "--node"], env=env)
+    assert res.exit_code == 0, res.output
+    unit = Paths.under(tmp_path).config_dir / "systemd" / AGENT_UNIT_NAME
+    assert f"created   agent unit          {unit}" in res.stdout
+    assert f"systemctl link {unit} && systemctl enable {AGENT_UNIT_NAME}" in res.stdout
+    assert res.stdout.rstrip().endswith("Start it: llmgw up")
+    again = CliRunner().invoke(app, ["server", "init", "--no-starter", "--node", "--json"], env=env)
+    out = json.loads(again.stdout)
+    assert out["agent_unit"]["action"] == "kept" and out["agent_unit"]["path"] == str(unit)
+    # Without a node of its own, no agent unit.
+    other = {"LLMGW_HOME": str(tmp_path / "other")}
+    res = CliRunner().invoke(app, ["server", "init", "--no-starter", "--json"], env=other)
+    assert json.loads(res.stdout)["agent_unit"] is None
