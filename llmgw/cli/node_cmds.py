@@ -10,12 +10,12 @@ from __future__ import annotations
 import asyncio
 import sys
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
 
+from llmgw.cli import ssh_options as ssh
 from llmgw.errors import LlmgwError
 from llmgw.labels import parse_assignments
 from llmgw.onboard import AddPlan, RemovePlan, SshTarget, StepEvent, add_node, remove_node
@@ -24,33 +24,12 @@ from llmgw.paths import resolve
 
 
 def node_add(
-    host: Annotated[str, typer.Argument(help="The machine: a name or address SSH reaches.")],
-    user: Annotated[
-        str, typer.Option("--user", help="SSH login (default: ~/.ssh/config, then yours).")
-    ] = "",
-    port: Annotated[
-        int,
-        typer.Option(
-            "--port",
-            min=0,
-            max=65535,
-            show_default=False,
-            help="SSH port (default: ~/.ssh/config, then 22).",
-        ),
-    ] = 0,
-    identity: Annotated[
-        str, typer.Option("--identity", help="Private key to log in with (only that key).")
-    ] = "",
-    accept_new_host_key: Annotated[
-        bool,
-        typer.Option(
-            "--accept-new-host-key",
-            help="Trust and record the host key of a host not yet in known_hosts.",
-        ),
-    ] = False,
-    known_hosts: Annotated[
-        str, typer.Option("--known-hosts", help="known_hosts file (default ~/.ssh/known_hosts).")
-    ] = "",
+    host: ssh.Host,
+    user: ssh.User = "",
+    port: ssh.Port = 0,
+    identity: ssh.Identity = "",
+    accept_new_host_key: ssh.AcceptNewHostKey = False,
+    known_hosts: ssh.KnownHosts = "",
     node_id: Annotated[
         str, typer.Option("--node-id", help="The node's id (default: its short hostname).")
     ] = "",
@@ -64,14 +43,7 @@ def node_add(
     install_root: Annotated[
         str, typer.Option("--install-root", help="Put everything on the node under this folder.")
     ] = "",
-    wheelhouse: Annotated[
-        str,
-        typer.Option(
-            "--wheelhouse",
-            help="Install dependencies from this folder of wheels, not PyPI (default: the "
-            "cluster's mirror, where server.yaml names one; else PyPI).",
-        ),
-    ] = "",
+    wheelhouse: ssh.Wheelhouse = "",
     python: Annotated[
         str, typer.Option("--python", help="The node's Python 3.11+ (default python3).")
     ] = "python3",
@@ -88,21 +60,14 @@ def node_add(
     ] = False,
 ) -> None:
     """Add a machine over SSH: check it, install llmgw and its agent, join it to the cluster."""
-    if wheelhouse and not Path(wheelhouse).is_dir():
-        _usage(f"--wheelhouse {wheelhouse} is not a folder", json_output)
+    if problem := ssh.wheelhouse_problem(wheelhouse):
+        _usage(problem, json_output)
     try:
         labels = parse_assignments(label or [], flag="--label")
     except LlmgwError as e:
         _usage(e.message, json_output)
     plan = AddPlan(
-        target=SshTarget(
-            host=host,
-            port=port,
-            user=user,
-            identity=identity,
-            known_hosts=known_hosts,
-            accept_new_host_key=accept_new_host_key,
-        ),
+        target=ssh.target(host, user, port, identity, known_hosts, accept_new_host_key),
         paths=resolve(),
         node_id=node_id,
         control_planes=control_plane or [],

@@ -12,12 +12,12 @@ import asyncio
 import json
 import os
 import sys
-from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
 
+from llmgw.cli import ssh_options as ssh
 from llmgw.errors import ExitCode, UsageError
 from llmgw.onboard import SshTarget
 from llmgw.onboard.words import event_lines
@@ -29,33 +29,12 @@ STORE_DSN_ENV = "LLMGW_STORE_DSN"
 
 
 def server_add(
-    host: Annotated[str, typer.Argument(help="The machine: a name or address SSH reaches.")],
-    user: Annotated[
-        str, typer.Option("--user", help="SSH login (default: ~/.ssh/config, then yours).")
-    ] = "",
-    port: Annotated[
-        int,
-        typer.Option(
-            "--port",
-            min=0,
-            max=65535,
-            show_default=False,
-            help="SSH port (default: ~/.ssh/config, then 22).",
-        ),
-    ] = 0,
-    identity: Annotated[
-        str, typer.Option("--identity", help="Private key to log in with (only that key).")
-    ] = "",
-    accept_new_host_key: Annotated[
-        bool,
-        typer.Option(
-            "--accept-new-host-key",
-            help="Trust and record the host key of a host not yet in known_hosts.",
-        ),
-    ] = False,
-    known_hosts: Annotated[
-        str, typer.Option("--known-hosts", help="known_hosts file (default ~/.ssh/known_hosts).")
-    ] = "",
+    host: ssh.Host,
+    user: ssh.User = "",
+    port: ssh.Port = 0,
+    identity: ssh.Identity = "",
+    accept_new_host_key: ssh.AcceptNewHostKey = False,
+    known_hosts: ssh.KnownHosts = "",
     advertise: Annotated[
         str,
         typer.Option(
@@ -77,14 +56,7 @@ def server_add(
     install_root: Annotated[
         str, typer.Option("--install-root", help="Put everything there under this folder.")
     ] = "",
-    wheelhouse: Annotated[
-        str,
-        typer.Option(
-            "--wheelhouse",
-            help="Install dependencies from this folder of wheels, not PyPI (default: the "
-            "cluster's mirror, where server.yaml names one; else PyPI).",
-        ),
-    ] = "",
+    wheelhouse: ssh.Wheelhouse = "",
     python: Annotated[
         str, typer.Option("--python", help="The machine's Python 3.11+ (default python3).")
     ] = "python3",
@@ -95,17 +67,10 @@ def server_add(
     """Make another machine a control plane of this cluster, standing by (PostgreSQL store)."""
     # Read once; what it starts need not see a password.
     os.environ.pop(STORE_DSN_ENV, None)
-    if wheelhouse and not Path(wheelhouse).is_dir():
-        _usage(f"--wheelhouse {wheelhouse} is not a folder", json_output)
+    if problem := ssh.wheelhouse_problem(wheelhouse):
+        _usage(problem, json_output)
     plan = ServerAddPlan(
-        target=SshTarget(
-            host=host,
-            port=port,
-            user=user,
-            identity=identity,
-            known_hosts=known_hosts,
-            accept_new_host_key=accept_new_host_key,
-        ),
+        target=ssh.target(host, user, port, identity, known_hosts, accept_new_host_key),
         paths=resolve(),
         advertise=advertise,
         store_dsn=store_dsn,
