@@ -9,11 +9,13 @@ is its libstdc++ new enough for the llama.cpp build, does it run systemd.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from pydantic import BaseModel, Field
 
 from llmgw.inventory import HostInfo
+from llmgw.onboard.events import Clock, OnboardError, StepEvent
 from llmgw.setup.doctor_checks import (
     Check,
     check_cpu,
@@ -255,3 +257,35 @@ def _tuple(version: str) -> tuple[int, ...] | None:
     if not version or not all(p.isdigit() for p in parts):
         return None
     return tuple(int(p) for p in parts)
+
+
+def doctor_events(
+    checks: list[Check], *, host: str, warnings: list[dict], clock: Clock
+) -> Iterator[StepEvent]:
+    """The doctor step of ``node add`` and ``server add``: an event per check (warnings
+    also kept in ``warnings``, for the result), then OnboardError naming every failed
+    check, or one closing event."""
+    for c in checks:
+        if c.status == "warn":
+            warnings.append({"check": c.name, "detail": c.detail, "fix": c.fix})
+        yield StepEvent(
+            step="doctor",
+            status=c.status,
+            item=c.name,
+            detail=c.detail,
+            fix=c.fix,
+            elapsed_s=clock.elapsed(),
+        )
+    failed = [c for c in checks if c.status == "fail"]
+    if failed:
+        raise OnboardError(
+            f"{len(failed)} check(s) failed on {host}: " + "; ".join(c.detail for c in failed),
+            hint=" · ".join(c.fix for c in failed if c.fix),
+        )
+    warned = sum(c.status == "warn" for c in checks)
+    yield StepEvent(
+        step="doctor",
+        status="ok",
+        detail=f"{len(checks)} checks, {warned} warning(s)",
+        elapsed_s=clock.elapsed(),
+    )

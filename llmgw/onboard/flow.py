@@ -15,9 +15,9 @@ from pathlib import PurePosixPath
 
 from llmgw.config import check_name
 from llmgw.errors import ExitCode, LlmgwError, UsageError
-from llmgw.onboard.checks import node_checks
+from llmgw.onboard.checks import doctor_events, node_checks
 from llmgw.onboard.engine_user import ensure_engine_user
-from llmgw.onboard.events import Clock, OnboardError, StepEvent, result_event
+from llmgw.onboard.events import Clock, StepEvent, result_event
 from llmgw.onboard.install import install_llmgw
 from llmgw.onboard.join import join_node
 from llmgw.onboard.layout import NodeLayout
@@ -70,31 +70,10 @@ async def add_node(plan: AddPlan) -> AsyncIterator[StepEvent]:
             control_planes=planes,
         )
         checks = node_checks(facts)
-        for c in checks:
-            if c.status == "warn":
-                state["warnings"].append({"check": c.name, "detail": c.detail, "fix": c.fix})
-            yield StepEvent(
-                step=step,
-                status=c.status,
-                item=c.name,
-                detail=c.detail,
-                fix=c.fix,
-                elapsed_s=clock.elapsed(),
-            )
-        failed = [c for c in checks if c.status == "fail"]
-        if failed:
-            raise OnboardError(
-                f"{len(failed)} check(s) failed on {plan.target.host}: "
-                + "; ".join(c.detail for c in failed),
-                hint=" · ".join(c.fix for c in failed if c.fix),
-            )
-        warned = sum(c.status == "warn" for c in checks)
-        yield StepEvent(
-            step=step,
-            status="ok",
-            detail=f"{len(checks)} checks, {warned} warning(s)",
-            elapsed_s=clock.elapsed(),
-        )
+        for ev in doctor_events(
+            checks, host=plan.target.host, warnings=state["warnings"], clock=clock
+        ):
+            yield ev
 
         if not node_id:
             node_id = facts.hostname.split(".")[0].lower()

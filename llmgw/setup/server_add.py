@@ -23,6 +23,7 @@ from pathlib import Path, PurePosixPath
 from llmgw.config import ServerConfig, StoreConfig, dump_yaml, load_server_config, split_host_port
 from llmgw.errors import ConfigError, ExitCode, LlmgwError, PkiError, UsageError
 from llmgw.fsutil import write_atomic
+from llmgw.onboard.checks import doctor_events
 from llmgw.onboard.daemon import detached_alive, run_unit, start_detached, stop_detached
 from llmgw.onboard.events import Clock, OnboardError, StepEvent, result_event
 from llmgw.onboard.install import install_llmgw
@@ -183,31 +184,8 @@ async def add_server(plan: ServerAddPlan) -> AsyncIterator[StepEvent]:
             control_planes=[decided.store_address],
         )
         checks = server_checks(facts)
-        for c in checks:
-            if c.status == "warn":
-                state["warnings"].append({"check": c.name, "detail": c.detail, "fix": c.fix})
-            yield StepEvent(
-                step=step,
-                status=c.status,
-                item=c.name,
-                detail=c.detail,
-                fix=c.fix,
-                elapsed_s=clock.elapsed(),
-            )
-        failed = [c for c in checks if c.status == "fail"]
-        if failed:
-            raise OnboardError(
-                f"{len(failed)} check(s) failed on {target.host}: "
-                + "; ".join(c.detail for c in failed),
-                hint=" · ".join(c.fix for c in failed if c.fix),
-            )
-        warned = sum(c.status == "warn" for c in checks)
-        yield StepEvent(
-            step=step,
-            status="ok",
-            detail=f"{len(checks)} checks, {warned} warning(s)",
-            elapsed_s=clock.elapsed(),
-        )
+        for ev in doctor_events(checks, host=target.host, warnings=state["warnings"], clock=clock):
+            yield ev
 
         step, clock = "install", Clock()
         wheel = await asyncio.to_thread(self_wheel, plan.paths.server_data_dir / "self-wheels")
