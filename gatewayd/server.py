@@ -214,6 +214,7 @@ class GatewayServer:
             mirrors=self.mirrors,
             mcp=self.mcp,
             cluster=self._cluster_status,
+            settings=self.settings,
         )
         if self.mcp is not None:
             # llmgw:admin answers from the same admin methods as ctl, in-process.

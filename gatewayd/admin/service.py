@@ -54,6 +54,7 @@ from proto.llmgw.v1 import (
 
 if TYPE_CHECKING:
     from gatewayd.mcp.runtime import McpRuntime
+    from gatewayd.settings.runtime import SettingsRuntime
 
 log = logging.getLogger(__name__)
 
@@ -104,8 +105,11 @@ class AdminService(
         mirrors: MirrorSet | None = None,
         mcp: McpRuntime | None = None,
         cluster: Callable[[], Awaitable[dict]] | None = None,
+        settings: SettingsRuntime | None = None,
     ):
         self._registry = registry
+        # The kept settings in force here (gatewayd.settings); None where none are mounted.
+        self._settings_runtime = settings
         # The control planes sharing the store and the lease (StatusReply's fields);
         # None: this one alone, leading.
         self._cluster = cluster

@@ -17,7 +17,6 @@ from typing import Any
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
-from gatewayd.settings import runtime_for
 from gatewayd.settings.runtime import SettingsRuntime
 from gatewayd.store import Store
 from gatewayd.store.settings_records import SettingsConflict, SettingsVersion
@@ -98,9 +97,10 @@ class SettingsAdmin:
     """Mixed into AdminService."""
 
     _store: Store
+    _settings_runtime: SettingsRuntime | None
 
     def _settings(self) -> SettingsRuntime:
-        runtime = runtime_for(self._store)
+        runtime = self._settings_runtime
         if runtime is None:
             raise GRPCError(Status.UNAVAILABLE, "this control plane keeps no settings")
         return runtime

@@ -13,28 +13,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-import weakref
 
 from gatewayd.settings.agents import AgentSettingsPush
 from gatewayd.settings.apply import ServerApply
 from gatewayd.settings.runtime import SettingsRuntime
-from gatewayd.store import Store
 from llmgw.settings import ClusterSettings
 from llmgw.settings.keys import diff
 
 log = logging.getLogger(__name__)
 
-# The runtime of the control plane that opened each store. The admin service is
-# built by gatewayd/server.py from parts it names one by one; its settings calls
-# find the runtime of their control plane here, by the store they were given.
-_RUNTIMES: weakref.WeakKeyDictionary[Store, SettingsRuntime] = weakref.WeakKeyDictionary()
 # server.yaml keys named in the warning, at most.
 WARN_KEYS_MAX = 8
-
-
-def runtime_for(store: Store) -> SettingsRuntime | None:
-    """The settings runtime of the control plane using ``store``; None where none is mounted."""
-    return _RUNTIMES.get(store)
 
 
 async def mount_settings(server) -> SettingsRuntime:
@@ -53,7 +42,6 @@ async def mount_settings(server) -> SettingsRuntime:
         agents=push,
     )
     runtime.listeners.append(push.update)
-    _RUNTIMES[server.store] = runtime
     server.settings = runtime
     await runtime.start(from_yaml)
     _warn_ignored(from_yaml, runtime)
