@@ -28,5 +28,13 @@ def arm() -> None:
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
     except (OSError, AttributeError):
         return  # not Linux: a stop of `up` still stops its children
-    if os.getppid() != int(wanted):
+    if os.getppid() == int(wanted):
+        return
+    # Not its parent now: `up` died before the request (this process was handed to
+    # another), or a launcher stands between them. Only the first ends it.
+    try:
+        os.kill(int(wanted), 0)
+    except ProcessLookupError:
         sys.exit(0)  # `up` is already gone
+    except PermissionError:
+        pass  # alive, someone else's
