@@ -41,6 +41,10 @@ from proto.llmgw.v1 import ModelProfile, ModelSpec
 from tests.faults.harness import etcd_server, haproxy, patroni_cluster, wait_until
 from tests.faults.harness.llmgw_cluster import llmgw_cluster
 
+# As the test suite does: run as root on a throwaway machine, the agent may run its
+# engines as root (agentd/supervisor/users.py); nothing here makes real users.
+os.environ.setdefault("LLMGW_ALLOW_ROOT_ENGINES", "1")
+
 PROJECT = "bench/ha/throughput"
 # Requests the engine takes at once: more than any step keeps in flight.
 SLOTS = 256
@@ -93,7 +97,12 @@ async def main(rates: list[int], each_s: float, out: Path | None) -> None:
                     ready = [r for r in reps if r.state == "ready" and r.endpoint]
                     return ready[0] if ready else None
 
-                replica = await wait_until(ready_replica, timeout_s=120, what="the replica")
+                try:
+                    replica = await wait_until(ready_replica, timeout_s=90, what="the replica")
+                except AssertionError:
+                    print((await admin.list_replicas(MODEL)).replicas, file=sys.stderr)
+                    print(await admin.explain_placement(MODEL), file=sys.stderr)
+                    raise
             for cp in cps:  # standbys read keys from the store every 2 s
                 await wait_until(lambda cp=cp: _answers(cp.http_url, key.secret), timeout_s=60,
                                  what=f"the key on {cp.name}")  # fmt: skip
