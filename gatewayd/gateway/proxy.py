@@ -28,7 +28,7 @@ from gatewayd.gateway.protocol import messages, validate
 from gatewayd.gateway.protocol.anthropic_request import AnthropicRequestError
 from gatewayd.gateway.protocol.errors import ApiError
 from gatewayd.gateway.routing import count_tokens
-from gatewayd.gateway.routing.forward import Clock, Forwarder, Outcome
+from gatewayd.gateway.routing.forward import BrokeOff, Clock, Forwarder, Outcome
 from gatewayd.gateway.routing.router import Router, parse_profile
 from llmgw.config import AdmissionConfig
 
@@ -301,6 +301,17 @@ class Gateway:
                 log.warning("an error after the answer began, not sent: %s", e.message)
                 return
             await _send_error(call.send, e, call.clock, anthropic=_anthropic(scope["path"]))
+        except BrokeOff as e:
+            # The stream had begun: it ends with an error event the SDKs raise, and the
+            # request is accounted as failed, not answered.
+            call.req.status = 502
+            await call.send(
+                {
+                    "type": "http.response.body",
+                    "body": _error_event(e, anthropic=_anthropic(scope["path"])),
+                    "more_body": False,
+                }
+            )
 
     async def complete(
         self,
@@ -508,6 +519,14 @@ async def _send_json(send, status: int, payload: dict, clock: Clock, headers=())
         }
     )
     await send({"type": "http.response.body", "body": data})
+
+
+def _error_event(e: BrokeOff, *, anthropic: bool) -> bytes:
+    """The last event of a stream the engine broke off, in the shape its API's clients read."""
+    message = f"{e}; try again"
+    if anthropic:
+        return b"event: error\ndata: " + messages.error_bytes(502, message) + b"\n\n"
+    return b"data: " + ApiError(502, message, code="upstream_error").body() + b"\n\n"
 
 
 async def _send_error(send, e: ApiError, clock: Clock, *, anthropic: bool = False) -> None:

@@ -59,6 +59,14 @@ TOKEN_PATHS = ("/v1/completions", "/v1/embeddings")
 _NET_ERRORS = (aiohttp.ClientError, OSError, TimeoutError)
 
 
+class BrokeOff(Exception):
+    """The engine broke off a stream whose answer had already begun going to the client.
+
+    Nothing can be retried then: the caller ends the client's stream with an
+    error event in its API's shape and accounts the request as failed.
+    """
+
+
 @dataclass
 class Outcome:
     """What one forwarded request came to."""
@@ -500,10 +508,12 @@ class Forwarder:
         while True:
             try:
                 piece = await anext(rest, None)
-            except _NET_ERRORS:
+            except _NET_ERRORS as e:
                 self._router.failed(target)
-                log.warning("%s broke off a stream already relayed in part", target.replica_id)
-                raise
+                log.warning(
+                    "%s broke off a stream already relayed in part: %s", target.replica_id, e
+                )
+                raise BrokeOff(f"the engine serving this model broke off its answer ({e})") from e
             if piece is None:
                 return
             yield piece

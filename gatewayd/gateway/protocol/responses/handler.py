@@ -135,7 +135,8 @@ class Responses:
             if isinstance(e, ApiError) or not relay.streaming:
                 raise
             # The engine broke off a stream already begun: end it as OpenAI does.
-            log.warning("a response stream broke off: %r", e)
+            log.warning("a response stream broke off: %s", e)
+            call.req.status = 502  # accounted as failed, not answered
             await relay.broke_off("the engine broke off its answer; try again")
 
     async def _keep(self, call, envelope, response, kept_input, history, retain_s) -> None:
