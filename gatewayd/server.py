@@ -32,6 +32,7 @@ from gatewayd.cluster.roles import Roles
 from gatewayd.controller.reconciler import Reconciler
 from gatewayd.controller.sizing import Sizing
 from gatewayd.gateway.metering.journal import UsageJournal
+from gatewayd.gateway.metering.load import ReplicaLoad
 from gatewayd.gateway.metering.metrics import GatewayMetrics
 from gatewayd.gateway.metering.scrape import Scraper
 from gatewayd.gateway.metering.usage import UsageWriter
@@ -158,8 +159,10 @@ class GatewayServer:
         self.endpoints = Endpoints(self.reconciler, self.registry, self.catalog)
         self.metrics = GatewayMetrics(known=self.endpoints.known)
         self._refusals_seen: dict[str, int] = {}
-        self.scraper = Scraper(self.endpoints.all_ready, engine_key=self.reconciler.engine_key)
+        self.scraper = Scraper(self.endpoints.scraped, engine_key=self.reconciler.engine_key)
         self.router = Router(self.endpoints.ready, self.scraper.stats)
+        self.reconciler.scaler.reconfigure(self.cfg.scaling)
+        self.reconciler.on_demand = self.cfg.on_demand
         self.gateway = Gateway(
             self.keys,
             self.router,
@@ -173,6 +176,10 @@ class GatewayServer:
             budgets=budgets,
         )
         await self.gateway.start()
+        # The scaler reads each model's load from the engines, the router and the queue.
+        self.reconciler.replica_load = ReplicaLoad(
+            self.router, self.scraper.stats, queued=self.gateway.bands.queued
+        )
         # The client API's stateful parts: stored responses, files and batches.
         mount_responses(self)
         mount_batches(self)

@@ -242,8 +242,11 @@ class AdminClient:
         request = PutModelRequest(spec=spec, create_only=create_only)
         return await self._call(self._stub.put_model(request, timeout=self._timeout_s))
 
-    async def scale_model(self, name: str, replicas: int) -> ModelView:
-        request = ScaleModelRequest(name=name, replicas=replicas)
+    async def scale_model(
+        self, name: str, replicas: int = 0, *, low: int | None = None, high: int | None = None
+    ) -> ModelView:
+        """Both bounds to ``replicas``, or min (``low``) and max (``high``) as given."""
+        request = ScaleModelRequest(name=name, replicas=replicas, min=low, max=high)
         return await self._call(self._stub.scale_model(request, timeout=self._timeout_s))
 
     async def remove_model(self, name: str) -> RemoveModelReply:

@@ -24,6 +24,7 @@ from llmgw.errors import ConfigError
 from llmgw.mcp.config import McpConfig
 from llmgw.mirror.config import MirrorsConfig
 from llmgw.paths import Paths
+from llmgw.scaling import OnDemandConfig, ScalingConfig
 
 DEFAULT_AGENT_PORT = 7070
 DEFAULT_ADMIN_PORT = 9090
@@ -375,6 +376,10 @@ class ServerConfig(_Strict):
     mcp: McpConfig = McpConfig()
     # Several control planes on one PostgreSQL: the leader lease.
     cluster: ClusterConfig = ClusterConfig()
+    # Models between their min and max replicas, by load (llmgw/scaling.py).
+    scaling: ScalingConfig = ScalingConfig()
+    # Models at min 0: started by a request, stopped when idle.
+    on_demand: OnDemandConfig = OnDemandConfig()
     # The Hugging Face hub (or a mirror laid out like it) hf: sources are
     # pinned and planned from: config.json and safetensors headers, never weights.
     hub_url: str = HF_HUB_URL

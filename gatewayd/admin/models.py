@@ -64,7 +64,13 @@ class ModelAdmin:
         if model is None:
             raise GRPCError(Status.NOT_FOUND, f"no model named {name!r}; see: llmgw ctl models")
         replicas = [r for r in self._reconciler.replicas.values() if r.model == name]
-        return model_view(model, self._catalog.record(name), replicas)
+        return model_view(
+            model,
+            self._catalog.record(name),
+            replicas,
+            desired=self._reconciler.desired(model),
+            scale_reason=self._reconciler.scaler.reason(name),
+        )
 
     async def list_models(self, message: ListModelsRequest) -> ListModelsReply:
         return ListModelsReply(models=[self._model_view(n) for n in self._catalog.names()])
@@ -86,7 +92,9 @@ class ModelAdmin:
 
     async def scale_model(self, message: ScaleModelRequest) -> ModelView:
         try:
-            await self._catalog.scale(message.name, message.replicas)
+            await self._catalog.scale(
+                message.name, message.replicas, low=message.min, high=message.max
+            )
         except CatalogError as e:
             raise _refuse(e) from None
         self._reconciler.kick()

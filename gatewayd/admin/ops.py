@@ -22,7 +22,8 @@ from grpclib.exceptions import GRPCError
 from gatewayd.admin.views import replica_view
 from gatewayd.catalog.catalog import Catalog
 from gatewayd.controller import replica as rs
-from gatewayd.controller.reconciler import STOP_GRACE_S, Reconciler
+from gatewayd.controller.lifecycle import STOP_GRACE_S
+from gatewayd.controller.reconciler import Reconciler
 from gatewayd.controller.replica import Replica, utcnow
 from gatewayd.nodes.registry import GONE, NOT_READY, READY, NodeLive, NodeRegistry
 from gatewayd.store import ReplicaRecord, Store
@@ -192,6 +193,21 @@ class OpsAdmin:
         found = cluster_warnings(
             self._registry.live_nodes(), self._reconciler.replicas.values(), since
         )
+        # The scaler's changes, newest first, after what is wrong now.
+        found += [
+            WarningView(
+                at=_iso(c.at),
+                severity="info",
+                kind="scale",
+                subject=c.model,
+                message=f"{c.before} → {c.after} replicas: {c.reason}",
+                hint=f"its bounds: llmgw ctl model scale {c.model} --min N --max M; "
+                "the thresholds: llmgw ctl config get scaling",
+                current=False,
+            )
+            for c in reversed(self._reconciler.scaler.changes)
+            if c.at >= since
+        ]
         return WarningsReply(warnings=found, since=_iso(since))
 
 

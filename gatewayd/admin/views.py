@@ -30,16 +30,26 @@ def model_spec(model: Model) -> ModelSpec:
     return to_spec(model)
 
 
-def model_view(model: Model, rec: ModelRecord | None, replicas: list[Replica]) -> ModelView:
+def model_view(
+    model: Model,
+    rec: ModelRecord | None,
+    replicas: list[Replica],
+    *,
+    desired: int | None = None,
+    scale_reason: str = "",
+) -> ModelView:
+    """The model as ``ctl models`` shows it; ``desired`` is the scaler's count (None: min)."""
     active = [r for r in replicas if r.state in rs.ACTIVE and r.state != rs.DRAINING]
     ready = [r for r in active if r.state == rs.READY]
-    desired = model.replicas_min
+    desired = model.replicas_min if desired is None else desired
     if model.external is not None:
         keys = len(model.external.api_key_files)
         state = "serving"
         reason = f"answered by {model.external.url}" + (
             f" with {keys} {'key' if keys == 1 else 'keys'}" if keys else ""
         )
+    elif desired == 0 and model.replicas_max > 0:
+        state, reason = "on demand", "no replica now; the first request starts one"
     elif desired == 0:
         state, reason = "stopped", "scaled to 0"
     elif len(ready) >= desired:
@@ -53,6 +63,8 @@ def model_view(model: Model, rec: ModelRecord | None, replicas: list[Replica]) -
         reason = f"{len(ready)} of {desired} ready" + (
             f"; {waiting.replica_id}: {waiting.state} ({waiting.reason})" if waiting else ""
         )
+    if scale_reason and model.replicas_min != model.replicas_max:
+        reason += f" ({scale_reason})"
     return ModelView(
         spec=model_spec(model),
         replicas_desired=desired,

@@ -171,11 +171,36 @@ class Catalog:
         log.info("model %s: %s pinned to commit %s", model.name, model.source, commit)
         return model.model_copy(update={"commit": commit})
 
-    async def scale(self, name: str, replicas: int) -> Model:
+    async def scale(
+        self,
+        name: str,
+        replicas: int | None = None,
+        *,
+        low: int | None = None,
+        high: int | None = None,
+    ) -> Model:
+        """Set the model's bounds: ``replicas`` both, or ``low``/``high`` (min, max) each.
+
+        A bound left out keeps its value, unless the other one passes it: then
+        it follows (``--min 3`` on a model of max 2 makes both 3).
+        """
         model = self._need(name)
-        if not 0 <= replicas <= 1000:
-            raise CatalogError("invalid", f"replicas must be 0-1000, not {replicas}")
-        model = model.model_copy(update={"replicas_min": replicas, "replicas_max": replicas})
+        if low is None and high is None:
+            if replicas is None:
+                raise CatalogError("invalid", "say how many replicas, or --min and --max")
+            low = high = replicas
+        for what, n in (("min", low), ("max", high)):
+            if n is not None and not 0 <= n <= 1000:
+                raise CatalogError("invalid", f"{what} must be 0-1000, not {n}")
+        if low is not None and high is not None and high < low:
+            raise CatalogError("invalid", f"max ({high}) is below min ({low})")
+        lo = model.replicas_min if low is None else low
+        hi = model.replicas_max if high is None else high
+        if low is None:
+            lo = min(lo, hi)
+        if high is None:
+            hi = max(hi, lo)
+        model = model.model_copy(update={"replicas_min": lo, "replicas_max": hi})
         await self._save(model)
         return model
 
@@ -208,7 +233,12 @@ class Catalog:
         )
         await self._store.put_model(rec)
         self._models[model.name] = rec
-        log.info("model %s saved (%s replicas)", model.name, model.replicas_min)
+        bounds = (
+            f"{model.replicas_min}"
+            if model.replicas_min == model.replicas_max
+            else f"{model.replicas_min}..{model.replicas_max}"
+        )
+        log.info("model %s saved (%s replicas)", model.name, bounds)
         self._watch.publish("models", model.name)
 
 

@@ -22,7 +22,10 @@ from gatewayd.catalog.catalog import Catalog
 from gatewayd.controller import replica as rs
 from gatewayd.controller.candidates import node_candidates
 from gatewayd.controller.commands import spec_hash, start_message
+from gatewayd.controller.drain import Draining
+from gatewayd.controller.lifecycle import Lifecycle
 from gatewayd.controller.replica import Replica, utcnow
+from gatewayd.controller.scaler import Load, Scaler
 from gatewayd.controller.sizing import Sizing
 from gatewayd.mirrors.set import MirrorSet
 from gatewayd.nodes.registry import READY as NODE_READY
@@ -41,7 +44,8 @@ from llmgw.engines.recipes import (
 from llmgw.errors import StoreError
 from llmgw.inventory import Inventory
 from llmgw.placement import Decision, NodeIndex, PlacementRequest, place
-from proto.llmgw.v1 import ControlMessage, InstallEngine, ShardStatus, StopShard
+from llmgw.scaling import OnDemandConfig
+from proto.llmgw.v1 import ControlMessage, InstallEngine, ShardStatus
 
 log = logging.getLogger(__name__)
 
@@ -51,24 +55,11 @@ class NotLeading(Exception):
 
 
 TICK_S = 2.0
-# Restart backoff after a failure: 2, 4, 8 … seconds, at most 5 minutes.
-BACKOFF_MAX_S = 300.0
-STOP_GRACE_S = 10
 # An unplaceable replica is tried again this often, and whenever a node changes.
 PENDING_RETRY_S = 15.0
 
-# Agent shard states and the replica states they mean.
-_SHARD_STATES = {
-    "fetching": rs.FETCHING,
-    "installing": rs.INSTALLING,
-    "starting": rs.STARTING,
-    "ready": rs.READY,
-    "failed": rs.FAILED,
-    "stopped": rs.STOPPED,
-}
 
-
-class Reconciler:
+class Reconciler(Lifecycle, Draining):
     def __init__(
         self,
         store: Store,
@@ -99,6 +90,13 @@ class Reconciler:
         # The cluster's mirrors, handed to nodes for weights and engine archives.
         self.mirrors = mirrors
         self.replicas: dict[str, Replica] = {}
+        # Between a model's min and max: how many replicas its load asks for.
+        self.scaler = Scaler()
+        # Models at min 0: how long an idle one keeps its replica (settings' on_demand).
+        self.on_demand = OnDemandConfig()
+        # The load of the ready replicas named (the gateway's figures; server.py sets it).
+        # With a model named, its requests queued in the gateway count too.
+        self.replica_load: Callable[..., Load | None] = lambda _ids, model="": None
         self._kick = asyncio.Event()
         self._pass_nodes: NodeIndex | None = None
         self._drained: set[str] = set()
@@ -258,6 +256,7 @@ class Reconciler:
                 self._pass_nodes = None
 
     async def _pass(self) -> None:
+        await self._finish_drains()
         await self._expire_deadlines()
         await self._handle_lost_nodes()
         self._drained = {n.record.node_id for n in self._registry.live_nodes() if n.record.draining}
@@ -279,6 +278,7 @@ class Reconciler:
                 )
         for model in models.values():
             await self._reconcile_model(model)
+        self.scaler.forget(models)
         await self._forget_stopped()
 
     async def _reconcile_model(self, model: Model) -> None:
@@ -318,9 +318,12 @@ class Reconciler:
         counted = [
             r for r in serving if r.node_id not in drained and r.replica_id not in replaced
         ] + waiting
-        desired = model.replicas_min
+        before = self.scaler.target(model.name)
+        desired = self._desired(model, counted)
+        # A replica the scaler asked for carries its reason in its history.
+        why = self.scaler.reason(model.name) if before is not None and desired > before else ""
         for _ in range(desired - len(counted)):
-            await self._start(model, self._new_replica(model))
+            await self._start(model, self._new_replica(model, why=why))
         extra = len(counted) - desired
         if extra > 0:
             # Stop the least useful first: waiting ones, then not yet ready.
@@ -333,8 +336,29 @@ class Reconciler:
                 rs.STARTING: 2,
                 rs.READY: 3,
             }
+            why = self.scaler.reason(model.name)
+            if not why.startswith(f"scaled down to {desired}:"):
+                why = f"scaled to {desired}"
             for r in sorted(counted, key=lambda x: order.get(x.state, 1))[:extra]:
-                await self._stop(r, f"scaled to {desired}")
+                await self._stop(r, why)
+
+    def _desired(self, model: Model, counted: list[Replica]) -> int:
+        """How many replicas ``model`` should run now: its min, or what its load asks for."""
+        ready = [r.replica_id for r in counted if r.state == rs.READY]
+        return self.scaler.decide(
+            model.name,
+            low=model.replicas_min,
+            high=model.replicas_max,
+            have=len(counted),
+            ready=len(ready),
+            slots=model.slots,
+            load=self.replica_load(ready, model=model.name) if ready else None,
+        )
+
+    def desired(self, model: Model) -> int:
+        """The replicas ``model`` is meant to run now (what ``ctl models`` shows)."""
+        held = self.scaler.target(model.name)
+        return model.replicas_min if held is None else held
 
     async def _roll(self, model: Model, mine: list[Replica], serving: list[Replica]) -> None:
         """Replace replicas started with an older spec, one at a time, new before old."""
@@ -351,10 +375,10 @@ class Reconciler:
             if replacement.state == rs.READY:
                 await self._stop(r, f"replaced by {replacement.replica_id} (the model changed)")
 
-    def _new_replica(self, model: Model, *, replaces: str = "") -> Replica:
+    def _new_replica(self, model: Model, *, replaces: str = "", why: str = "") -> Replica:
         rid = f"{model.name}-{secrets.token_hex(3)}"
         r = Replica(replica_id=rid, model=model.name, replaces=replaces)
-        r.move(rs.PENDING, "waiting to be placed")
+        r.move(rs.PENDING, f"waiting to be placed ({why})" if why else "waiting to be placed")
         self.replicas[rid] = r
         return r
 
@@ -488,124 +512,6 @@ class Reconciler:
         if (msg.sha256 or msg.source == "pyenv") and (args := self._mirror_args()):
             msg.mirror_urls, msg.mirror_token = args["mirror_urls"], args["mirror_token"]
         return msg
-
-    async def _stop(self, r: Replica, why: str) -> None:
-        if r.state in rs.ACTIVE and r.node_id:
-            r.move(rs.DRAINING, why, deadline_s=STOP_GRACE_S * 3)
-            await self._save(r)
-            ack = await self._registry.command(
-                r.node_id,
-                ControlMessage(
-                    stop_shard=StopShard(shard_id=r.shard_id, reason=why, grace_s=STOP_GRACE_S)
-                ),
-            )
-            if ack.ok:
-                return  # the agent reports "stopped"
-        r.move(rs.STOPPED, why)
-        await self._save(r)
-
-    def _fail(self, r: Replica, why: str) -> None:
-        delay = min(2 ** min(r.restarts + 1, 9), BACKOFF_MAX_S)
-        r.retry_at = utcnow() + timedelta(seconds=delay)
-        r.move(rs.FAILED, f"{why}; restarting in {delay:g} s")
-
-    # ---- reports from agents -------------------------------------------
-
-    async def on_shard_status(self, node_id: str, status: ShardStatus) -> None:
-        async with self._lock:
-            r = self.replicas.get(status.replica_id or status.shard_id)
-            if r is None or r.node_id != node_id:
-                # Not ours (removed while the node was away): stop it there.
-                if status.state not in ("stopped", "failed"):
-                    await self._registry.command(
-                        node_id,
-                        ControlMessage(
-                            stop_shard=StopShard(
-                                shard_id=status.shard_id,
-                                reason="no such replica",
-                                grace_s=STOP_GRACE_S,
-                            )
-                        ),
-                    )
-                return
-            state = _SHARD_STATES.get(status.state)
-            if state is None:
-                return
-            if status.port:
-                r.port = status.port
-            if status.pid:
-                r.pid = status.pid
-            if status.fetch is not None:
-                r.fetch_done_bytes = status.fetch.bytes_done
-                r.fetch_total_bytes = status.fetch.bytes_total
-            profile_timeout = self._timeout(r)
-            if state == rs.FAILED:
-                if r.state in (rs.DRAINING, rs.STOPPED):
-                    r.move(rs.STOPPED, status.reason or "stopped")
-                else:
-                    self._fail(r, status.reason or "the engine failed")
-            elif state == rs.STOPPED:
-                # A second "stopped" for a replica already stopped is not a failure.
-                if r.state in (rs.DRAINING, rs.STOPPED) or r.model not in self._catalog.names():
-                    r.move(rs.STOPPED, status.reason or r.reason)
-                else:
-                    self._fail(r, status.reason or "the engine stopped")
-            elif state == r.state and state in (rs.FETCHING, rs.INSTALLING):
-                # Progress: the startup deadline counts from the latest of it.
-                r.reason = status.reason or r.reason
-                r.extend_deadline(profile_timeout)
-            elif r.state != rs.DRAINING:
-                deadline = None if state == rs.READY else profile_timeout
-                reason = status.reason or (
-                    "adopted after an agent restart" if status.adopted else state
-                )
-                r.move(state, reason, deadline_s=deadline)
-            await self._save(r)
-            self.kick()
-
-    def _timeout(self, r: Replica) -> float:
-        model = self._catalog.get(r.model)
-        return model.profiles[0].startup_timeout_s if model and model.profiles else 900.0
-
-    # ---- deadlines and lost nodes --------------------------------------
-
-    async def _expire_deadlines(self) -> None:
-        now = utcnow()
-        for r in list(self.replicas.values()):
-            if r.deadline is None or r.deadline > now:
-                continue
-            if r.state == rs.DRAINING:
-                r.move(rs.STOPPED, f"{r.reason}; the node did not confirm the stop in time")
-            elif r.state in (rs.PLACED, rs.FETCHING, rs.INSTALLING, rs.STARTING):
-                waited = int((now - r.since).total_seconds())
-                self._fail(r, f"not ready after {waited} s in {r.state} (deadline passed)")
-                if r.node_id:
-                    await self._registry.command(
-                        r.node_id,
-                        ControlMessage(
-                            stop_shard=StopShard(
-                                shard_id=r.shard_id, reason="deadline passed", grace_s=STOP_GRACE_S
-                            )
-                        ),
-                    )
-            else:
-                r.deadline = None
-            await self._save(r)
-
-    async def _handle_lost_nodes(self) -> None:
-        now = utcnow()
-        for live in self._registry.live_nodes():
-            rec = live.record
-            if rec.state == NODE_READY:
-                continue
-            away_s = (now - rec.state_since).total_seconds()
-            if away_s < self._lost_grace_s:
-                continue
-            for r in self.replicas.values():
-                if r.node_id == rec.node_id and r.state in rs.ACTIVE:
-                    self._fail(r, f"node {rec.node_id} lost for {int(away_s)} s ({rec.reason})")
-                    r.retry_at = now  # place it elsewhere at once
-                    await self._save(r)
 
     async def _forget_stopped(self) -> None:
         for rid, r in list(self.replicas.items()):

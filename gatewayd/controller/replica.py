@@ -66,6 +66,8 @@ class Replica(BaseModel):
     replaces: str = ""
     # What the replica was started with: a different hash means it must be replaced.
     spec_hash: str = ""
+    # Draining, its StopShard not sent yet: it waits for its requests to finish.
+    drain_pending: bool = False
     history: list[ReplicaEvent] = Field(default_factory=list)
 
     @property

@@ -12,6 +12,8 @@ and the others still take their new values.
     nodes    the not-ready and lost graces, the heartbeat flush (the heartbeat
              itself reaches agents with their settings)
     agents   sent to every connected agent (gatewayd/settings/agents.py)
+    scaling  the scaler's thresholds and windows, from its next pass
+    on_demand  the idle eviction's timings, from the reconciler's next pass
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ class ServerApply:
             ("mirror", new.mirror != old.mirror, self._mirror),
             ("limits", new.limits != old.limits, self._limits),
             ("nodes", new.nodes != old.nodes, self._nodes),
+            ("scaling", new.scaling != old.scaling, self._scaling),
+            ("on_demand", new.on_demand != old.on_demand, self._on_demand),
         ]
         for name, changed, apply in parts:
             if not changed:
@@ -89,6 +93,14 @@ class ServerApply:
         server.cfg.nodes = new.nodes.model_copy(deep=True)
         server.registry.set_grace(new.nodes.not_ready_grace_s)
         server.reconciler.set_lost_grace(new.nodes.lost_grace_s)
+
+    def _scaling(self, new: ClusterSettings) -> None:
+        self._server.cfg.scaling = new.scaling.model_copy(deep=True)
+        self._server.reconciler.scaler.reconfigure(self._server.cfg.scaling)
+
+    def _on_demand(self, new: ClusterSettings) -> None:
+        self._server.cfg.on_demand = new.on_demand.model_copy(deep=True)
+        self._server.reconciler.on_demand = self._server.cfg.on_demand
 
     def _background(self, coro) -> None:
         task = asyncio.get_running_loop().create_task(coro)

@@ -73,11 +73,19 @@ def model_cells(m: ModelView) -> tuple[str | Text, ...]:
     return (
         m.spec.name if m.spec else "",
         state_text(m.state),
-        f"{m.replicas_ready}/{m.replicas_desired}",
+        replicas_cell(m),
         model_engine(m),
         m.spec.source if m.spec else "",
         m.reason,
     )
+
+
+def replicas_cell(m: ModelView) -> str:
+    """Ready of desired, and the bounds where the load decides between them: ``1/2 (1..4)``."""
+    cell = f"{m.replicas_ready}/{m.replicas_desired}"
+    if m.spec and m.spec.replicas_min != m.spec.replicas_max:
+        cell += f" ({m.spec.replicas_min}..{m.spec.replicas_max})"
+    return cell
 
 
 def removed_text(r: RemoveModelReply) -> str:

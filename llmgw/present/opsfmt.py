@@ -35,7 +35,8 @@ def host_warnings(host: HostFacts | None) -> list[str]:
 
 
 def severity_text(w: WarningView) -> Text:
-    word = w.severity if w.current else f"{w.severity} (passed)"
+    # A change the control plane made (a model scaled) is news, not a problem that passed.
+    word = w.severity if w.current or w.severity == "info" else f"{w.severity} (passed)"
     return Text(word, style=SEVERITY_STYLE.get(w.severity, "") if w.current else "dim")
 
 

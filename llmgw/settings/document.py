@@ -11,6 +11,8 @@ server.yaml's own schemas, so a value means the same in both places:
     limits:   key_default — the limits of every API key that sets none of its own
     nodes:    liveness timings (llmgw.config.NodesConfig)
     agents:   default, and nodes.<node id> over it: what each node's agent runs on
+    scaling:  when a model between its min and max gets a replica more or fewer
+    on_demand: how long a min-0 model keeps its replica when nobody asks for it
 
 Pure: no I/O.
 """
@@ -30,6 +32,7 @@ from llmgw.config import (
     check_name,
 )
 from llmgw.mirror.config import check_mirror_url
+from llmgw.scaling import OnDemandConfig, ScalingConfig
 
 LogLevel = Literal["debug", "info", "warning", "error"]
 
@@ -130,6 +133,8 @@ class ClusterSettings(_Strict):
     limits: LimitsSettings = LimitsSettings()
     nodes: NodesConfig = NodesConfig()
     agents: AgentsSettings = AgentsSettings()
+    scaling: ScalingConfig = ScalingConfig()
+    on_demand: OnDemandConfig = OnDemandConfig()
 
     @classmethod
     def from_server_config(cls, cfg: ServerConfig) -> ClusterSettings:
@@ -141,6 +146,8 @@ class ClusterSettings(_Strict):
                 urls=list(cfg.mirror.urls), probe_interval_s=cfg.mirror.probe_interval_s
             ),
             nodes=cfg.nodes.model_copy(deep=True),
+            scaling=cfg.scaling.model_copy(deep=True),
+            on_demand=cfg.on_demand.model_copy(deep=True),
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -156,6 +163,8 @@ SECTIONS: dict[str, str | None] = {
     "limits": None,
     "nodes": "nodes",
     "agents": None,
+    "scaling": "scaling",
+    "on_demand": "on_demand",
 }
 
 # server.yaml's keys that are no setting kept here: read once, at start.

@@ -164,10 +164,26 @@ async def test_a_scale_that_is_not_a_number_is_refused_in_the_dialog(cluster):
             await pilot.press("end", "backspace", "-", "enter")
             status = app.screen.query_one("#scale-status", Static)
             await wait_until(pilot, lambda: status.has_class("-error"))
-            assert "a whole number from 0 to 1000" in str(status.render())
+            assert "whole numbers from 0 to 1000" in str(status.render())
             await pilot.press("escape")
             await wait_until(pilot, lambda: isinstance(app.screen, ModelsScreen))
             assert (await client.get_model("sim-chat")).replicas_desired == 0
+
+
+async def test_bounds_from_the_screen_let_the_load_decide_between_them(cluster):
+    async with cluster.admin() as client:
+        await client.put_model(sim_model(replicas=0), create_only=True)
+        app = LlmgwApp(client)
+        async with app.run_test(size=SIZE) as pilot:
+            await open_models(app, pilot, cluster)
+            await wait_until(pilot, lambda: "sim-chat" in rows(app))
+            await pilot.press("s")
+            await wait_until(pilot, lambda: isinstance(app.screen, ScaleDialog))
+            await pilot.press("end", "backspace", "1", ".", ".", "3", "enter")
+            await wait_until(pilot, lambda: isinstance(app.screen, ModelsScreen))
+            spec = (await client.get_model("sim-chat")).spec
+            assert (spec.replicas_min, spec.replicas_max) == (1, 3)
+            await wait_until(pilot, lambda: cell(app, "sim-chat", "ready").endswith("(1..3)"))
 
 
 async def test_removing_from_the_screen_removes_the_model(cluster):

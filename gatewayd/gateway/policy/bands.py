@@ -116,6 +116,11 @@ class BandPools:
         admission = pool[1]
         return admission.in_flight_total + sum(admission.depth(b) for b in self.band_names)
 
+    def queued(self, model: str) -> int:
+        """Requests of ``model`` waiting here for a slot, every band together."""
+        pool = self._pools.get(model)
+        return 0 if pool is None else sum(pool[1].depth(b) for b in self.band_names)
+
     def depth(self, band: str) -> int:
         """Requests of ``band`` waiting, every model together."""
         return sum(a.depth(band) for _, a in self._pools.values())

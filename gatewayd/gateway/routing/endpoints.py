@@ -43,13 +43,18 @@ class Endpoints:
         return self._replicas(model)
 
     def all_ready(self) -> list[Target]:
-        """Every ready replica of every model (what the scraper asks for metrics)."""
+        """Every ready replica of every model."""
         return self._replicas(None)
 
-    def _replicas(self, model: str | None) -> list[Target]:
+    def scraped(self) -> list[Target]:
+        """What the scraper asks for metrics: every ready replica, and every draining one
+        (whose requests must be seen to end before it is stopped)."""
+        return self._replicas(None, states=("ready", "draining"))
+
+    def _replicas(self, model: str | None, states: tuple[str, ...] = ("ready",)) -> list[Target]:
         out = []
         for r in self._reconciler.replicas.values():
-            if (model is None or r.model == model) and r.state == "ready" and r.port:
+            if (model is None or r.model == model) and r.state in states and r.port:
                 live = self._registry.live(r.node_id)
                 host = (live.record.address if live else "") or "127.0.0.1"
                 out.append(

@@ -117,11 +117,25 @@ def model_serve(
 @model_app.command("scale")
 def model_scale(
     name: str = typer.Argument(...),
-    replicas: int = typer.Argument(..., min=0),
+    replicas: int | None = typer.Argument(
+        None, min=0, help="Run exactly this many (min and max both)."
+    ),
+    low: int | None = typer.Option(
+        None, "--min", min=0, help="Never fewer; 0 starts the model on its first request."
+    ),
+    high: int | None = typer.Option(
+        None, "--max", min=0, help="Never more; replicas are added up to it when load stays high."
+    ),
     json: bool = JsonOpt,
 ) -> None:
-    """Run N replicas of a model."""
-    call(lambda c: c.scale_model(name, replicas), json=json)
+    """Run N replicas of a model, or between --min and --max as its load asks."""
+    if replicas is not None and (low is not None or high is not None):
+        raise typer.Exit(code=output.fail(UsageError("give a count, or --min and --max, not both")))
+    if replicas is None and low is None and high is None:
+        raise typer.Exit(
+            code=output.fail(UsageError("say how many replicas (N), or --min and --max"))
+        )
+    call(lambda c: c.scale_model(name, replicas or 0, low=low, high=high), json=json)
 
 
 @model_app.command("rm")

@@ -2495,6 +2495,16 @@ class ScaleModelRequest(betterproto2.Message):
     name: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
 
     replicas: "int" = betterproto2.field(2, betterproto2.TYPE_INT32)
+    """
+    Both bounds at once (min = max = replicas), unless min or max is given.
+    """
+
+    min: "int | None" = betterproto2.field(3, betterproto2.TYPE_INT32, optional=True)
+    """
+    Between min and max the control plane follows the load; min 0 starts on demand.
+    """
+
+    max: "int | None" = betterproto2.field(4, betterproto2.TYPE_INT32, optional=True)
 
 
 default_message_pool.register_message("llmgw.v1", "ScaleModelRequest", ScaleModelRequest)
@@ -3121,12 +3131,13 @@ class WarningView(betterproto2.Message):
 
     severity: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
     """
-    "error" (something does not work) or "warning".
+    "error" (something does not work), "warning", or "info" (a change the
+    control plane made on its own, such as a model scaled by its load).
     """
 
     kind: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
     """
-    "node", "host", "engine", "replica" or "model".
+    "node", "host", "engine", "replica", "model" or "scale".
     """
 
     subject: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)

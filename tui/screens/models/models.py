@@ -7,7 +7,7 @@ added, changed, removed) and "replicas": readiness is counted from replicas, and
 becoming ready on "replicas" only, so a replica's change has its model read
 again (``get_model``, as ``llmgw ctl model show``) and READY goes 0/1 → 1/1 live.
 
-On the selected row: ``s`` scales (``scale_model``, as ``llmgw ctl model scale``),
+On the selected row: ``s`` scales, to N or MIN..MAX (``scale_model``, as ``llmgw ctl model scale``),
 ``d`` removes after asking (``remove_model``, ``llmgw ctl model rm``), ``e``
 explains its placement (``explain_placement``, ``llmgw ctl explain-placement``);
 ``a`` opens the serve dialog (``llmgw ctl model plan`` / ``model serve``).
@@ -104,8 +104,10 @@ class PlacementExplained(Message):
 # -- dialogs -----------------------------------------------------------------------
 
 
-class ScaleDialog(ModalScreen[int | None]):
-    """Asks how many replicas a model should run; dismissed with N, or None on Escape."""
+class ScaleDialog(ModalScreen[tuple[int, int] | None]):
+    """Asks how many replicas a model should run: ``N``, or ``MIN..MAX`` for the load to
+    decide between (``0..2`` starts it on its first request). Dismissed with (min, max),
+    or None on Escape."""
 
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
 
@@ -113,11 +115,16 @@ class ScaleDialog(ModalScreen[int | None]):
         super().__init__()
         self.model_name = view.spec.name
         self._now = view.replicas_desired
+        low, high = view.spec.replicas_min, view.spec.replicas_max
+        self._bounds = str(low) if low == high else f"{low}..{high}"
 
     def compose(self) -> ComposeResult:
         with Vertical(id="scale-box", classes="dialog"):
-            yield Static(f"How many replicas of {self.model_name}? (now {self._now})")
-            yield Input(str(self._now), type="integer", id="scale-replicas")
+            yield Static(
+                f"How many replicas of {self.model_name}? N, or MIN..MAX to follow its load "
+                f"(now {self._now}, asked for {self._bounds})"
+            )
+            yield Input(self._bounds, id="scale-replicas")
             yield Static("Enter scales · Esc cancels", id="scale-status", classes="dialog-status")
         yield KeyFooter()
 
@@ -125,16 +132,29 @@ class ScaleDialog(ModalScreen[int | None]):
         self.query_one("#scale-box").border_title = f"Scale {self.model_name}"
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
-        text = event.value.strip()
-        if not text.isdigit() or int(text) > MAX_REPLICAS:
+        bounds = parse_bounds(event.value)
+        if isinstance(bounds, str):
             status = self.query_one("#scale-status", Static)
-            status.update(f"replicas: a whole number from 0 to {MAX_REPLICAS}, not {text!r}")
+            status.update(bounds)
             status.set_class(True, "-error")
             return
-        self.dismiss(int(text))
+        self.dismiss(bounds)
 
     def action_cancel(self) -> None:
         self.dismiss(None)
+
+
+def parse_bounds(text: str) -> tuple[int, int] | str:
+    """``N`` or ``MIN..MAX`` as (min, max), or what is wrong with it in words."""
+    text = text.strip()
+    low, sep, high = text.partition("..")
+    parts = [low.strip(), high.strip()] if sep else [low.strip()]
+    if not all(p.isdigit() and int(p) <= MAX_REPLICAS for p in parts):
+        return f"replicas: N or MIN..MAX, whole numbers from 0 to {MAX_REPLICAS}, not {text!r}"
+    lo, hi = int(parts[0]), int(parts[-1])
+    if hi < lo:
+        return f"max ({hi}) is below min ({lo})"
+    return lo, hi
 
 
 class ConfirmRemove(ModalScreen[bool]):
@@ -307,9 +327,9 @@ class ModelsScreen(DrawLater, Screen[None]):
             return
         name = view.spec.name
 
-        def scale_to(n: int | None) -> None:
-            if n is not None:
-                self.run_scale(name, n)
+        def scale_to(bounds: tuple[int, int] | None) -> None:
+            if bounds is not None:
+                self.run_scale(name, *bounds)
 
         self.app.push_screen(ScaleDialog(view), scale_to)
 
@@ -393,9 +413,9 @@ class ModelsScreen(DrawLater, Screen[None]):
             self._rereading = False
 
     @work(exclusive=True, exit_on_error=False, group="models-action")
-    async def run_scale(self, name: str, replicas: int) -> None:
+    async def run_scale(self, name: str, low: int, high: int) -> None:
         try:
-            view = await self._client.scale_model(name, replicas)
+            view = await self._client.scale_model(name, low=low, high=high)
         except LlmgwError as e:
             self.post_message(AdminFailed(e))
             return
