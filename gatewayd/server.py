@@ -43,6 +43,7 @@ from gatewayd.gateway.policy.pricing import BudgetTable
 from gatewayd.gateway.policy.spent import spent_so_far
 from gatewayd.gateway.protocol.responses import mount as mount_responses
 from gatewayd.gateway.proxy import FREE, Gateway
+from gatewayd.gateway.routing.demand import Demand
 from gatewayd.gateway.routing.endpoints import Endpoints
 from gatewayd.gateway.routing.router import Router
 from gatewayd.http.app import make_app
@@ -185,6 +186,15 @@ class GatewayServer:
         mount_batches(self)
         # The MCP gateway (/mcp): self.mcp, None where server.yaml turns it off.
         await mount_mcp(self)
+        # Models at min 0: their requests are held while a replica starts.
+        self.gateway.demand = Demand(
+            on_demand=self.endpoints.on_demand,
+            ready=self.endpoints.has_ready,
+            refused=self.endpoints.unplaceable,
+            wake=lambda _model: self.reconciler.kick(),
+            watch=self.registry.watch,
+        )
+        self.reconciler.on_demand_rule.demand = self.gateway.demand
         await mount_shared_limits(self)
         await mount_settings(self)
 

@@ -32,6 +32,7 @@ from gatewayd.agents.revocations import Revocations
 from gatewayd.batches.book import BatchBook
 from gatewayd.catalog.catalog import Catalog
 from gatewayd.controller.reconciler import Reconciler
+from gatewayd.controller.replica import ACTIVE as ACTIVE_REPLICA
 from gatewayd.gateway.metering.metrics import GatewayMetrics
 from gatewayd.gateway.policy.keys import KeyCache
 from gatewayd.mirrors.set import MirrorSet
@@ -152,13 +153,25 @@ class AdminService(
         )
 
     async def list_nodes(self, message: ListNodesRequest) -> ListNodesReply:
-        return ListNodesReply(nodes=[n for n in self._registry.views() if n.state != GONE])
+        return ListNodesReply(
+            nodes=[self._taken(n) for n in self._registry.views() if n.state != GONE]
+        )
+
+    def _taken(self, view: NodeView) -> NodeView:
+        """The view with the card memory its replicas hold (what is free follows)."""
+        taken: dict[int, int] = {}
+        for r in self._reconciler.replicas.values():
+            if r.node_id == view.node_id and r.state in ACTIVE_REPLICA:
+                for index, n in r.per_gpu_bytes.items():
+                    taken[int(index)] = taken.get(int(index), 0) + n
+        view.gpu_bytes_taken = taken
+        return view
 
     def _node(self, node_id: str) -> NodeView:
         view = self._registry.view(node_id)
         if view is None or view.state == GONE:
             raise GRPCError(Status.NOT_FOUND, f"no node named {node_id!r}; see: llmgw ctl nodes")
-        return view
+        return self._taken(view)
 
     async def get_node(self, message: GetNodeRequest) -> NodeView:
         return self._node(message.node_id)
@@ -197,7 +210,7 @@ class AdminService(
         if topic == "nodes":
             view = self._registry.view(key)
             # A removed node is announced as forgotten: every list drops it.
-            event.node = view if view is not None and view.state != GONE else None
+            event.node = self._taken(view) if view is not None and view.state != GONE else None
         elif topic == "models" and self._catalog.get(key) is not None:
             event.model = self._model_view(key)
         elif topic == "replicas" and key in self._reconciler.replicas:

@@ -24,6 +24,7 @@ from gatewayd.controller.candidates import node_candidates
 from gatewayd.controller.commands import spec_hash, start_message
 from gatewayd.controller.drain import Draining
 from gatewayd.controller.lifecycle import Lifecycle
+from gatewayd.controller.ondemand import OnDemand, starts_on_demand
 from gatewayd.controller.replica import Replica, utcnow
 from gatewayd.controller.scaler import Load, Scaler
 from gatewayd.controller.sizing import Sizing
@@ -94,6 +95,8 @@ class Reconciler(Lifecycle, Draining):
         self.scaler = Scaler()
         # Models at min 0: how long an idle one keeps its replica (settings' on_demand).
         self.on_demand = OnDemandConfig()
+        # Starts and stops them by the gateway's requests (its ``demand`` set by server.py).
+        self.on_demand_rule = OnDemand()
         # The load of the ready replicas named (the gateway's figures; server.py sets it).
         # With a model named, its requests queued in the gateway count too.
         self.replica_load: Callable[..., Load | None] = lambda _ids, model="": None
@@ -321,7 +324,8 @@ class Reconciler(Lifecycle, Draining):
         before = self.scaler.target(model.name)
         desired = self._desired(model, counted)
         # A replica the scaler asked for carries its reason in its history.
-        why = self.scaler.reason(model.name) if before is not None and desired > before else ""
+        changed = before is not None or starts_on_demand(model)
+        why = self.scaler.reason(model.name) if changed and desired > (before or 0) else ""
         for _ in range(desired - len(counted)):
             await self._start(model, self._new_replica(model, why=why))
         extra = len(counted) - desired
@@ -337,7 +341,10 @@ class Reconciler(Lifecycle, Draining):
                 rs.READY: 3,
             }
             why = self.scaler.reason(model.name)
-            if not why.startswith(f"scaled down to {desired}:"):
+            ours = why.startswith(f"scaled down to {desired}:") or (
+                desired == 0 and why.startswith("stopped on demand")
+            )
+            if not ours:
                 why = f"scaled to {desired}"
             for r in sorted(counted, key=lambda x: order.get(x.state, 1))[:extra]:
                 await self._stop(r, why)
@@ -345,14 +352,18 @@ class Reconciler(Lifecycle, Draining):
     def _desired(self, model: Model, counted: list[Replica]) -> int:
         """How many replicas ``model`` should run now: its min, or what its load asks for."""
         ready = [r.replica_id for r in counted if r.state == rs.READY]
+        load = self.replica_load(ready, model=model.name) if ready else None
+        low = model.replicas_min
+        if starts_on_demand(model):
+            low = self.on_demand_rule.low(model, counted, load, self.scaler, self.on_demand)
         return self.scaler.decide(
             model.name,
-            low=model.replicas_min,
+            low=low,
             high=model.replicas_max,
             have=len(counted),
             ready=len(ready),
             slots=model.slots,
-            load=self.replica_load(ready, model=model.name) if ready else None,
+            load=load,
         )
 
     def desired(self, model: Model) -> int:

@@ -101,6 +101,20 @@ class Scaler:
         st = self._models.get(model)
         return "" if st is None else st.reason
 
+    def set(self, model: str, n: int, why: str) -> None:
+        """Hold ``n`` for ``model`` from now on (a start or stop on demand), with its reason."""
+        now = self._clock()
+        st = self._models.get(model)
+        if st is None:
+            st = self._models[model] = _ModelState(target=n, since=now)
+            before = 0
+        else:
+            before = st.target
+        if before == n:
+            return
+        st.target = n
+        self._changed(model, st, now, before, why)
+
     def decide(
         self,
         model: str,

@@ -28,6 +28,7 @@ from gatewayd.gateway.protocol import messages, validate
 from gatewayd.gateway.protocol.anthropic_request import AnthropicRequestError
 from gatewayd.gateway.protocol.errors import ApiError
 from gatewayd.gateway.routing import count_tokens
+from gatewayd.gateway.routing.demand import Demand
 from gatewayd.gateway.routing.forward import BrokeOff, Clock, Forwarder, Outcome
 from gatewayd.gateway.routing.router import Router, parse_profile
 from llmgw.config import AdmissionConfig
@@ -141,6 +142,8 @@ class Gateway:
         # Rows written in batches, off the hot path.
         self._usage = usage
         self._clients: dict[str, int] = {}
+        # Models at min 0: requests held while a replica starts (server.py sets it).
+        self.demand: Demand | None = None
         self._routes: list[tuple[str, Callable[[Call], Awaitable[None]]]] = []
         self.add_route(
             count_tokens.PATH, count_tokens.TokenCounter(router, self._forwarder.post, known)
@@ -150,6 +153,8 @@ class Gateway:
         await self._forwarder.start()
 
     async def close(self) -> None:
+        if self.demand is not None:
+            await self.demand.close()
         await self._forwarder.close()
 
     def clients_in_flight(self, model: str) -> int:
@@ -359,6 +364,8 @@ class Gateway:
         if client:
             self._clients[model] = self._clients.get(model, 0) + 1
         try:
+            if self.demand is not None and self.demand.asked(model):
+                await self.demand.hold(model, self.bands.queue_ttl(band))
             async with self.bands.enter(model, band):
                 outcome = req.outcome = await self._forwarder.forward(
                     path,

@@ -42,7 +42,10 @@ def gpu_summary(n: NodeView) -> str:
     names: dict[str, int] = {}
     for g in n.gpus:
         names[g.name] = names.get(g.name, 0) + 1
-    return ", ".join(f"{c}× {name}" for name, c in names.items())
+    cards = ", ".join(f"{c}× {name}" for name, c in names.items())
+    taken = {i for i, b in n.gpu_bytes_taken.items() if b > 0}
+    free = sum(1 for g in n.gpus if g.index not in taken)
+    return f"{cards} ({'all' if free == len(n.gpus) else free} free)"
 
 
 def os_name(n: NodeView) -> str:

@@ -116,6 +116,13 @@ class BandPools:
         admission = pool[1]
         return admission.in_flight_total + sum(admission.depth(b) for b in self.band_names)
 
+    def queue_ttl(self, band: str) -> float:
+        """How long a request of ``band`` may wait (for room, or for a replica to start)."""
+        for b in self._cfg.bands:
+            if b.name == band:
+                return b.queue_ttl
+        return 30.0
+
     def queued(self, model: str) -> int:
         """Requests of ``model`` waiting here for a slot, every band together."""
         pool = self._pools.get(model)

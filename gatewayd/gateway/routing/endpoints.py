@@ -115,6 +115,24 @@ class Endpoints:
             for name in self._catalog.names()
         ]
 
+    def on_demand(self, model: str) -> bool:
+        """Whether ``model`` is started by its first request (min 0, a max above it)."""
+        m = self._catalog.get(model)
+        return m is not None and not m.is_external and m.replicas_min == 0 and m.replicas_max > 0
+
+    def has_ready(self, model: str) -> bool:
+        return any(
+            r.model == model and r.state == "ready" and r.port
+            for r in self._reconciler.replicas.values()
+        )
+
+    def unplaceable(self, model: str) -> str | None:
+        """Why ``model``'s replica could not be placed, once placement was tried and refused."""
+        for r in self._reconciler.replicas.values():
+            if r.model == model and r.state == "pending" and r.retry_at is not None:
+                return r.reason
+        return None
+
     def known(self, model: str) -> bool:
         return self._catalog.record(model) is not None
 

@@ -2024,6 +2024,15 @@ class NodeView(betterproto2.Message):
     The node's labels: agent.yaml's, with the operator's (ctl node label) over them.
     """
 
+    gpu_bytes_taken: "dict[int, int]" = betterproto2.field(
+        19,
+        betterproto2.TYPE_MAP,
+        map_meta=betterproto2.map_meta(betterproto2.TYPE_INT32, betterproto2.TYPE_INT64),
+    )
+    """
+    Card index -> the memory replicas placed there hold (a card not named is free).
+    """
+
 
 default_message_pool.register_message("llmgw.v1", "NodeView", NodeView)
 

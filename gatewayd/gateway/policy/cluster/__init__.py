@@ -37,6 +37,8 @@ async def mount_shared_limits(server) -> None:
     gateway.budgets = budgets
     # The gateway reads its limiter from here on every request; it holds no state yet.
     limits = gateway._limits = SharedLimitTable()
-    sync = server.shared_limits = CounterSync(server.store, writer, budgets, limits)
+    # On-demand models' requests travel the same way: the leader learns of them.
+    demand = getattr(gateway, "demand", None)
+    sync = server.shared_limits = CounterSync(server.store, writer, budgets, limits, demand=demand)
     await sync.start()
     server._tasks.append(asyncio.create_task(sync.run(), name="shared-limits"))

@@ -50,6 +50,7 @@ class CounterSync:
         budgets: SharedBudgetTable,
         limits: SharedLimitTable,
         *,
+        demand=None,
         interval_s: float = SYNC_INTERVAL_S,
         lookback_s: float = LOOKBACK_S,
         timeout_s: float = STORE_TIMEOUT_S,
@@ -59,6 +60,8 @@ class CounterSync:
         self.writer = writer
         self.budgets = budgets
         self.limits = limits
+        # On-demand models' request counts (gatewayd/gateway/routing/demand.py), or None.
+        self.demand = demand
         self.interval_s = interval_s
         self._lookback = timedelta(seconds=lookback_s)
         self._timeout_s = timeout_s
@@ -82,11 +85,14 @@ class CounterSync:
         """One round: write what changed here, count what changed elsewhere. Raises StoreError."""
         budget_rows = self.budgets.pending(self.writer)
         rate_rows = self.limits.pending(self.writer)
+        demand_rows = self.demand.pending(self.writer) if self.demand is not None else []
         try:
-            await self._call(self.store.publish_counters(budget_rows + rate_rows))
+            await self._call(self.store.publish_counters(budget_rows + rate_rows + demand_rows))
         except BaseException:
             self.budgets.unsent(budget_rows)
             self.limits.unsent(rate_rows)
+            if self.demand is not None:
+                self.demand.unsent(demand_rows)
             raise
         await self._read()
         if time.monotonic() >= self._next_prune_at:
@@ -101,6 +107,8 @@ class CounterSync:
         first = not self._baselined
         self.budgets.absorb(reading.rows, count=not first)
         self.limits.absorb(reading.rows, first=first)
+        if self.demand is not None:
+            self.demand.absorb(reading.rows, first=first)
         self._baselined = True
         self._since = reading.now - self._lookback
 
@@ -123,6 +131,8 @@ class CounterSync:
             # A clean stop: the others learn of the last second's charges now,
             # not from usage rows they never read.
             rows = self.budgets.pending(self.writer) + self.limits.pending(self.writer)
+            if self.demand is not None:
+                rows += self.demand.pending(self.writer)
             if rows:
                 try:
                     await self._call(self.store.publish_counters(rows))
