@@ -164,6 +164,7 @@ class GatewayServer:
         self.router = Router(self.endpoints.ready, self.scraper.stats)
         self.reconciler.scaler.reconfigure(self.cfg.scaling)
         self.reconciler.on_demand = self.cfg.on_demand
+        self.reconciler.classes = dict(self.cfg.classes)
         self.gateway = Gateway(
             self.keys,
             self.router,

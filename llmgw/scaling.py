@@ -60,3 +60,20 @@ class OnDemandConfig(_Strict):
     evict_after_idle_s: Annotated[float, Field(gt=0, le=30 * 86_400)] = 120.0
     # A replica started on demand is never stopped for idleness before it is this old.
     min_lifetime_s: Annotated[float, Field(ge=0, le=30 * 86_400)] = 300.0
+
+
+# The priority classes a cluster starts with; a model naming none is "normal".
+DEFAULT_CLASSES = {"high": 200, "normal": 100, "low": 50}
+NORMAL = "normal"
+
+
+def check_classes(classes: dict[str, int]) -> dict[str, int]:
+    """The kept setting ``classes``: names to priorities, "normal" among them."""
+    if NORMAL not in classes:
+        raise ValueError('the classes must keep "normal" (the class of a model that names none)')
+    for name, priority in classes.items():
+        if not name or len(name) > 63 or not name.replace("-", "").replace("_", "").isalnum():
+            raise ValueError(f"class name {name!r}: letters, digits, '-' or '_', at most 63")
+        if not isinstance(priority, int) or not -1_000_000 <= priority <= 1_000_000:
+            raise ValueError(f"class {name}: the priority must be a whole number")
+    return classes

@@ -81,6 +81,15 @@ class ModelAdmin:
     async def put_model(self, message: PutModelRequest) -> ModelView:
         if message.spec is None:
             raise GRPCError(Status.INVALID_ARGUMENT, "a model spec is needed")
+        classes = self._reconciler.classes
+        wanted = message.spec.priority_class
+        if wanted and wanted not in classes:
+            known = ", ".join(f"{n} ({p})" for n, p in sorted(classes.items(), key=lambda c: -c[1]))
+            raise GRPCError(
+                Status.INVALID_ARGUMENT,
+                f"priority_class {wanted!r} is not one of the cluster's classes: {known}; "
+                f"add it with: llmgw ctl config set classes.{wanted} PRIORITY",
+            )
         try:
             model = await self._catalog.put(
                 spec_from_wire(to_plain(message.spec)), create_only=message.create_only

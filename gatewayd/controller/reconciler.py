@@ -25,6 +25,7 @@ from gatewayd.controller.commands import spec_hash, start_message
 from gatewayd.controller.drain import Draining
 from gatewayd.controller.lifecycle import Lifecycle
 from gatewayd.controller.ondemand import OnDemand, starts_on_demand
+from gatewayd.controller.priorities import Priorities
 from gatewayd.controller.replica import Replica, utcnow
 from gatewayd.controller.scaler import Load, Scaler
 from gatewayd.controller.sizing import Sizing
@@ -45,7 +46,7 @@ from llmgw.engines.recipes import (
 from llmgw.errors import StoreError
 from llmgw.inventory import Inventory
 from llmgw.placement import Decision, NodeIndex, PlacementRequest, place
-from llmgw.scaling import OnDemandConfig
+from llmgw.scaling import DEFAULT_CLASSES, OnDemandConfig
 from proto.llmgw.v1 import ControlMessage, InstallEngine, ShardStatus
 
 log = logging.getLogger(__name__)
@@ -60,7 +61,7 @@ TICK_S = 2.0
 PENDING_RETRY_S = 15.0
 
 
-class Reconciler(Lifecycle, Draining):
+class Reconciler(Lifecycle, Draining, Priorities):
     def __init__(
         self,
         store: Store,
@@ -93,6 +94,8 @@ class Reconciler(Lifecycle, Draining):
         self.replicas: dict[str, Replica] = {}
         # Between a model's min and max: how many replicas its load asks for.
         self.scaler = Scaler()
+        # Priority classes, name to priority (settings' classes).
+        self.classes: dict[str, int] = dict(DEFAULT_CLASSES)
         # Models at min 0: how long an idle one keeps its replica (settings' on_demand).
         self.on_demand = OnDemandConfig()
         # Starts and stops them by the gateway's requests (its ``demand`` set by server.py).
@@ -279,7 +282,8 @@ class Reconciler(Lifecycle, Draining):
                     if r.model in external
                     else "the model was removed",
                 )
-        for model in models.values():
+        # The highest class first: cards freed go to the highest that waits for them.
+        for model in sorted(models.values(), key=lambda m: -self.priority(m)):
             await self._reconcile_model(model)
         self.scaler.forget(models)
         await self._forget_stopped()
@@ -385,6 +389,8 @@ class Reconciler(Lifecycle, Draining):
                 return
             if replacement.state == rs.READY:
                 await self._stop(r, f"replaced by {replacement.replica_id} (the model changed)")
+            elif await self._replace_in_place(model, r, replacement):
+                return
 
     def _new_replica(self, model: Model, *, replaces: str = "", why: str = "") -> Replica:
         rid = f"{model.name}-{secrets.token_hex(3)}"
@@ -447,6 +453,9 @@ class Reconciler(Lifecycle, Draining):
     async def _start(self, model: Model, r: Replica, *, restart: bool = False) -> None:
         profile = model.profiles[0]
         decision = self.decide(model, nodes=self._pass_candidates(), explain=False)
+        if decision.placement is None and await self._make_room(model, r):
+            await self._save(r)
+            return
         if decision.placement is None:
             r.retry_at = utcnow() + timedelta(seconds=PENDING_RETRY_S)
             if r.state != rs.FAILED:

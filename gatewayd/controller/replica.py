@@ -68,6 +68,8 @@ class Replica(BaseModel):
     spec_hash: str = ""
     # Draining, its StopShard not sent yet: it waits for its requests to finish.
     drain_pending: bool = False
+    # Drained to give its cards over to this replica (of a higher class, or its replacement).
+    given_to: str = ""
     history: list[ReplicaEvent] = Field(default_factory=list)
 
     @property

@@ -300,6 +300,11 @@ class Gateway:
                 path, body = "/v1/chat/completions", json.dumps(chat).encode()
             request = validate.parse(body)
             validate.check(path, request)
+            if path == "/v1/embeddings" and None in request.values():
+                # OpenAI's description lets optional fields be null ("encoding_format":
+                # null is the default float); llama.cpp's server refuses a null with a 500.
+                request = {k: v for k, v in request.items() if v is not None}
+                body = json.dumps(request).encode()
             await self.complete(call, path, body, request, anthropic_request=anthropic_request)
         except ApiError as e:
             if call.started:

@@ -14,6 +14,7 @@ and the others still take their new values.
     agents   sent to every connected agent (gatewayd/settings/agents.py)
     scaling  the scaler's thresholds and windows, from its next pass
     on_demand  the idle eviction's timings, from the reconciler's next pass
+    classes  the priority classes, from the reconciler's next pass
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ class ServerApply:
             ("nodes", new.nodes != old.nodes, self._nodes),
             ("scaling", new.scaling != old.scaling, self._scaling),
             ("on_demand", new.on_demand != old.on_demand, self._on_demand),
+            ("classes", new.classes != old.classes, self._classes),
         ]
         for name, changed, apply in parts:
             if not changed:
@@ -101,6 +103,11 @@ class ServerApply:
     def _on_demand(self, new: ClusterSettings) -> None:
         self._server.cfg.on_demand = new.on_demand.model_copy(deep=True)
         self._server.reconciler.on_demand = self._server.cfg.on_demand
+
+    def _classes(self, new: ClusterSettings) -> None:
+        self._server.cfg.classes = dict(new.classes)
+        self._server.reconciler.classes = dict(new.classes)
+        self._server.reconciler.kick()
 
     def _background(self, coro) -> None:
         task = asyncio.get_running_loop().create_task(coro)

@@ -215,6 +215,13 @@ class Model(_Strict):
     # hf: sources: the commit the source's revision was pinned to when the
     # model was added; a branch moving upstream later changes nothing here.
     commit: str = ""
+    # One of the cluster's priority classes (kept setting ``classes``; "" is
+    # "normal"): a model that cannot be placed takes the cards of replicas of
+    # a lower class, drained first.
+    priority_class: str = ""
+    # Models that answer in its place, in order, when it has no room or the
+    # key's budget cannot pay for it.
+    fallbacks: list[str] = Field(default_factory=list)
 
     @model_validator(mode="before")
     @classmethod
@@ -255,6 +262,23 @@ class Model(_Strict):
             raise ValueError(
                 f"external is only for source: external (this model's source is {self.source!r})"
             )
+        return self
+
+    @field_validator("priority_class")
+    @classmethod
+    def _class(cls, v: str) -> str:
+        if v and not _NAME.fullmatch(v):
+            raise ValueError(f"priority_class {v!r} must be a class name (letters, digits, . _ -)")
+        return v
+
+    @model_validator(mode="after")
+    def _fallbacks(self) -> Model:
+        for name in self.fallbacks:
+            check_model_name(name)
+        if self.name in self.fallbacks:
+            raise ValueError(f"{self.name} cannot be its own fallback")
+        if len(set(self.fallbacks)) != len(self.fallbacks):
+            raise ValueError("a fallback is named twice")
         return self
 
     @field_validator("commit")

@@ -13,6 +13,7 @@ server.yaml's own schemas, so a value means the same in both places:
     agents:   default, and nodes.<node id> over it: what each node's agent runs on
     scaling:  when a model between its min and max gets a replica more or fewer
     on_demand: how long a min-0 model keeps its replica when nobody asks for it
+    classes:  priority classes, name to priority (a model's priority_class)
 
 Pure: no I/O.
 """
@@ -32,7 +33,7 @@ from llmgw.config import (
     check_name,
 )
 from llmgw.mirror.config import check_mirror_url
-from llmgw.scaling import OnDemandConfig, ScalingConfig
+from llmgw.scaling import DEFAULT_CLASSES, OnDemandConfig, ScalingConfig, check_classes
 
 LogLevel = Literal["debug", "info", "warning", "error"]
 
@@ -135,6 +136,12 @@ class ClusterSettings(_Strict):
     agents: AgentsSettings = AgentsSettings()
     scaling: ScalingConfig = ScalingConfig()
     on_demand: OnDemandConfig = OnDemandConfig()
+    classes: dict[str, int] = Field(default_factory=lambda: dict(DEFAULT_CLASSES))
+
+    @field_validator("classes")
+    @classmethod
+    def _classes(cls, v: dict[str, int]) -> dict[str, int]:
+        return check_classes(v)
 
     @classmethod
     def from_server_config(cls, cfg: ServerConfig) -> ClusterSettings:
@@ -148,6 +155,7 @@ class ClusterSettings(_Strict):
             nodes=cfg.nodes.model_copy(deep=True),
             scaling=cfg.scaling.model_copy(deep=True),
             on_demand=cfg.on_demand.model_copy(deep=True),
+            classes=dict(cfg.classes),
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -165,6 +173,7 @@ SECTIONS: dict[str, str | None] = {
     "agents": None,
     "scaling": "scaling",
     "on_demand": "on_demand",
+    "classes": "classes",
 }
 
 # server.yaml's keys that are no setting kept here: read once, at start.

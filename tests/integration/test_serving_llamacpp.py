@@ -77,3 +77,37 @@ async def test_a_context_past_the_trained_one_is_refused(cluster, gemma3_270m_gg
         with pytest.raises(UsageError, match="past the model's trained 32768"):
             await admin.set_model_context(model.name, 65536)
         assert (await admin.get_model(model.name)).spec.context_length == starter.CONTEXT
+
+
+async def test_an_embeddings_request_with_nulls_the_description_allows_is_answered(
+    cluster, gemma3_270m_gguf
+):
+    # OpenAI's description lets encoding_format and user be null; llama-server took a
+    # null encoding_format for a 500. Through the gateway, it is answered.
+    await cluster.start_agent("cpu-node")
+    model = starter.model(gemma3_270m_gguf)
+    async with cluster.admin() as admin:
+        await admin.put_model(model_spec(model), create_only=True)
+        await admin.create_tenant("project", "acme/ml/embed", parents=True)
+        key = await admin.create_key("acme/ml/embed")
+
+        async def ready():
+            rs = (await admin.list_replicas(model.name)).replicas
+            return rs and rs[0].state == "ready"
+
+        await wait_for(ready, attempts=1200, interval_s=0.1)
+    base = f"http://127.0.0.1:{cluster.server.ports['http']}/v1"
+    async with httpx.AsyncClient(base_url=base, timeout=60) as http:
+        r = await http.post(
+            "/embeddings",
+            headers={"authorization": f"Bearer {key.secret}"},
+            json={
+                "model": model.name,
+                "input": "the quick brown fox",
+                "encoding_format": None,
+                "user": None,
+            },
+        )
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["object"] == "list" and body["data"][0]["embedding"]

@@ -81,7 +81,7 @@ async def test_the_nodes_screen_shows_the_nodes_the_server_has(server):
                 "x86_64",
                 "16",
                 "64 GiB",
-                "2× NVIDIA H100 80GB HBM3",
+                "2× NVIDIA H100 80GB HBM3 (all free)",
                 "-",
             ]
             assert got["cpu-1"][1:3] == ["not_ready", "no heartbeat for 30 s"]

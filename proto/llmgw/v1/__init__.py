@@ -1932,6 +1932,16 @@ class ModelSpec(betterproto2.Message):
     With mirrors configured: may reach the internet's hub when no mirror holds it.
     """
 
+    priority_class: "str" = betterproto2.field(15, betterproto2.TYPE_STRING)
+    """
+    One of the cluster's priority classes ("" is "normal").
+    """
+
+    fallbacks: "list[str]" = betterproto2.field(16, betterproto2.TYPE_STRING, repeated=True)
+    """
+    Models that answer in its place, in order, when it has no room or the budget is spent.
+    """
+
 
 default_message_pool.register_message("llmgw.v1", "ModelSpec", ModelSpec)
 

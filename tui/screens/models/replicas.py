@@ -226,6 +226,11 @@ class ReplicaDetails(ModalScreen[None]):
 
     def show(self, view: ReplicaView | None) -> None:
         """Draw ``view``; None: gatewayd forgot the replica (its last state stays shown)."""
+        if not self.query("#replica-facts"):
+            # A watch event between the push of this screen and its compose: on_mount draws it.
+            if view is not None:
+                self._view = view
+            return
         if view is None:
             status = self.query_one(".dialog-status", Static)
             status.update(f"{self.replica_id} is gone: gatewayd no longer knows it · Esc closes")

@@ -116,7 +116,10 @@ class NodeDetails(ModalScreen[None]):
     def show(self, view: NodeView) -> None:
         """Draw ``view``; the Nodes screen calls this too as watch events arrive."""
         self._view = view
-        self.query_one("#details-body", Static).update(node_details(view))
+        # A watch event can come between the push of this screen and its compose:
+        # the view is kept, and on_mount draws it.
+        for body in self.query("#details-body").results(Static):
+            body.update(node_details(view))
 
     def reload(self) -> None:
         self.fetch_node()
