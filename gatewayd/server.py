@@ -196,6 +196,7 @@ class GatewayServer:
             watch=self.registry.watch,
         )
         self.reconciler.on_demand_rule.demand = self.gateway.demand
+        self.gateway.fallbacks = self._fallbacks
         await mount_shared_limits(self)
         await mount_settings(self)
 
@@ -377,6 +378,11 @@ class GatewayServer:
     def _price(self, model: str) -> Price:
         m = self.catalog.get(model)
         return m.price if m is not None else FREE
+
+    def _fallbacks(self, model: str) -> list[str]:
+        """The models that answer in ``model``'s place, in order (its catalog entry's)."""
+        m = self.catalog.get(model)
+        return list(m.fallbacks) if m is not None else []
 
     def _capacity(self, model: str) -> int:
         """A model's parallel slots: its ready replicas times its slots (0: not held back)."""

@@ -27,6 +27,11 @@ from gatewayd.gateway.policy.pricing import BudgetTable, Price, cost_micros
 from gatewayd.gateway.protocol import messages, validate
 from gatewayd.gateway.protocol.anthropic_request import AnthropicRequestError
 from gatewayd.gateway.protocol.errors import ApiError
+from gatewayd.gateway.protocol.replies import MAX_BODY_BYTES
+from gatewayd.gateway.protocol.replies import error_event as _error_event
+from gatewayd.gateway.protocol.replies import read_body as _read_body
+from gatewayd.gateway.protocol.replies import send_error as _send_error
+from gatewayd.gateway.protocol.replies import send_json as _send_json
 from gatewayd.gateway.routing import count_tokens
 from gatewayd.gateway.routing.demand import Demand
 from gatewayd.gateway.routing.forward import BrokeOff, Clock, Forwarder, Outcome
@@ -36,7 +41,6 @@ from llmgw.config import AdmissionConfig
 log = logging.getLogger(__name__)
 
 # Bodies larger than this are refused before they are read whole (413).
-MAX_BODY_BYTES = 32 * 2**20
 FREE = Price()
 # No answer is estimated past this (a client's max_tokens may be any integer).
 MAX_ESTIMATE_TOKENS = 10_000_000
@@ -48,11 +52,13 @@ FORWARDED = {"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/m
 class _Request:
     """What one request came to, for metrics and the usage row."""
 
-    __slots__ = ("batch_id", "cost", "key", "model", "outcome", "profile", "status")
+    __slots__ = ("batch_id", "cost", "key", "model", "outcome", "profile", "served", "status")
 
     def __init__(self) -> None:
         self.status = 0
         self.model = ""
+        # The fallback that answered in the asked model's place ("": the model itself).
+        self.served = ""
         self.key: KeyInfo | None = None
         self.outcome: Outcome | None = None
         self.profile = ""
@@ -144,6 +150,8 @@ class Gateway:
         self._clients: dict[str, int] = {}
         # Models at min 0: requests held while a replica starts (server.py sets it).
         self.demand: Demand | None = None
+        # A model's fallbacks, in order (server.py reads them from the catalog).
+        self.fallbacks: Callable[[str], list[str]] = lambda _model: []
         self._routes: list[tuple[str, Callable[[Call], Awaitable[None]]]] = []
         self.add_route(
             count_tokens.PATH, count_tokens.TokenCounter(router, self._forwarder.post, known)
@@ -337,7 +345,7 @@ class Gateway:
         answer forwarded to ``send`` (the call's own by default; a protocol adapter passes
         one that converts). ``body`` is ``request`` as JSON. Raises ApiError before any
         byte was sent."""
-        key, req, clock = call.key, call.req, call.clock
+        key, req = call.key, call.req
         model = req.model = request["model"]
         if not self._known(model):
             raise ApiError(
@@ -354,16 +362,65 @@ class Gateway:
                 param="model",
             )
         profile = req.profile = parse_profile(_header(call.scope, b"x-llmgw-profile"))
-        price = self._prices(model)
-        spent = self.budgets.check(key.scopes, price=price)
-        if spent is not None:
-            raise ApiError(
-                429, spent.message, code="budget_exceeded", retry_after_s=spent.retry_after_s
-            )
-        ticket = self._admit(key, request, len(body))
-        session = _session(call.scope, request)
-        outcome = None
-        band = call.band or self.bands.band_of(key.band)
+        # The model, then its fallbacks in order: the next is tried when one has no room
+        # (503) or the key's budget cannot pay for it.
+        chain = [model, *self.fallbacks(model)]
+        refusal: ApiError | None = None
+        ticket = outcome = None
+        try:
+            for i, served in enumerate(chain):
+                last = i == len(chain) - 1
+                if served != model and not (self._known(served) and key.allows(served)):
+                    continue  # a fallback this key may not use is passed over
+                price = self._prices(served)
+                spent = self.budgets.check(key.scopes, price=price)
+                if spent is not None:
+                    refusal = ApiError(
+                        429,
+                        spent.message,
+                        code="budget_exceeded",
+                        retry_after_s=spent.retry_after_s,
+                    )
+                    continue
+                if ticket is None:
+                    ticket = self._admit(key, request, len(body))
+                try:
+                    outcome = await self._forward(
+                        call, path, body, request, served, anthropic_request, send, profile
+                    )
+                except ApiError as e:
+                    if last or e.status != 503:
+                        raise
+                    refusal = e
+                    continue
+                if served != model:
+                    req.served = served
+                    log.info("%s answered in the place of %s (%s)", served, model, refusal.code)
+                break
+        finally:
+            # A request that failed before an answer gives its estimate back.
+            if ticket is not None:
+                ticket.settle(outcome.total_tokens if outcome else 0)
+        if outcome is None:
+            raise refusal or ApiError(503, f"no replica of {model!r} is ready yet")
+        cost = cost_micros(
+            price, outcome.prompt_tokens, outcome.completion_tokens, outcome.cached_tokens
+        )
+        req.cost += cost
+        self.budgets.record(key.scopes, cost)
+        return outcome
+
+    async def _forward(
+        self, call: Call, path, body, request, model, anthropic_request, send, profile
+    ) -> Outcome:
+        """One model's turn: its on-demand start, its admission band, then the forward."""
+        req = call.req
+        if model != request["model"]:
+            request = {**request, "model": model}
+            body = json.dumps(request).encode()
+            if anthropic_request is not None:
+                anthropic_request = {**anthropic_request, "model": model}
+        band = call.band or self.bands.band_of(call.key.band)
         # Clients' requests in flight per model, apart from batches': what a batch leaves room for.
         client = not req.batch_id
         if client:
@@ -376,9 +433,9 @@ class Gateway:
                     path,
                     body,
                     model,
-                    session,
+                    _session(call.scope, request),
                     send or call.send,
-                    clock,
+                    call.clock,
                     anthropic_request,
                     profile=profile,
                     request=request,
@@ -393,13 +450,6 @@ class Gateway:
         finally:
             if client:
                 self._clients[model] -= 1
-            # A request that failed before an answer gives its estimate back.
-            ticket.settle(outcome.total_tokens if outcome else 0)
-        cost = cost_micros(
-            price, outcome.prompt_tokens, outcome.completion_tokens, outcome.cached_tokens
-        )
-        req.cost += cost
-        self.budgets.record(key.scopes, cost)
         return outcome
 
     def _authenticate(self, scope) -> KeyInfo:
@@ -479,7 +529,9 @@ def _usage_row(req: _Request, status: int, total_s: float) -> UsageRow:
         key_id=req.key.key_id,
         project=req.key.project,
         model=req.model,
-        served_model=(target.upstream_model or req.model) if target is not None else "",
+        served_model=(target.upstream_model or req.served or req.model)
+        if target is not None
+        else "",
         replica=target.replica_id if target is not None else "",
         prompt_tokens=out.prompt_tokens if out is not None else 0,
         cached_tokens=out.cached_tokens if out is not None else 0,
@@ -491,69 +543,3 @@ def _usage_row(req: _Request, status: int, total_s: float) -> UsageRow:
         profile=req.profile,
         batch_id=req.batch_id,
     )
-
-
-def _too_large(limit: int) -> ApiError:
-    size = f"{limit // 2**20} MiB" if limit % 2**20 == 0 else f"{limit} bytes"
-    return ApiError(413, f"the body is over {size}", code="body_too_large")
-
-
-async def _read_body(receive, scope, limit: int = MAX_BODY_BYTES) -> bytes:
-    for name, value in scope["headers"]:
-        if name == b"content-length" and value.isdigit() and int(value) > limit:
-            raise _too_large(limit)
-    chunks, size = [], 0
-    while True:
-        msg = await receive()
-        if msg["type"] == "http.disconnect":
-            raise ApiError(400, "the client went away before its body was whole", code="bad_body")
-        chunk = msg.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            raise _too_large(limit)
-        chunks.append(chunk)
-        if not msg.get("more_body"):
-            return b"".join(chunks)
-
-
-async def _send_json(send, status: int, payload: dict, clock: Clock, headers=()) -> None:
-    data = json.dumps(payload).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(data)).encode()),
-                clock.header(),
-                *headers,
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": data})
-
-
-def _error_event(e: BrokeOff, *, anthropic: bool) -> bytes:
-    """The last event of a stream the engine broke off, in the shape its API's clients read."""
-    message = f"{e}; try again"
-    if anthropic:
-        return b"event: error\ndata: " + messages.error_bytes(502, message) + b"\n\n"
-    return b"data: " + ApiError(502, message, code="upstream_error").body() + b"\n\n"
-
-
-async def _send_error(send, e: ApiError, clock: Clock, *, anthropic: bool = False) -> None:
-    # Each API answers errors in its own shape: the SDKs read them.
-    data = messages.error_bytes(e.status, e.message) if anthropic else e.body()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": e.status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(data)).encode()),
-                clock.header(),
-                *e.headers(),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": data})

@@ -80,6 +80,23 @@ def model_cells(m: ModelView) -> tuple[str | Text, ...]:
     )
 
 
+def model_facts(m: ModelView) -> str:
+    """What ``ctl model show`` says below the row: bounds, class, fallbacks."""
+    spec = m.spec
+    if spec is None:
+        return ""
+    lines = []
+    if spec.replicas_min != spec.replicas_max:
+        how = "started on demand; " if spec.replicas_min == 0 else ""
+        lines.append(
+            f"replicas: {spec.replicas_min} to {spec.replicas_max} ({how}the load decides)"
+        )
+    lines.append(f"class: {spec.priority_class or 'normal'}")
+    if spec.fallbacks:
+        lines.append(f"fallbacks: {', '.join(spec.fallbacks)} (in order)")
+    return "\n".join(lines)
+
+
 def replicas_cell(m: ModelView) -> str:
     """Ready of desired, and the bounds where the load decides between them: ``1/2 (1..4)``."""
     cell = f"{m.replicas_ready}/{m.replicas_desired}"
@@ -235,6 +252,8 @@ def serve_spec(
     gpus: int = 0,
     cpu: bool = False,
     sha256: str = "",
+    priority_class: str = "",
+    fallbacks: tuple[str, ...] | list[str] = (),
 ) -> ModelSpec:
     """The spec ``llmgw ctl model serve`` sends: one profile, ``replicas`` replicas.
 
@@ -250,6 +269,8 @@ def serve_spec(
             replicas_min=replicas,
             replicas_max=replicas,
             context_length=context,
+            priority_class=priority_class,
+            fallbacks=list(fallbacks),
         )
     except (ValidationError, ValueError) as e:
         raise UsageError(validation_text(e)) from e

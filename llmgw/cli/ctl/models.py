@@ -89,6 +89,16 @@ def model_serve(
         " llmgw.role=judge for nodes kept for that role.",
         show_default=False,
     ),
+    priority_class: str = typer.Option(
+        "", "--class", help="Its priority class (high, normal, low, or the cluster's own)."
+    ),
+    fallback: list[str] = typer.Option(
+        [],
+        "--fallback",
+        help="A model that answers in its place when it has no room or the budget is spent"
+        " (repeatable, tried in order).",
+        show_default=False,
+    ),
     json: bool = JsonOpt,
 ) -> None:
     """Add a model and serve it now (refused if a model of that name exists)."""
@@ -103,6 +113,8 @@ def model_serve(
             gpus=gpus,
             cpu=cpu,
             sha256=sha256,
+            priority_class=priority_class,
+            fallbacks=fallback,
         )
         spec.labels = labels
     except UsageError as e:

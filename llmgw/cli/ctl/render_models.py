@@ -15,6 +15,7 @@ from llmgw.present.modelfmt import (
     REPLICA_COLUMNS,
     layout_cells,
     model_cells,
+    model_facts,
     placement_summary,
     plan_head,
     removed_text,
@@ -48,7 +49,9 @@ def _models(reply: ListModelsReply):
 
 @renders(ModelView)
 def _model(m: ModelView):
-    return _models(ListModelsReply(models=[m]))
+    table = _models(ListModelsReply(models=[m]))
+    facts = model_facts(m)
+    return Group(table, Text(facts)) if facts else table
 
 
 @renders(RemoveModelReply)
