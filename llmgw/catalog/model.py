@@ -229,6 +229,19 @@ class Model(_Strict):
         # The admin API sends an unset price as null: it means free.
         if isinstance(data, dict) and data.get("price") is None and "price" in data:
             data = {k: v for k, v in data.items() if k != "price"}
+        # ``scale: {min, max}`` is how a model's YAML may say its replica bounds.
+        if isinstance(data, dict) and "scale" in data:
+            data = dict(data)
+            scale = data.pop("scale")
+            if not isinstance(scale, dict) or not scale or set(scale) - {"min", "max"}:
+                raise ValueError("scale: expected {min: N, max: M}")
+            for bound, field in (("min", "replicas_min"), ("max", "replicas_max")):
+                if bound in scale:
+                    if field in data and data[field] != scale[bound]:
+                        raise ValueError(f"scale.{bound} and {field} disagree; give one of them")
+                    data[field] = scale[bound]
+            if "max" not in scale and "replicas_max" not in data:
+                data["replicas_max"] = max(scale["min"], 1)
         # An outside provider runs no engine here: no profiles unless given.
         if isinstance(data, dict) and data.get("source") == EXTERNAL_SOURCE:
             data = {"profiles": [], **data}

@@ -152,3 +152,14 @@ def test_slots_count_as_capacity():
 def test_thresholds_that_would_undo_each_other_are_refused():
     with pytest.raises(ValueError, match="must be under high_per_slot"):
         ScalingConfig(high_per_slot=0.5, low_per_slot=0.6)
+
+
+def test_a_models_yaml_may_say_its_bounds_as_scale():
+    from llmgw.catalog import Model
+
+    m = Model.model_validate({"name": "m", "source": "/m.gguf", "scale": {"min": 0, "max": 3}})
+    assert (m.replicas_min, m.replicas_max) == (0, 3)
+    with pytest.raises(ValueError, match="expected"):
+        Model.model_validate({"name": "m", "source": "/m.gguf", "scale": {"lo": 1}})
+    with pytest.raises(ValueError, match="replicas_max is below replicas_min"):
+        Model.model_validate({"name": "m", "source": "/m.gguf", "scale": {"min": 3, "max": 1}})
