@@ -373,7 +373,10 @@ class Reconciler(Lifecycle, Draining, Priorities):
     def desired(self, model: Model) -> int:
         """The replicas ``model`` is meant to run now (what ``ctl models`` shows)."""
         held = self.scaler.target(model.name)
-        return model.replicas_min if held is None else held
+        if held is None:
+            return model.replicas_min
+        # Bounds changed since the last pass hold at once (the pass follows them).
+        return min(max(held, model.replicas_min), model.replicas_max)
 
     async def _roll(self, model: Model, mine: list[Replica], serving: list[Replica]) -> None:
         """Replace replicas started with an older spec, one at a time, new before old."""
