@@ -24,7 +24,7 @@ from llmgw.errors import ConfigError
 from llmgw.mcp.config import McpConfig
 from llmgw.mirror.config import MirrorsConfig
 from llmgw.paths import Paths
-from llmgw.scaling import DEFAULT_CLASSES, OnDemandConfig, ScalingConfig, check_classes
+from llmgw.scaling import Classes, OnDemandConfig, ScalingConfig, default_classes
 
 DEFAULT_AGENT_PORT = 7070
 DEFAULT_ADMIN_PORT = 9090
@@ -381,12 +381,7 @@ class ServerConfig(_Strict):
     # Models at min 0: started by a request, stopped when idle.
     on_demand: OnDemandConfig = OnDemandConfig()
     # Priority classes: a model of a higher one takes a lower one's cards.
-    classes: dict[str, int] = Field(default_factory=lambda: dict(DEFAULT_CLASSES))
-
-    @field_validator("classes")
-    @classmethod
-    def _classes(cls, v: dict[str, int]) -> dict[str, int]:
-        return check_classes(v)
+    classes: Classes = Field(default_factory=default_classes)
 
     # The Hugging Face hub (or a mirror laid out like it) hf: sources are
     # pinned and planned from: config.json and safetensors headers, never weights.

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 
 class _Strict(BaseModel):
@@ -77,3 +77,11 @@ def check_classes(classes: dict[str, int]) -> dict[str, int]:
         if not isinstance(priority, int) or not -1_000_000 <= priority <= 1_000_000:
             raise ValueError(f"class {name}: the priority must be a whole number")
     return classes
+
+
+# The ``classes`` setting as server.yaml and the kept settings both hold it.
+Classes = Annotated[dict[str, int], AfterValidator(check_classes)]
+
+
+def default_classes() -> dict[str, int]:
+    return dict(DEFAULT_CLASSES)

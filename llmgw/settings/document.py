@@ -33,7 +33,7 @@ from llmgw.config import (
     check_name,
 )
 from llmgw.mirror.config import check_mirror_url
-from llmgw.scaling import DEFAULT_CLASSES, OnDemandConfig, ScalingConfig, check_classes
+from llmgw.scaling import Classes, OnDemandConfig, ScalingConfig, default_classes
 
 LogLevel = Literal["debug", "info", "warning", "error"]
 
@@ -136,12 +136,7 @@ class ClusterSettings(_Strict):
     agents: AgentsSettings = AgentsSettings()
     scaling: ScalingConfig = ScalingConfig()
     on_demand: OnDemandConfig = OnDemandConfig()
-    classes: dict[str, int] = Field(default_factory=lambda: dict(DEFAULT_CLASSES))
-
-    @field_validator("classes")
-    @classmethod
-    def _classes(cls, v: dict[str, int]) -> dict[str, int]:
-        return check_classes(v)
+    classes: Classes = Field(default_factory=default_classes)
 
     @classmethod
     def from_server_config(cls, cfg: ServerConfig) -> ClusterSettings:

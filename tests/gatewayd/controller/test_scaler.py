@@ -163,3 +163,12 @@ def test_a_models_yaml_may_say_its_bounds_as_scale():
         Model.model_validate({"name": "m", "source": "/m.gguf", "scale": {"lo": 1}})
     with pytest.raises(ValueError, match="replicas_max is below replicas_min"):
         Model.model_validate({"name": "m", "source": "/m.gguf", "scale": {"min": 3, "max": 1}})
+
+
+def test_the_classes_must_keep_normal_and_be_whole_numbers():
+    from llmgw.settings import ClusterSettings
+
+    assert ClusterSettings().classes == {"high": 200, "normal": 100, "low": 50}
+    with pytest.raises(ValueError, match='must keep "normal"'):
+        ClusterSettings(classes={"gold": 1})
+    assert ClusterSettings(classes={"normal": 1, "gold": 9}).classes["gold"] == 9
