@@ -5,6 +5,11 @@
    with the replica placed, fetched and started for it, against the same
    request to the replica once warm (several, the median). Repeated after
    each eviction (``--cold N`` times).
+3. **Churn.** 50 on-demand sim models (one 70 GiB card each) on a fake node
+   of 8 H100s, asked for in random order (a few often, most rarely) by 16
+   clients: requests answered and failed, how long a request waited for its
+   model to start (held) against one whose model was running, and how often
+   a card was given over from an idle model to an asked one.
 2. **The scaler.** Sim replicas (``min 1``, ``max 3``, 2 slots each) under a
    step of load (12 clients, streamed), then one client: the time from the
    step to each scale-up and from its end to each scale-down, the changes
@@ -12,7 +17,7 @@
 
 Through a real gatewayd and agent (``tests/cluster_fixture.py``), the openai
 SDK as client. Printed, never judged. Run:
-``python benchmarks/elastic.py [--cold 3] [--up-after 5] [--down-after 10]``.
+``python benchmarks/elastic.py [--cold 3] [--up-after 5] [--down-after 10] [--churn 300]``.
 """
 
 from __future__ import annotations
@@ -181,10 +186,95 @@ async def _at(count, n: int):
     return await count() == n or None
 
 
-async def main(cold: int, up_after: float, down_after: float) -> None:
+async def churn(work: Path, models: int, requests: int) -> None:
+    import random
+
+    from proto.llmgw.v1 import GpuNeed
+
+    def configure(cfg) -> None:
+        cfg.on_demand = OnDemandConfig(evict_after_idle_s=600, min_lifetime_s=0)
+
+    rng = random.Random(7)
+    names = [f"m{i:02d}" for i in range(models)]
+    # A few often, most rarely (Zipf's 1/rank).
+    weights = [1 / (i + 1) for i in range(models)]
+    async with running_cluster(work / "churn", configure=configure) as cluster:
+        await cluster.start_agent("h100-box", fixture="h100_80g_x8")
+        await cluster.wait_nodes_ready("h100-box")
+        async with cluster.admin() as admin:
+            for name in names:
+                await admin.put_model(
+                    ModelSpec(
+                        name=name,
+                        source="/models/none.gguf",
+                        replicas_min=0,
+                        replicas_max=1,
+                        slots=4,
+                        profiles=[
+                            ModelProfile(
+                                name="default",
+                                engine="sim",
+                                startup_timeout_s=60,
+                                gpu=GpuNeed(count=1, min_memory_bytes=70 * 2**30),
+                                args=["--ttft-ms", "20", "--itl-ms", "5", "--tokens", "20"],
+                            )
+                        ],
+                    )
+                )
+            await admin.create_tenant("project", PROJECT, parents=True)
+            key = await admin.create_key(PROJECT)
+        gpt = openai.AsyncOpenAI(
+            base_url=f"http://127.0.0.1:{cluster.server.ports['http']}/v1",
+            api_key=key.secret,
+            max_retries=0,
+            timeout=120,
+        )
+        cold, warm, failed = [], [], []
+        todo = rng.choices(names, weights, k=requests)
+
+        async def client() -> None:
+            while todo:
+                name = todo.pop()
+                running = any(
+                    r.model == name and r.state == "ready"
+                    for r in cluster.server.reconciler.replicas.values()
+                )
+                try:
+                    s = await _first_token_s(gpt, name)
+                    (warm if running else cold).append(s)
+                except openai.APIStatusError as e:
+                    failed.append(f"{e.status_code} {(e.body or {}).get('code', '')}")
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(client() for _ in range(16)))
+        took = time.perf_counter() - t0
+        given = sum(
+            1
+            for r in cluster.server.reconciler.replicas.values()
+            if any("asked for now: this on-demand model is idle" in e.reason for e in r.history)
+        )
+        await gpt.close()
+    q = statistics.quantiles
+    print(f"churn: {models} on-demand models on 8 fake H100s, {requests} requests by 16 clients"
+          f" in {took:.1f} s")  # fmt: skip
+    print(f"  answered {len(cold) + len(warm)}, failed {len(failed)} {sorted(set(failed))}")
+    if cold:
+        print(f"  held while its model started: {len(cold)}, first token p50 "
+              f"{statistics.median(cold):.2f} s, p90 {q(cold, n=10)[-1]:.2f} s, "
+              f"max {max(cold):.2f} s")  # fmt: skip
+    if warm:
+        print(f"  model running: {len(warm)}, first token p50 "
+              f"{statistics.median(warm) * 1000:.0f} ms")  # fmt: skip
+    print(f"  cards given over from an idle model to an asked one: at least {given}"
+          " (replicas forgotten a minute after they stop are not counted)")  # fmt: skip
+
+
+async def main(cold: int, up_after: float, down_after: float, churn_n: int) -> None:
     with tempfile.TemporaryDirectory(prefix="llmgw-bench-elastic-") as tmp:
         await on_demand(Path(tmp), cold)
         await scaler(Path(tmp), up_after, down_after)
+        if churn_n:
+            await churn(Path(tmp), 50, churn_n)
 
 
 if __name__ == "__main__":
@@ -192,5 +282,6 @@ if __name__ == "__main__":
     p.add_argument("--cold", type=int, default=3, help="on-demand starts measured")
     p.add_argument("--up-after", type=float, default=5.0)
     p.add_argument("--down-after", type=float, default=10.0)
+    p.add_argument("--churn", type=int, default=300, help="requests of the churn (0: none)")
     a = p.parse_args()
-    asyncio.run(main(a.cold, a.up_after, a.down_after))
+    asyncio.run(main(a.cold, a.up_after, a.down_after, a.churn))

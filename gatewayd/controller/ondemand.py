@@ -43,6 +43,17 @@ class OnDemand:
         self._clock = clock
         self._born = clock()
         self.demand: DemandView | None = None
+        # model -> when its replica was last stopped on demand: only a request after
+        # that starts it again (one asked for a while ago must not take the cards back).
+        self._stopped_at: dict[str, float] = {}
+
+    def stopped(self, model: str) -> None:
+        """``model``'s replica was stopped on demand now (idle, or given to another)."""
+        self._stopped_at[model] = self._clock()
+
+    def idle_for(self, asked: float | None) -> float:
+        """Seconds since a model was last asked for (since this control plane began, if never)."""
+        return self._clock() - (asked if asked is not None else self._born)
 
     def low(
         self,
@@ -60,7 +71,8 @@ class OnDemand:
         asked = self.demand.last_asked(name)
         held = self.demand.holding.get(name, 0)
         target = scaler.target(name) or 0
-        if held or (asked is not None and now - asked < cfg.evict_after_idle_s):
+        fresh = asked is not None and asked > self._stopped_at.get(name, float("-inf"))
+        if held or (fresh and now - asked < cfg.evict_after_idle_s):
             if target == 0:
                 why = (
                     f"started on demand: {held} request{'s' if held != 1 else ''} waiting"
@@ -81,6 +93,7 @@ class OnDemand:
         )  # fmt: skip
         if youngest is not None and youngest < cfg.min_lifetime_s:
             return 1  # protected: started too lately to be given back yet
+        self.stopped(name)
         scaler.set(
             name,
             0,

@@ -21,9 +21,13 @@ A mixin of the Reconciler (gatewayd/controller/reconciler.py).
 from __future__ import annotations
 
 from gatewayd.controller import replica as rs
-from gatewayd.controller.replica import Replica
+from gatewayd.controller.ondemand import starts_on_demand
+from gatewayd.controller.replica import Replica, utcnow
 from llmgw.catalog import Model
 from llmgw.scaling import DEFAULT_CLASSES, NORMAL
+
+# An on-demand model asked for less than this long ago is not idle yet.
+IDLE_GRACE_S = 2.0
 
 
 class Priorities:
@@ -51,16 +55,32 @@ class Priorities:
             r.retry_at = None
             return True
         mine = self.priority(model)
+        on_demand = starts_on_demand(model)
         lower = []
+        later = 0  # on-demand holders that may give their cards in a while
         for x in self.replicas.values():
-            if x.state not in rs.ACTIVE or x.state == rs.DRAINING or x.model == model.name:
+            if x.state not in rs.ACTIVE or x.model == model.name:
+                continue
+            if x.state == rs.DRAINING:
+                later += on_demand  # its cards come free soon, for whoever waits first
                 continue
             theirs = self._catalog.get(x.model)
-            if theirs is not None and self.priority(theirs) < mine:
-                lower.append((self.priority(theirs), -x.since.timestamp(), x))
-        lower.sort(key=lambda t: (t[0], t[1]))
+            if theirs is None:
+                continue
+            p = self.priority(theirs)
+            if p < mine:
+                lower.append((p, 0, -x.since.timestamp(), x))
+            elif on_demand and p == mine and starts_on_demand(theirs):
+                # A model started on demand gives its cards to another of its class once
+                # it is idle and past its min lifetime: the one idle longest first.
+                idle_s = self._idle_s(theirs, x)
+                if idle_s is None:
+                    later += 1
+                else:
+                    lower.append((p, 1, -idle_s, x))
+        lower.sort(key=lambda t: t[:3])
         exclude: set[str] = set()
-        for _p, _age, x in lower:
+        for _p, _kind, _age, x in lower:
             exclude.add(x.replica_id)
             decision = self.decide(model, exclude=exclude, explain=False)
             if decision.placement is None:
@@ -71,16 +91,47 @@ class Priorities:
                 on_node = exclude  # the node's own are not enough on their own
             for rid in sorted(on_node):
                 victim = self.replicas[rid]
+                theirs = self._catalog.get(victim.model)
                 victim.given_to = r.replica_id
-                await self._stop(
-                    victim,
-                    f"given over to {model.name} (class {self._class_text(model)} over "
-                    f"{self._class_text(self._catalog.get(victim.model))}): its cards are needed",
-                )
+                if self.priority(theirs) < mine:
+                    why = (
+                        f"given over to {model.name} (class {self._class_text(model)} over "
+                        f"{self._class_text(theirs)}): its cards are needed"
+                    )
+                else:
+                    why = f"given over to {model.name}, asked for now: this on-demand model is idle"
+                    # Stopped on demand: it starts again when it is asked for.
+                    self.scaler.set(victim.model, 0, f"stopped on demand: {why}")
+                    self.on_demand_rule.stopped(victim.model)
+                await self._stop(victim, why)
             r.move(rs.PENDING, _waiting(sorted(on_node), node))
             r.retry_at = None
             return True
+        if later:
+            # Not "cannot be placed": a held request waits for a holder to become idle.
+            r.move(
+                rs.PENDING,
+                f"waiting for room: {later} on-demand replica{'s' if later != 1 else ''} of "
+                f"its class hold the cards it needs, busy or started too lately to give them",
+            )
+            r.retry_at = None
+            return True
         return False
+
+    def _idle_s(self, model: Model, x: Replica) -> float | None:
+        """How long an on-demand replica has been idle, if it may give its cards now."""
+        demand = self.on_demand_rule.demand
+        if x.state != rs.READY or demand is None or demand.holding.get(model.name):
+            return None
+        load = self.replica_load([x.replica_id])
+        if load is not None and (load.busy or load.waiting):
+            return None
+        started = x.history[0].at if x.history else x.since
+        if (utcnow() - started).total_seconds() < self.on_demand.min_lifetime_s:
+            return None
+        idle = self.on_demand_rule.idle_for(demand.last_asked(model.name))
+        # Just asked for: its request may be on its way from the gateway's hold.
+        return idle if idle >= IDLE_GRACE_S else None
 
     async def _replace_in_place(self, model: Model, old: Replica, new: Replica) -> bool:
         """No room for ``new`` beside ``old``: drain ``old`` if ``new`` fits in its room."""

@@ -282,8 +282,18 @@ class Reconciler(Lifecycle, Draining, Priorities):
                     if r.model in external
                     else "the model was removed",
                 )
-        # The highest class first: cards freed go to the highest that waits for them.
-        for model in sorted(models.values(), key=lambda m: -self.priority(m)):
+        # The highest class first: cards freed go to the highest that waits for them;
+        # within a class, to the one that has waited longest.
+        waited: dict[str, float] = {}
+        for r in self.replicas.values():
+            if r.state == rs.PENDING:
+                # Since it was made (its reason, and so its since, change while it waits).
+                at = (r.history[0].at if r.history else r.since).timestamp()
+                waited[r.model] = min(waited.get(r.model, at), at)
+        order = sorted(
+            models.values(), key=lambda m: (-self.priority(m), waited.get(m.name, float("inf")))
+        )
+        for model in order:
             await self._reconcile_model(model)
         self.scaler.forget(models)
         await self._forget_stopped()

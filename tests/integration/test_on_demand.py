@@ -6,6 +6,8 @@ processes, and once with the real llama.cpp starter on CPU; the openai SDK as cl
 
 from __future__ import annotations
 
+import asyncio
+
 import openai
 import pytest
 
@@ -154,3 +156,57 @@ async def test_the_llama_cpp_starter_on_demand_answers_its_first_request(
         assert answer.choices[0].message.content
         assert answer.usage.completion_tokens > 0
         await gpt.close()
+
+
+def _one_card_churn(cfg) -> None:
+    cfg.on_demand = OnDemandConfig(evict_after_idle_s=600, min_lifetime_s=0)
+
+
+async def test_on_demand_models_take_turns_on_one_card_and_a_busy_one_finishes_first(tmp_path):
+    async with running_cluster(tmp_path, configure=_one_card_churn) as cluster:
+        await cluster.start_agent("one-card", fixture="rtx6000_24g_x1")
+        await cluster.wait_nodes_ready("one-card")
+        slow = ["--ttft-ms", "20", "--itl-ms", "20", "--tokens", "50"]
+        async with cluster.admin() as admin:
+            for name in ("a", "b"):
+                spec = _spec(name, 20)
+                spec.profiles[0].args = slow
+                await admin.put_model(spec)
+            await admin.create_tenant("project", PROJECT, parents=True)
+            key = await admin.create_key(PROJECT)
+            gpt = openai.AsyncOpenAI(
+                base_url=f"http://127.0.0.1:{cluster.server.ports['http']}/v1",
+                api_key=key.secret,
+                max_retries=0,
+            )
+            assert (await _ask(gpt, "a")).model == "a"
+            (first_a,) = await _active(admin, "a")
+
+            # b is asked for while a streams: b waits, a's answer finishes, then a's card is b's.
+            stream = await gpt.chat.completions.create(
+                model="a", messages=[{"role": "user", "content": "hi"}], stream=True
+            )
+            chunks = [await anext(stream)]
+            asking_b = asyncio.create_task(_ask(gpt, "b"))
+            chunks += [c async for c in stream]
+            assert chunks[-1].choices[0].finish_reason == "stop"
+            answer_b = await asking_b
+            assert answer_b.model == "b" and answer_b.choices[0].message.content
+
+            a_history = [
+                e.reason
+                for r in (await admin.list_replicas("a")).replicas
+                if r.replica_id == first_a.replica_id
+                for e in r.history
+            ]
+            assert any(
+                "given over to b, asked for now: this on-demand model is idle" in h
+                for h in a_history
+            ), a_history
+            assert await _active(admin, "a") == []
+            # And back: b is idle now, so a takes the card again.
+            assert (await _ask(gpt, "a")).model == "a"
+            assert await _active(admin, "b") == [] or all(
+                r.state == "draining" for r in await _active(admin, "b")
+            )
+            await gpt.close()
