@@ -86,11 +86,8 @@ class OnDemand:
         idle_s = now - (asked if asked is not None else self._born)
         if idle_s < cfg.evict_after_idle_s or (load is not None and load.busy > 0):
             return 1
-        youngest = min(
-            ((utcnow() - (r.history[0].at if r.history else r.since)).total_seconds()
-             for r in counted),
-            default=None,
-        )  # fmt: skip
+        now_utc = utcnow()
+        youngest = min(((now_utc - r.made_at).total_seconds() for r in counted), default=None)
         if youngest is not None and youngest < cfg.min_lifetime_s:
             return 1  # protected: started too lately to be given back yet
         self.stopped(name)

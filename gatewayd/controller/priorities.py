@@ -126,8 +126,7 @@ class Priorities:
         load = self.replica_load([x.replica_id])
         if load is not None and (load.busy or load.waiting):
             return None
-        started = x.history[0].at if x.history else x.since
-        if (utcnow() - started).total_seconds() < self.on_demand.min_lifetime_s:
+        if (utcnow() - x.made_at).total_seconds() < self.on_demand.min_lifetime_s:
             return None
         idle = self.on_demand_rule.idle_for(demand.last_asked(model.name))
         # Just asked for: its request may be on its way from the gateway's hold.

@@ -287,8 +287,7 @@ class Reconciler(Lifecycle, Draining, Priorities):
         waited: dict[str, float] = {}
         for r in self.replicas.values():
             if r.state == rs.PENDING:
-                # Since it was made (its reason, and so its since, change while it waits).
-                at = (r.history[0].at if r.history else r.since).timestamp()
+                at = r.made_at.timestamp()
                 waited[r.model] = min(waited.get(r.model, at), at)
         order = sorted(
             models.values(), key=lambda m: (-self.priority(m), waited.get(m.name, float("inf")))

@@ -73,6 +73,11 @@ class Replica(BaseModel):
     history: list[ReplicaEvent] = Field(default_factory=list)
 
     @property
+    def made_at(self) -> datetime:
+        """When the replica was made (its first state; ``since`` moves with every reason)."""
+        return self.history[0].at if self.history else self.since
+
+    @property
     def shard_id(self) -> str:
         # One shard per replica for now: replicas span one node.
         return self.replica_id

@@ -52,6 +52,14 @@ async def _cards(admin, node: str) -> str:
     return gpu_summary(await admin.get_node(node))
 
 
+def _client(cluster, key) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(
+        base_url=f"http://127.0.0.1:{cluster.server.ports['http']}/v1",
+        api_key=key.secret,
+        max_retries=0,
+    )
+
+
 def _ask(gpt: openai.AsyncOpenAI, model: str):
     return gpt.chat.completions.create(
         model=model, messages=[{"role": "user", "content": "hi"}], max_tokens=8
@@ -71,11 +79,7 @@ async def test_an_on_demand_model_starts_for_its_first_request_and_gives_its_car
             assert await _active(admin, "chat") == []
             assert (await _cards(admin, "l4-box")).endswith("(all free)")
 
-            gpt = openai.AsyncOpenAI(
-                base_url=f"http://127.0.0.1:{cluster.server.ports['http']}/v1",
-                api_key=key.secret,
-                max_retries=0,
-            )
+            gpt = _client(cluster, key)
             answer = await _ask(gpt, "chat")
             assert answer.choices[0].message.content
             assert answer.model == "chat"
@@ -112,11 +116,7 @@ async def test_an_on_demand_model_that_cannot_be_placed_is_refused_with_its_reas
             await admin.put_model(_spec("huge", 200))
             await admin.create_tenant("project", PROJECT, parents=True)
             key = await admin.create_key(PROJECT)
-        gpt = openai.AsyncOpenAI(
-            base_url=f"http://127.0.0.1:{cluster.server.ports['http']}/v1",
-            api_key=key.secret,
-            max_retries=0,
-        )
+        gpt = _client(cluster, key)
         with pytest.raises(openai.APIStatusError) as err:
             await _ask(gpt, "huge")
         assert err.value.status_code == 503
@@ -142,11 +142,7 @@ async def test_the_llama_cpp_starter_on_demand_answers_its_first_request(
             await admin.create_tenant("project", PROJECT, parents=True)
             key = await admin.create_key(PROJECT)
             assert await _active(admin, model.name) == []
-        gpt = openai.AsyncOpenAI(
-            base_url=f"http://127.0.0.1:{cluster.server.ports['http']}/v1",
-            api_key=key.secret,
-            max_retries=0,
-        )
+        gpt = _client(cluster, key)
         answer = await gpt.chat.completions.create(
             model=model.name,
             messages=[{"role": "user", "content": "Say hello"}],
@@ -174,11 +170,7 @@ async def test_on_demand_models_take_turns_on_one_card_and_a_busy_one_finishes_f
                 await admin.put_model(spec)
             await admin.create_tenant("project", PROJECT, parents=True)
             key = await admin.create_key(PROJECT)
-            gpt = openai.AsyncOpenAI(
-                base_url=f"http://127.0.0.1:{cluster.server.ports['http']}/v1",
-                api_key=key.secret,
-                max_retries=0,
-            )
+            gpt = _client(cluster, key)
             assert (await _ask(gpt, "a")).model == "a"
             (first_a,) = await _active(admin, "a")
 
