@@ -13,6 +13,7 @@ __all__ = (
     "AgentSettingsState",
     "BatchCounts",
     "BatchView",
+    "CachedWeights",
     "CardNeed",
     "CommandAck",
     "ControlMessage",
@@ -61,6 +62,8 @@ __all__ = (
     "ListReplicasRequest",
     "ListTenantsReply",
     "ListTenantsRequest",
+    "ListWeightsReply",
+    "ListWeightsRequest",
     "McpGrantReply",
     "McpGrantRequest",
     "McpGrantView",
@@ -93,6 +96,7 @@ __all__ = (
     "ModelView",
     "NodeReason",
     "NodeView",
+    "NodeWeights",
     "PlacementChoice",
     "PlacementReply",
     "PlanModelRequest",
@@ -106,6 +110,9 @@ __all__ = (
     "RemoveNodeReply",
     "RemoveNodeRequest",
     "RemoveTenantReply",
+    "RemoveWeights",
+    "RemoveWeightsReply",
+    "RemoveWeightsRequest",
     "RenameTenantRequest",
     "ReplicaEvent",
     "ReplicaLogsReply",
@@ -121,6 +128,7 @@ __all__ = (
     "ScaleModelRequest",
     "SetLimitsRequest",
     "SetModelContextRequest",
+    "SetModelResourcesRequest",
     "SetRetentionRequest",
     "SetSettingsRequest",
     "SettingChange",
@@ -148,6 +156,7 @@ __all__ = (
     "WarningsRequest",
     "WatchEvent",
     "WatchRequest",
+    "WeightsReport",
     "WeightsSource",
 )
 
@@ -199,6 +208,10 @@ class AgentMessage(betterproto2.Message):
         5, betterproto2.TYPE_MESSAGE, optional=True, group="msg"
     )
 
+    weights: "WeightsReport | None" = betterproto2.field(
+        6, betterproto2.TYPE_MESSAGE, optional=True, group="msg"
+    )
+
 
 default_message_pool.register_message("llmgw.v1", "AgentMessage", AgentMessage)
 
@@ -225,6 +238,14 @@ class AgentSettings(betterproto2.Message):
     """
     Where hf: weights are fetched from when a shard names no mirror.
     """
+
+    weights_cache_percent: "int" = betterproto2.field(5, betterproto2.TYPE_INT32)
+    """
+    The weights cache's share of the disk it lives on, in percent, and a
+    cap in bytes (0: the node's own, agent.yaml or its default).
+    """
+
+    weights_cache_max_bytes: "int" = betterproto2.field(6, betterproto2.TYPE_INT64)
 
 
 default_message_pool.register_message("llmgw.v1", "AgentSettings", AgentSettings)
@@ -342,6 +363,39 @@ default_message_pool.register_message("llmgw.v1", "BatchView", BatchView)
 
 
 @dataclass(eq=False, repr=False)
+class CachedWeights(betterproto2.Message):
+    """
+    One entry of a node's weights cache: a model's fetched files, or a whole
+    Hugging Face repository at one commit.
+    """
+
+    key: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    Its path under the cache: "<model>" or "hf/<org>/<repo>/<commit>".
+    """
+
+    source: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    What was fetched there (hf:org/repo@commit, https://…), where known.
+    """
+
+    size_bytes: "int" = betterproto2.field(3, betterproto2.TYPE_INT64)
+
+    last_used_unix_ms: "int" = betterproto2.field(4, betterproto2.TYPE_INT64)
+    """
+    When a shard last started on it or stopped using it.
+    """
+
+    used_by: "list[str]" = betterproto2.field(5, betterproto2.TYPE_STRING, repeated=True)
+    """
+    Shards on the node using it now, by replica id.
+    """
+
+
+default_message_pool.register_message("llmgw.v1", "CachedWeights", CachedWeights)
+
+
+@dataclass(eq=False, repr=False)
 class CardNeed(betterproto2.Message):
     weights_bytes: "int" = betterproto2.field(1, betterproto2.TYPE_INT64)
 
@@ -407,6 +461,10 @@ class ControlMessage(betterproto2.Message):
 
     fetch_logs: "FetchShardLogs | None" = betterproto2.field(
         8, betterproto2.TYPE_MESSAGE, optional=True, group="msg"
+    )
+
+    remove_weights: "RemoveWeights | None" = betterproto2.field(
+        9, betterproto2.TYPE_MESSAGE, optional=True, group="msg"
     )
 
 
@@ -1218,6 +1276,29 @@ default_message_pool.register_message("llmgw.v1", "ListTenantsRequest", ListTena
 
 
 @dataclass(eq=False, repr=False)
+class ListWeightsReply(betterproto2.Message):
+    nodes: "list[NodeWeights]" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, repeated=True)
+
+
+default_message_pool.register_message("llmgw.v1", "ListWeightsReply", ListWeightsReply)
+
+
+@dataclass(eq=False, repr=False)
+class ListWeightsRequest(betterproto2.Message):
+    """
+    ---- weights on the nodes' disks ---------------------------------------------
+    """
+
+    node_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    One node, or "" for all.
+    """
+
+
+default_message_pool.register_message("llmgw.v1", "ListWeightsRequest", ListWeightsRequest)
+
+
+@dataclass(eq=False, repr=False)
 class McpGrantReply(betterproto2.Message):
     grant: "McpGrantView | None" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, optional=True)
 
@@ -1880,6 +1961,12 @@ class ModelProfile(betterproto2.Message):
     "" (as the weights are), "bf16" or "fp8" (vLLM and SGLang quantize).
     """
 
+    cores: "int" = betterproto2.field(10, betterproto2.TYPE_INT32)
+    """
+    CPU cores a CPU replica reserves on its node, passed to the engine as
+    its thread count (0: none reserved, the engine's own default).
+    """
+
 
 default_message_pool.register_message("llmgw.v1", "ModelProfile", ModelProfile)
 
@@ -2043,8 +2130,30 @@ class NodeView(betterproto2.Message):
     Card index -> the memory replicas placed there hold (a card not named is free).
     """
 
+    cores_taken: "int" = betterproto2.field(20, betterproto2.TYPE_INT32)
+    """
+    CPU cores the replicas placed here reserve (of host.cpu_count).
+    """
+
 
 default_message_pool.register_message("llmgw.v1", "NodeView", NodeView)
+
+
+@dataclass(eq=False, repr=False)
+class NodeWeights(betterproto2.Message):
+    node_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    report: "WeightsReport | None" = betterproto2.field(2, betterproto2.TYPE_MESSAGE, optional=True)
+    """
+    As the node last reported them (an empty report until it has sent one).
+    """
+
+    reported_at: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+
+    connected: "bool" = betterproto2.field(4, betterproto2.TYPE_BOOL)
+
+
+default_message_pool.register_message("llmgw.v1", "NodeWeights", NodeWeights)
 
 
 @dataclass(eq=False, repr=False)
@@ -2307,6 +2416,57 @@ default_message_pool.register_message("llmgw.v1", "RemoveTenantReply", RemoveTen
 
 
 @dataclass(eq=False, repr=False)
+class RemoveWeights(betterproto2.Message):
+    """
+    Removes entries of the weights cache no shard uses. Answered by a CommandAck
+    whose lines are "removed KEY BYTES" or "kept KEY: why".
+    """
+
+    keys: "list[str]" = betterproto2.field(1, betterproto2.TYPE_STRING, repeated=True)
+
+    unused: "bool" = betterproto2.field(2, betterproto2.TYPE_BOOL)
+    """
+    Every entry no shard uses, as well as keys.
+    """
+
+
+default_message_pool.register_message("llmgw.v1", "RemoveWeights", RemoveWeights)
+
+
+@dataclass(eq=False, repr=False)
+class RemoveWeightsReply(betterproto2.Message):
+    node_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    removed: "list[str]" = betterproto2.field(2, betterproto2.TYPE_STRING, repeated=True)
+    """
+    Keys removed, and those left with the reason ("in use by replica r-…").
+    """
+
+    kept: "list[str]" = betterproto2.field(3, betterproto2.TYPE_STRING, repeated=True)
+
+    freed_bytes: "int" = betterproto2.field(4, betterproto2.TYPE_INT64)
+
+
+default_message_pool.register_message("llmgw.v1", "RemoveWeightsReply", RemoveWeightsReply)
+
+
+@dataclass(eq=False, repr=False)
+class RemoveWeightsRequest(betterproto2.Message):
+    node_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    keys: "list[str]" = betterproto2.field(2, betterproto2.TYPE_STRING, repeated=True)
+    """
+    Entries' keys (as ctl weights lists them) or model names; empty with
+    unused set: every entry no replica uses.
+    """
+
+    unused: "bool" = betterproto2.field(3, betterproto2.TYPE_BOOL)
+
+
+default_message_pool.register_message("llmgw.v1", "RemoveWeightsRequest", RemoveWeightsRequest)
+
+
+@dataclass(eq=False, repr=False)
 class RenameTenantRequest(betterproto2.Message):
     kind: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
 
@@ -2391,6 +2551,13 @@ class ReplicaView(betterproto2.Message):
     fetch: "FetchProgress | None" = betterproto2.field(14, betterproto2.TYPE_MESSAGE, optional=True)
 
     history: "list[ReplicaEvent]" = betterproto2.field(15, betterproto2.TYPE_MESSAGE, repeated=True)
+
+    cores: "int" = betterproto2.field(16, betterproto2.TYPE_INT32)
+    """
+    What it holds on its node: cores reserved (CPU replicas) and host memory.
+    """
+
+    host_memory_bytes: "int" = betterproto2.field(17, betterproto2.TYPE_INT64)
 
 
 default_message_pool.register_message("llmgw.v1", "ReplicaView", ReplicaView)
@@ -2557,6 +2724,26 @@ class SetModelContextRequest(betterproto2.Message):
 
 
 default_message_pool.register_message("llmgw.v1", "SetModelContextRequest", SetModelContextRequest)
+
+
+@dataclass(eq=False, repr=False)
+class SetModelResourcesRequest(betterproto2.Message):
+    name: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    profile: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    The profile to change ("": the model's first).
+    """
+
+    cores: "int | None" = betterproto2.field(3, betterproto2.TYPE_INT32, optional=True)
+    """
+    Unset: left as it is.
+    """
+
+
+default_message_pool.register_message(
+    "llmgw.v1", "SetModelResourcesRequest", SetModelResourcesRequest
+)
 
 
 @dataclass(eq=False, repr=False)
@@ -2865,6 +3052,11 @@ class StartShard(betterproto2.Message):
     precision: "str" = betterproto2.field(20, betterproto2.TYPE_STRING)
     """
     "" (as the weights are), "bf16" or "fp8" (the engine quantizes).
+    """
+
+    cores: "int" = betterproto2.field(21, betterproto2.TYPE_INT32)
+    """
+    CPU cores the shard reserves: the engine's thread count (0: its default).
     """
 
 
@@ -3205,6 +3397,34 @@ default_message_pool.register_message("llmgw.v1", "WatchRequest", WatchRequest)
 
 
 @dataclass(eq=False, repr=False)
+class WeightsReport(betterproto2.Message):
+    """
+    What the weights cache holds: sent when the agent registers and whenever
+    the cache changes (a fetch done, an entry removed, a shard started or gone).
+    """
+
+    entries: "list[CachedWeights]" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, repeated=True)
+
+    limit_bytes: "int" = betterproto2.field(2, betterproto2.TYPE_INT64)
+    """
+    The most the cache may hold (its share of the disk) and what it holds.
+    """
+
+    total_bytes: "int" = betterproto2.field(3, betterproto2.TYPE_INT64)
+
+    evicted: "list[str]" = betterproto2.field(4, betterproto2.TYPE_STRING, repeated=True)
+    """
+    Entries the agent removed since its last report to keep under the limit,
+    oldest unused first, as "key (size)".
+    """
+
+    disk_free_bytes: "int" = betterproto2.field(5, betterproto2.TYPE_INT64)
+
+
+default_message_pool.register_message("llmgw.v1", "WeightsReport", WeightsReport)
+
+
+@dataclass(eq=False, repr=False)
 class WeightsSource(betterproto2.Message):
     source: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
     """
@@ -3475,6 +3695,27 @@ class AdminServiceStub(betterproto2_grpclib.ServiceStub):
 
         return await self._unary_unary(
             "/llmgw.v1.AdminService/SetModelContext",
+            message,
+            ModelView,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def set_model_resources(
+        self,
+        message: "SetModelResourcesRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "ModelView":
+        """
+        The CPU cores a model's CPU replicas reserve (llmgw ctl model resources).
+        """
+
+        return await self._unary_unary(
+            "/llmgw.v1.AdminService/SetModelResources",
             message,
             ModelView,
             timeout=timeout,
@@ -3913,6 +4154,45 @@ class AdminServiceStub(betterproto2_grpclib.ServiceStub):
             "/llmgw.v1.AdminService/Warnings",
             message,
             WarningsReply,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def list_weights(
+        self,
+        message: "ListWeightsRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "ListWeightsReply":
+        """
+        The weights each node's cache holds (llmgw ctl weights), and removing them.
+        """
+
+        return await self._unary_unary(
+            "/llmgw.v1.AdminService/ListWeights",
+            message,
+            ListWeightsReply,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def remove_weights(
+        self,
+        message: "RemoveWeightsRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "RemoveWeightsReply":
+
+        return await self._unary_unary(
+            "/llmgw.v1.AdminService/RemoveWeights",
+            message,
+            RemoveWeightsReply,
             timeout=timeout,
             deadline=deadline,
             metadata=metadata,
@@ -4431,6 +4711,13 @@ class AdminServiceBase(betterproto2_grpclib.ServiceBase):
 
         raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
 
+    async def set_model_resources(self, message: "SetModelResourcesRequest") -> "ModelView":
+        """
+        The CPU cores a model's CPU replicas reserve (llmgw ctl model resources).
+        """
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
     async def plan_model(self, message: "PlanModelRequest") -> "PlanReply":
 
         raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
@@ -4525,6 +4812,17 @@ class AdminServiceBase(betterproto2_grpclib.ServiceBase):
         raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
 
     async def warnings(self, message: "WarningsRequest") -> "WarningsReply":
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def list_weights(self, message: "ListWeightsRequest") -> "ListWeightsReply":
+        """
+        The weights each node's cache holds (llmgw ctl weights), and removing them.
+        """
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def remove_weights(self, message: "RemoveWeightsRequest") -> "RemoveWeightsReply":
 
         raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
 
@@ -4735,6 +5033,14 @@ class AdminServiceBase(betterproto2_grpclib.ServiceBase):
         response = await self.set_model_context(request)
         await stream.send_message(response)
 
+    async def __rpc_set_model_resources(
+        self, stream: "grpclib.server.Stream[SetModelResourcesRequest, ModelView]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.set_model_resources(request)
+        await stream.send_message(response)
+
     async def __rpc_plan_model(
         self, stream: "grpclib.server.Stream[PlanModelRequest, PlanReply]"
     ) -> None:
@@ -4926,6 +5232,22 @@ class AdminServiceBase(betterproto2_grpclib.ServiceBase):
         request = await stream.recv_message()
         assert request is not None
         response = await self.warnings(request)
+        await stream.send_message(response)
+
+    async def __rpc_list_weights(
+        self, stream: "grpclib.server.Stream[ListWeightsRequest, ListWeightsReply]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.list_weights(request)
+        await stream.send_message(response)
+
+    async def __rpc_remove_weights(
+        self, stream: "grpclib.server.Stream[RemoveWeightsRequest, RemoveWeightsReply]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.remove_weights(request)
         await stream.send_message(response)
 
     async def __rpc_watch(self, stream: "grpclib.server.Stream[WatchRequest, WatchEvent]") -> None:
@@ -5196,6 +5518,12 @@ class AdminServiceBase(betterproto2_grpclib.ServiceBase):
                 SetModelContextRequest,
                 ModelView,
             ),
+            "/llmgw.v1.AdminService/SetModelResources": grpclib.const.Handler(
+                self.__rpc_set_model_resources,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                SetModelResourcesRequest,
+                ModelView,
+            ),
             "/llmgw.v1.AdminService/PlanModel": grpclib.const.Handler(
                 self.__rpc_plan_model,
                 grpclib.const.Cardinality.UNARY_UNARY,
@@ -5339,6 +5667,18 @@ class AdminServiceBase(betterproto2_grpclib.ServiceBase):
                 grpclib.const.Cardinality.UNARY_UNARY,
                 WarningsRequest,
                 WarningsReply,
+            ),
+            "/llmgw.v1.AdminService/ListWeights": grpclib.const.Handler(
+                self.__rpc_list_weights,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                ListWeightsRequest,
+                ListWeightsReply,
+            ),
+            "/llmgw.v1.AdminService/RemoveWeights": grpclib.const.Handler(
+                self.__rpc_remove_weights,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                RemoveWeightsRequest,
+                RemoveWeightsReply,
             ),
             "/llmgw.v1.AdminService/Watch": grpclib.const.Handler(
                 self.__rpc_watch,
