@@ -198,6 +198,7 @@ class ShardRunner:
             expert_parallel=msg.expert_parallel,
             gpu_memory_fraction=gpu_fraction(msg.per_gpu_bytes, self._card_totals(msg)),
             precision=msg.precision,
+            threads=msg.cores,
             download_dir=str(self.fetcher.cache_dir),
             extra_args=tuple(msg.args),
             extra_env=dict(msg.env),

@@ -102,6 +102,7 @@ from proto.llmgw.v1 import (
     ScaleModelRequest,
     SetLimitsRequest,
     SetModelContextRequest,
+    SetModelResourcesRequest,
     SetRetentionRequest,
     SetSettingsRequest,
     SettingsDiffReply,
@@ -257,6 +258,13 @@ class AdminClient:
     async def set_model_context(self, name: str, context: int, slots: int = 0) -> ModelView:
         request = SetModelContextRequest(name=name, context_length=context, slots=slots)
         return await self._call(self._stub.set_model_context(request, timeout=self._timeout_s))
+
+    async def set_model_resources(
+        self, name: str, *, cores: int | None = None, profile: str = ""
+    ) -> ModelView:
+        """Set what the model's CPU replicas reserve (None leaves it as it is)."""
+        request = SetModelResourcesRequest(name=name, profile=profile, cores=cores)
+        return await self._call(self._stub.set_model_resources(request, timeout=self._timeout_s))
 
     async def plan_model(self, request: PlanModelRequest) -> PlanReply:
         return await self._call(self._stub.plan_model(request, timeout=self._timeout_s))

@@ -60,6 +60,9 @@ class ShardSpec:
     gpu_memory_fraction: float = 0.0
     # "" (as the weights are), "bf16", or "fp8" (the engine quantizes).
     precision: str = ""
+    # CPU cores the shard reserves, given to the engine as its threads;
+    # 0: the engine's own default.
+    threads: int = 0
     # The node's weights cache, where an engine that downloads would write.
     download_dir: str = ""
     extra_args: tuple[str, ...] = ()

@@ -51,4 +51,7 @@ class LlamaCppAdapter(EngineAdapter):
             # --device none keeps every backend (CUDA, Vulkan) off the cards;
             # CUDA_VISIBLE_DEVICES alone does not hide a Vulkan device.
             args += ["--device", "none", "--n-gpu-layers", "0"]
+        if spec.threads:
+            # The cores the replica reserves, for generation and for prompts.
+            args += ["--threads", str(spec.threads), "--threads-batch", str(spec.threads)]
         return args

@@ -42,4 +42,6 @@ class SimAdapter(EngineAdapter):
         ]
         if spec.context_length:
             args += ["--max-model-len", str(spec.context_length)]
+        if spec.threads:
+            args += ["--threads", str(spec.threads)]
         return args

@@ -8,6 +8,7 @@ llama.cpp adapter writes, so the rest of the agent cannot tell the difference:
 
     python -m agentd.engines.xllama_server --model F --alias NAME --host H --port P \
         --parallel N --metrics [--ctx-size C] [--device none] --n-gpu-layers L
+        [--threads T --threads-batch T]
         [--embeddings --pooling mean]
 
 The key comes from LLAMA_API_KEY, as llama-server reads it, and is unset.
@@ -37,6 +38,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--device", default="")
     p.add_argument("--n-gpu-layers", "-ngl", type=int, default=-1)
     p.add_argument("--threads", "-t", type=int, default=0)
+    p.add_argument("--threads-batch", "-tb", type=int, default=0)
     p.add_argument("--embeddings", "--embedding", action="store_true")
     p.add_argument("--pooling", choices=("none", "mean", "cls", "last", "rank"), default="")
     return p.parse_args(argv)
@@ -72,6 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     params.n_gpu_layers = 0 if args.device == "none" else args.n_gpu_layers
     if args.threads:
         params.cpuparams.n_threads = args.threads
+    if args.threads_batch:
+        params.cpuparams_batch.n_threads = args.threads_batch
     # /v1/embeddings beside the chat endpoints, as llama-server's --embeddings.
     params.embedding = args.embeddings
     if args.pooling:

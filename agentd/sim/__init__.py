@@ -58,6 +58,12 @@ def parse_args(argv: Sequence[str] | None = None) -> SimConfig:
         help="/health answers 503 for this long, like an engine loading",
     )
     p.add_argument("--embedding-dim", type=int, default=64)
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="the cores it was given (read for llama.cpp's sake; the sim needs none)",
+    )
     a = p.parse_args(argv)
     for name in ("ttft_ms", "itl_ms", "tokens", "max_concurrency", "max_model_len", "load_ms"):
         if getattr(a, name) < 0:

@@ -39,6 +39,7 @@ from proto.llmgw.v1 import (
     ReplicaLogsRequest,
     ScaleModelRequest,
     SetModelContextRequest,
+    SetModelResourcesRequest,
 )
 
 _STATUS = {
@@ -137,6 +138,33 @@ class ModelAdmin:
         except CatalogError as e:
             raise _refuse(e) from None
         self._reconciler.kick()
+        return self._model_view(message.name)
+
+    async def set_model_resources(self, message: SetModelResourcesRequest) -> ModelView:
+        model = self._catalog.get(message.name)
+        if model is None:
+            raise GRPCError(Status.NOT_FOUND, f"no model named {message.name!r}")
+        _refuse_external(model, "it runs nothing here")
+        if message.cores is not None:
+            most = max(
+                (
+                    (inv.host.cpu_count, inv.host.hostname)
+                    for inv in self._reconciler.inventories()
+                    if inv.host.cpu_count
+                ),
+                default=None,
+            )
+            if most is not None and message.cores > most[0]:
+                raise GRPCError(
+                    Status.FAILED_PRECONDITION,
+                    f"no node has {message.cores} CPU cores to reserve "
+                    f"(the most is {most[0]}, on {most[1]})",
+                )
+            try:
+                await self._catalog.set_cores(message.name, message.cores, message.profile)
+            except CatalogError as e:
+                raise _refuse(e) from None
+            self._reconciler.kick()
         return self._model_view(message.name)
 
     async def plan_model(self, message: PlanModelRequest) -> PlanReply:

@@ -160,11 +160,14 @@ class AdminService(
     def _taken(self, view: NodeView) -> NodeView:
         """The view with the card memory its replicas hold (what is free follows)."""
         taken: dict[int, int] = {}
+        cores = 0
         for r in self._reconciler.replicas.values():
             if r.node_id == view.node_id and r.state in ACTIVE_REPLICA:
                 for index, n in r.per_gpu_bytes.items():
                     taken[int(index)] = taken.get(int(index), 0) + n
+                cores += r.cores
         view.gpu_bytes_taken = taken
+        view.cores_taken = cores
         return view
 
     def _node(self, node_id: str) -> NodeView:

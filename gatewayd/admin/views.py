@@ -98,6 +98,8 @@ def replica_view(r: Replica, node_address: str = "") -> ReplicaView:
         if r.fetch_total_bytes
         else None,
         history=[ReplicaEvent(at=_iso(e.at), state=e.state, reason=e.reason) for e in r.history],
+        cores=r.cores,
+        host_memory_bytes=r.host_memory_bytes,
     )
 
 

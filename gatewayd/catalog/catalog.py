@@ -216,6 +216,28 @@ class Catalog:
         await self._save(model)
         return model
 
+    async def set_cores(self, name: str, cores: int, profile: str = "") -> Model:
+        """The cores ``profile`` (the first, when "") reserves per CPU replica."""
+        model = self._need(name)
+        if model.is_external:
+            raise CatalogError(
+                "invalid", f"{name} is answered by its provider; it runs nothing here"
+            )
+        names = [p.name for p in model.profiles]
+        at = names.index(profile) if profile in names else (0 if not profile else -1)
+        if at < 0:
+            raise CatalogError(
+                "not_found", f"{name} has no profile {profile!r} (it has {', '.join(names)})"
+            )
+        profiles = [p.model_dump() for p in model.profiles]
+        profiles[at]["cores"] = cores
+        try:
+            model = Model.model_validate({**model.model_dump(), "profiles": profiles})
+        except ValidationError as e:
+            raise CatalogError("invalid", validation_text(e)) from None
+        await self._save(model)
+        return model
+
     async def remove(self, name: str) -> None:
         self._need(name)
         await self._store.delete_model(name)

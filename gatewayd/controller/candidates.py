@@ -43,6 +43,7 @@ def node_candidates(
     """Every node with what replicas hold on it, leaving out the replicas in ``exclude``."""
     used_gpu: dict[str, dict[int, int]] = {}
     used_host: dict[str, int] = {}
+    used_cores: dict[str, int] = {}
     cached: dict[str, set[str]] = {}
     for r in replicas:
         if r.replica_id in exclude or not r.node_id:
@@ -54,6 +55,8 @@ def node_candidates(
         for idx, n in r.per_gpu_bytes.items():
             per[int(idx)] = per.get(int(idx), 0) + n
         used_host[r.node_id] = used_host.get(r.node_id, 0) + r.host_memory_bytes
+        if r.cores:
+            used_cores[r.node_id] = used_cores.get(r.node_id, 0) + r.cores
     out = []
     for live in nodes:
         rec = live.record
@@ -76,6 +79,7 @@ def node_candidates(
                 inventory=inventory,
                 gpu_used_bytes=gpu_used,
                 host_memory_used_bytes=used_host.get(rec.node_id, 0),
+                cores_used=used_cores.get(rec.node_id, 0),
                 models_cached=cached.get(rec.node_id, set()),
             )
         )

@@ -85,5 +85,6 @@ def start_message(
             engine_key=engine_key,
             startup_timeout_s=profile.startup_timeout_s,
             cpu=r.cpu,
+            cores=r.cores,
         )
     )

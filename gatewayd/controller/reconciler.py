@@ -477,10 +477,11 @@ class Reconciler(Lifecycle, Draining, Priorities):
         p = decision.placement
         node = self._pass_nodes.get(p.node_id) if self._pass_nodes is not None else None
         if node is not None:  # the next decision in this pass sees it taken
-            node.reserve(dict(p.per_gpu_bytes), p.host_memory_bytes)
+            node.reserve(dict(p.per_gpu_bytes), p.host_memory_bytes, p.cores)
         r.node_id, r.gpu_indexes = p.node_id, list(p.gpu_indexes)
         r.per_gpu_bytes = dict(p.per_gpu_bytes)
         r.host_memory_bytes = p.host_memory_bytes
+        r.cores = p.cores
         r.cpu = p.layout.kind == "cpu"
         r.tensor_parallel = p.layout.tensor_parallel
         r.context = p.layout.context or model.context_length
@@ -489,6 +490,8 @@ class Reconciler(Lifecycle, Draining, Priorities):
         if restart:
             r.restarts += 1
         where = f"node {p.node_id}" + (f" GPUs {r.gpu_indexes}" if r.gpu_indexes else " CPU")
+        if r.cores:
+            where += f", {r.cores} core{'s' if r.cores != 1 else ''}"
         r.move(rs.PLACED, f"placed on {where}", deadline_s=profile.startup_timeout_s)
         await self._save(r)
         engine_version = await self._engine_for(p.node_id, profile.engine, profile.engine_version)

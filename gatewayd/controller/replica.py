@@ -48,6 +48,8 @@ class Replica(BaseModel):
     gpu_indexes: list[int] = Field(default_factory=list)
     per_gpu_bytes: dict[int, int] = Field(default_factory=dict)
     host_memory_bytes: int = 0
+    # CPU cores it reserves on its node (a CPU replica of a profile with cores).
+    cores: int = 0
     cpu: bool = False
     tensor_parallel: int = 1
     context: int = 0

@@ -165,6 +165,10 @@ class Profile(_Strict):
     # "" runs the weights as they are; "bf16" or "fp8" has vLLM or SGLang
     # load them at that precision (fp8 halves a bf16 model's memory).
     precision: Literal["", "bf16", "fp8"] = ""
+    # CPU cores a replica run on CPU reserves on its node: placement counts
+    # them against the node's, and the engine is given as many threads.
+    # 0 reserves none (the engine takes its own default, shared with others).
+    cores: Annotated[int, Field(ge=0, le=1024)] = 0
 
     @model_validator(mode="after")
     def _cpu_or_gpu(self) -> Profile:
@@ -174,7 +178,22 @@ class Profile(_Strict):
             raise ValueError(f"{self.engine} needs GPUs; use llama.cpp for CPU")
         if self.precision and self.engine not in QUANTIZING_ENGINES:
             raise ValueError(precision_refusal(self.engine, self.precision))
+        if self.cores:
+            if self.engine in ("vllm", "sglang") or (self.gpu is not None and self.gpu.count):
+                raise ValueError(
+                    "cores are reserved by replicas that run on CPU; this profile runs on GPUs"
+                )
+            given = next((a for a in self.args if _THREAD_FLAG.fullmatch(a)), None)
+            if given:
+                raise ValueError(
+                    f"give the threads as cores: {self.cores}, not {given} in args "
+                    "(the engine is given --threads from cores)"
+                )
         return self
+
+
+# Thread flags of llama.cpp's server that cores sets (a value may follow after =).
+_THREAD_FLAG = re.compile(r"(--threads|-t|--threads-batch|-tb)(=.*)?")
 
 
 # Engines that load weights at another precision than they are stored in.

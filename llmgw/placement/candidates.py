@@ -77,6 +77,7 @@ class NodeStatic:
         "_eligible",
         "cards",
         "cards_text",
+        "cpu_total",
         "gpu_total_bytes",
         "host_total_bytes",
         "largest_linked",
@@ -111,6 +112,8 @@ class NodeStatic:
         # Filled by filters._cards the first time a reason needs it.
         self.cards_text: str | None = None
         self.host_total_bytes = inventory.host.memory_total_bytes
+        # 0 when the node did not say: cores are then not counted on it.
+        self.cpu_total = inventory.host.cpu_count
         indexes = {c[0] for c in self.cards}
         # NVLink is symmetric; a recording that names the link on one side
         # only still means the two cards are joined. A MIG instance has no
@@ -294,6 +297,8 @@ class NodeCandidate(BaseModel):
     # GPU index -> bytes held by replicas already placed plus foreign use.
     gpu_used_bytes: dict[int, int] = Field(default_factory=dict)
     host_memory_used_bytes: int = 0
+    # CPU cores reserved by replicas already placed (of the host's cpu_count).
+    cores_used: int = 0
     # Model names whose weights are already on the node's disk.
     models_cached: set[str] = Field(default_factory=set)
 
@@ -315,6 +320,7 @@ class NodeCandidate(BaseModel):
             facts = (
                 static.cards,
                 static.host_total_bytes,
+                static.cpu_total,
                 tuple(sorted(static.links.items())),
                 self.inventory.host.gpu_note,
                 self.state,
@@ -325,6 +331,7 @@ class NodeCandidate(BaseModel):
                 tuple(sorted(self.engines_installed.items())),
                 tuple(sorted(self.gpu_used_bytes.items())),
                 self.host_memory_used_bytes,
+                self.cores_used,
                 frozenset(self.models_cached),
             )
             if len(_LIKENESS) > _LIKENESS_MAX:
@@ -352,7 +359,13 @@ class NodeCandidate(BaseModel):
     def host_free_bytes(self) -> int:
         return max(0, self.inventory.host.memory_total_bytes - self.host_memory_used_bytes)
 
-    def reserve(self, per_gpu_bytes: dict[int, int], host_memory_bytes: int = 0) -> None:
+    @property
+    def cores_free(self) -> int:
+        return max(0, self.inventory.host.cpu_count - self.cores_used)
+
+    def reserve(
+        self, per_gpu_bytes: dict[int, int], host_memory_bytes: int = 0, cores: int = 0
+    ) -> None:
         """Count a placement's memory as used, so the next decision sees it taken.
 
         The reconciler places one model after another within a pass; without
@@ -365,6 +378,7 @@ class NodeCandidate(BaseModel):
         for index, n in per_gpu_bytes.items():
             self.gpu_used_bytes[index] = self.gpu_used_bytes.get(index, 0) + n
         self.host_memory_used_bytes += host_memory_bytes
+        self.cores_used += cores
         # Its likeness changed: worked out again on the next decision.
         self.__pydantic_private__["_likeness"].value = None
         for w in watchers:
@@ -380,15 +394,28 @@ class NodeCandidate(BaseModel):
 class LayoutNeed:
     """One layout of a plan, reduced to what the hot loop compares."""
 
-    __slots__ = ("card_name", "cards", "gpu", "host_bytes", "index", "layout", "need_bytes", "tp")
+    __slots__ = (
+        "card_name",
+        "cards",
+        "cores",
+        "gpu",
+        "host_bytes",
+        "index",
+        "layout",
+        "need_bytes",
+        "tp",
+    )
 
-    def __init__(self, index: int, layout: Layout) -> None:
+    def __init__(self, index: int, layout: Layout, cores: int = 0) -> None:
         self.index = index
         self.layout = layout
         self.gpu = layout.kind == "gpu"
         self.cards = max(1, layout.gpus or layout.tensor_parallel) if self.gpu else 0
         self.need_bytes = layout.per_card.total_bytes if layout.per_card else 0
         self.host_bytes = layout.host_memory_bytes
+        # Cores reserved on the node: CPU layouts only (a GPU replica's
+        # threads feed its cards and are not counted).
+        self.cores = 0 if self.gpu else cores
         self.tp = layout.tensor_parallel
         # Planning fits a layout's context to one kind of card (its 90% of
         # that card's memory); on another kind the same bytes may leave no
@@ -407,7 +434,8 @@ class LayoutNeed:
     def describe(self) -> str:
         """The shape with its memory: '2 cards, TP 2, 41.5 GiB each'."""
         if not self.gpu:
-            return f"CPU, {gib(self.host_bytes)} of host memory"
+            cores = f", {self.cores} core{'s' if self.cores != 1 else ''}" if self.cores else ""
+            return f"CPU, {gib(self.host_bytes)} of host memory{cores}"
         each = "" if self.cards == 1 else " each"
         return f"{self.shape()}, {gib(self.need_bytes)}{each}"
 
@@ -417,6 +445,7 @@ class Prepared:
 
     __slots__ = (
         "card_names",
+        "cores",
         "layouts",
         "min_cc",
         "min_cc_text",
@@ -430,10 +459,12 @@ class Prepared:
         self.min_cc_text = need.min_compute_capability
         self.min_cc = cc_tuple(need.min_compute_capability)
         self.min_total_bytes = need.min_memory_bytes
-        layouts = [LayoutNeed(i, lay) for i, lay in enumerate(request.plan.layouts)]
+        layouts = [LayoutNeed(i, lay, request.cores) for i, lay in enumerate(request.plan.layouts)]
         if request.cpu:
             layouts = [lay for lay in layouts if not lay.gpu]
         self.layouts = tuple(layouts)
+        # Cores a CPU layout of this request reserves (0: none counted).
+        self.cores = request.cores if any(not lay.gpu for lay in layouts) else 0
         # Only when every layout needs GPUs can a node without a suitable
         # card be dropped before fitting; otherwise its CPU may still do.
         self.needs_gpu = bool(layouts) and all(lay.gpu for lay in layouts)
@@ -458,6 +489,8 @@ class PlacementRequest(BaseModel):
     # Labels the node must carry (the model's selector).
     labels: dict[str, str] = Field(default_factory=dict)
     plan: Plan
+    # CPU cores a replica placed with a CPU layout reserves on its node.
+    cores: int = 0
 
     _prepared: _Cache = PrivateAttr(default_factory=_Cache)
 
@@ -472,6 +505,7 @@ class PlacementRequest(BaseModel):
             cpu=profile.cpu,
             labels=dict(model.labels),
             plan=plan,
+            cores=profile.cores,
         )
 
     def prepared(self) -> Prepared:
@@ -485,6 +519,8 @@ class PlacementRequest(BaseModel):
             or key[1] is not self.gpu
             or key[2] is not self.cpu
             or key[3] is not self.labels
+            or key[4] != self.cores
         ):
-            cache.key, cache.value = (self.plan, self.gpu, self.cpu, self.labels), Prepared(self)
+            key = (self.plan, self.gpu, self.cpu, self.labels, self.cores)
+            cache.key, cache.value = key, Prepared(self)
         return cache.value

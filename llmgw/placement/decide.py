@@ -29,13 +29,20 @@ from pydantic import BaseModel, PrivateAttr
 from llmgw.modelplan.types import Layout
 from llmgw.placement.candidates import LayoutNeed, NodeCandidate, PlacementRequest, gib
 from llmgw.placement.filters import CHAIN, category
-from llmgw.placement.fit import SHORT_GPU, SHORT_HOST, TOO_FEW_GPUS, Misfit, fit_prepared
+from llmgw.placement.fit import (
+    SHORT_CORES,
+    SHORT_GPU,
+    SHORT_HOST,
+    TOO_FEW_GPUS,
+    Misfit,
+    fit_prepared,
+)
 from llmgw.placement.index import NodeIndex
 from llmgw.placement.scorers import Score, score_key, score_of, why_lower
 
 # Refusal counts read in the order the chain drops nodes; the memory
 # categories come last since they are reached last.
-_MEMORY_RANK = {TOO_FEW_GPUS: 0, SHORT_GPU: 1, SHORT_HOST: 2}
+_MEMORY_RANK = {TOO_FEW_GPUS: 0, SHORT_GPU: 1, SHORT_HOST: 2, SHORT_CORES: 3}
 _RANK = {f: rank for rank, f in enumerate(CHAIN)}
 
 
@@ -50,6 +57,8 @@ class Placement(BaseModel):
     per_gpu_bytes: dict[int, int]
     host_memory_bytes: int
     score: Score
+    # CPU cores it reserves on the node (a CPU layout of a profile with cores).
+    cores: int = 0
 
 
 class Decision(BaseModel):
@@ -209,7 +218,7 @@ def scan(
     reasons: dict[str, str] = {}
     tally: dict[str, list] = {}  # category -> [rank, count]
     fits: list[tuple] = []
-    largest_card = largest_host = most_cards = 0
+    largest_card = largest_host = most_cards = most_cores = 0
     reason = None
     # Nodes alike in every respect placement looks at are weighed once for
     # all of them (a fleet is mostly a few kinds of machine, most of them
@@ -245,6 +254,8 @@ def scan(
                 largest_card = max(largest_card, fit.largest_free_bytes)
             elif fit.category == SHORT_HOST:
                 largest_host = max(largest_host, fit.largest_free_bytes)
+            elif fit.category == SHORT_CORES:
+                most_cores = max(most_cores, fit.free_cores)
             else:
                 most_cards = max(most_cards, fit.suitable_cards)
             continue
@@ -258,7 +269,7 @@ def scan(
         return Decision(
             **base,
             reasons=dict(sorted(reasons.items())),
-            refused=_refusal(prep, counts, largest_card, largest_host, most_cards),
+            refused=_refusal(prep, counts, largest_card, largest_host, most_cards, most_cores),
             counts=counts,
         )
 
@@ -276,6 +287,7 @@ def scan(
         per_gpu_bytes={i: need.need_bytes for i in best.gpu_indexes},
         host_memory_bytes=need.host_bytes,
         score=score_of(best_key),
+        cores=need.cores,
     )
     return Decision(
         **base,
@@ -298,7 +310,7 @@ def _count(tally: dict[str, list], name: str, rank: int, n: int = 1) -> None:
         entry[1] += n
 
 
-def _refusal(prep, counts: dict[str, int], card: int, host: int, cards: int) -> str:
+def _refusal(prep, counts: dict[str, int], card: int, host: int, cards: int, cores: int = 0) -> str:
     if not counts:
         return "no node can run it: the cluster has no nodes"
     gpu_layouts = [n for n in prep.layouts if n.gpu]
@@ -315,6 +327,8 @@ def _refusal(prep, counts: dict[str, int], card: int, host: int, cards: int) -> 
         elif name == SHORT_HOST:
             least = min(x.host_bytes for x in cpu_layouts)
             text += f" (most free {gib(host)}, needs {gib(least)})"
+        elif name == SHORT_CORES:
+            text += f" (most free {cores}, needs {prep.cores})"
         elif name == TOO_FEW_GPUS:
             least = min(x.cards for x in gpu_layouts)
             text += f" (at most {cards} suitable, needs {least})"

@@ -7,7 +7,8 @@ names one), each with at least the layout's per-card bytes free. Among the cards
 fullest go first (best fit: the emptiest cards stay whole for larger models),
 ties by index; for tensor parallelism, cards joined by NVLink are preferred
 when the node has such a set, since every layer's all-reduce crosses them.
-A CPU layout needs the host's free memory.
+A CPU layout needs the host's free memory, and the cores the request
+reserves (on a node that says how many it has).
 
 When nothing fits, the answer says, layout by layout, how much is free and
 how much is needed, so an operator reads the shortfall without arithmetic.
@@ -37,6 +38,7 @@ LINKED_SEARCH_CAP = 2000
 
 SHORT_GPU = "short of GPU memory"
 SHORT_HOST = "short of host memory"
+SHORT_CORES = "short of CPU cores"
 TOO_FEW_GPUS = "with too few GPUs"
 
 
@@ -62,6 +64,8 @@ class Misfit(NamedTuple):
     largest_free_bytes: int
     # The most suitable cards the node has (for "too few GPUs").
     suitable_cards: int
+    # The node's cores not reserved (for "short of CPU cores").
+    free_cores: int = 0
 
 
 def fit_node(request: PlacementRequest, node: NodeCandidate) -> Fit | Misfit:
@@ -86,9 +90,14 @@ def fit_prepared(prep: Prepared, node: NodeCandidate) -> Fit | Misfit:
     for need in prep.layouts:
         if not need.gpu:
             host_free = static.host_total_bytes - node.host_memory_used_bytes
-            if host_free >= need.host_bytes:
+            if host_free < need.host_bytes:
+                misses.append((need, "host", [], 0))
+            elif (
+                need.cores and static.cpu_total and static.cpu_total - node.cores_used < need.cores
+            ):
+                misses.append((need, "cores", [], 0))
+            else:
                 return Fit(need, (), True, host_free - need.host_bytes)
-            misses.append((need, "host", [], 0))
             continue
         whole = need.cards > 1
         if (need.card_name, whole) != kind:
@@ -158,11 +167,14 @@ def _misfit(node: NodeCandidate, misses: list[tuple[LayoutNeed, str, list, int]]
     host_free = max(0, static.host_total_bytes - node.host_memory_used_bytes)
     phrases = []
     largest = most_cards = 0
+    free_cores = max(0, static.cpu_total - node.cores_used)
     kinds = set()
     for need, why, frees, suitable in misses:
         kinds.add(why)
         if why == "host":
             text = f"host has {gib(host_free)} free, needs {gib(need.host_bytes)}"
+        elif why == "cores":
+            text = f"host has {free_cores} of {static.cpu_total} CPU cores free, needs {need.cores}"
         elif why == "count":
             most_cards = max(most_cards, suitable)
             kind = "suitable " if suitable < len(static.cards) else ""
@@ -196,13 +208,15 @@ def _misfit(node: NodeCandidate, misses: list[tuple[LayoutNeed, str, list, int]]
         category = SHORT_GPU
     elif "host" in kinds:
         category, largest = SHORT_HOST, host_free
+    elif "cores" in kinds:
+        category = SHORT_CORES
     else:
         category = TOO_FEW_GPUS
     reason = "; ".join(phrases)
-    if static.mig_note and kinds != {"host"}:
+    if static.mig_note and not kinds <= {"host", "cores"}:
         # Why the cards look smaller or fewer than the machine has.
         reason += f"; {static.mig_note}"
-    return Misfit(reason, category, largest, most_cards)
+    return Misfit(reason, category, largest, most_cards, free_cores)
 
 
 def _nth_most_free(frees: list[tuple[int, int]], n: int) -> tuple[int, int]:

@@ -36,19 +36,19 @@ from llmgw.inventory import Inventory
 from llmgw.placement.candidates import ROLE_LABEL, NodeCandidate, NodeStatic, free_of
 
 # A node's memory in use, as fit reads it: ((card index, bytes), …) for the
-# cards with anything on them, and host bytes.
-Usage = tuple[tuple[tuple[int, int], ...], int]
+# cards with anything on them, host bytes, and CPU cores reserved.
+Usage = tuple[tuple[tuple[int, int], ...], int, int]
 
 
 def usage_of(node: NodeCandidate) -> Usage:
     used = tuple(sorted((i, n) for i, n in node.gpu_used_bytes.items() if n))
-    return used, node.host_memory_used_bytes
+    return used, node.host_memory_used_bytes, node.cores_used
 
 
 class Group:
     """Nodes of one class with the same memory in use."""
 
-    __slots__ = ("cls", "frees", "gpu_used", "host_used", "members", "seq", "usage")
+    __slots__ = ("cls", "cores_used", "frees", "gpu_used", "host_used", "members", "seq", "usage")
 
     def __init__(self, seq: int, cls: NodeClass, usage: Usage) -> None:
         self.seq = seq
@@ -58,6 +58,7 @@ class Group:
         self.members: list[int] = []
         self.gpu_used = sum(n for _, n in usage[0])
         self.host_used = usage[1]
+        self.cores_used = usage[2]
         # Kind of card -> [(free, index)] ascending, as fit.py orders them.
         self.frees: dict[tuple, list[tuple[int, int]]] = {}
 
@@ -174,6 +175,7 @@ def _class_key(node: NodeCandidate, hardware: dict[int, tuple]) -> tuple:
             static.cards,
             tuple(sorted(static.links.items())),
             static.host_total_bytes,
+            static.cpu_total,
             node.inventory.host.gpu_note,
         )
     return (kind, node.state, node.cordoned, node.draining, _engines_key(node))
@@ -197,8 +199,8 @@ class NodeIndex:
         self.groups: dict[int, Group] = {}
         self._group_of: list[Group] = []
         self._cached: dict[str, list[int]] = {}
-        # (position, GPU bytes used, host bytes used) before each reservation.
-        self._journal: list[tuple[int, dict[int, int], int]] = []
+        # (position, GPU bytes used, host bytes used, cores) before each reservation.
+        self._journal: list[tuple[int, dict[int, int], int, int]] = []
         self._inventories: list[Inventory] | None = None
         classes: dict[tuple, NodeClass] = {}
         hardware: dict[int, tuple] = {}
@@ -262,7 +264,9 @@ class NodeIndex:
     def before_reserve(self, node: NodeCandidate) -> None:
         pos = self._own(node)
         if pos is not None:
-            self._journal.append((pos, dict(node.gpu_used_bytes), node.host_memory_used_bytes))
+            self._journal.append(
+                (pos, dict(node.gpu_used_bytes), node.host_memory_used_bytes, node.cores_used)
+            )
 
     def after_reserve(self, node: NodeCandidate) -> None:
         pos = self._own(node)
@@ -286,12 +290,12 @@ class NodeIndex:
         """The nodes as they were at ``version``: reserved ones copied back to their usage then."""
         nodes = list(self._nodes)
         restored: set[int] = set()
-        for pos, used, host in self._journal[version:]:
+        for pos, used, host, cores in self._journal[version:]:
             if pos in restored:
                 continue
             restored.add(pos)
             now = nodes[pos]
             fields = {name: getattr(now, name) for name in NodeCandidate.model_fields}
-            fields.update(gpu_used_bytes=used, host_memory_used_bytes=host)
+            fields.update(gpu_used_bytes=used, host_memory_used_bytes=host, cores_used=cores)
             nodes[pos] = NodeCandidate(**fields)
         return nodes

@@ -162,7 +162,11 @@ class _Table:
             if row.k:
                 if g.frees_for(row.kind, row.eligible)[-row.k][0] >= row.need.need_bytes:
                     return row.pos
-            elif self.cls.static.host_total_bytes - g.host_used >= row.need.host_bytes:
+            elif self.cls.static.host_total_bytes - g.host_used >= row.need.host_bytes and (
+                not row.need.cores
+                or not self.cls.static.cpu_total
+                or self.cls.static.cpu_total - g.cores_used >= row.need.cores
+            ):
                 return row.pos
         return -1
 
@@ -267,6 +271,10 @@ def place_indexed(request: PlacementRequest, index: NodeIndex, *, explain: bool 
     version = index.version()
     later = lambda: _settle(request, index, version, explain)
     if best.key is None:
+        if prep.cores:
+            # Nodes of one class may miss by memory or by cores, group by
+            # group: the scan says which, node by node.
+            return scan(request, index, explain=explain)
         counts, refused = _refusal_of(prep, index, tables, tally)
         return Decision.later(later, **base, refused=refused, counts=counts, fitting=0)
     key, fit = best.key, best.fit
@@ -279,6 +287,7 @@ def place_indexed(request: PlacementRequest, index: NodeIndex, *, explain: bool 
         per_gpu_bytes={i: need.need_bytes for i in fit.gpu_indexes},
         host_memory_bytes=need.host_bytes,
         score=score_of(key),
+        cores=need.cores,
     )
     return Decision.later(later, **base, placement=placement)
 

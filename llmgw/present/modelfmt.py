@@ -92,6 +92,9 @@ def model_facts(m: ModelView) -> str:
             f"replicas: {spec.replicas_min} to {spec.replicas_max} ({how}the load decides)"
         )
     lines.append(f"class: {spec.priority_class or 'normal'}")
+    for profile in spec.profiles:
+        if profile.cores:
+            lines.append(f"cores: {profile.cores} per CPU replica ({profile.name})")
     if spec.fallbacks:
         lines.append(f"fallbacks: {', '.join(spec.fallbacks)} (in order)")
     return "\n".join(lines)
@@ -116,6 +119,8 @@ def replica_where(r: ReplicaView) -> str:
     """Which GPUs of its node the replica has, or CPU; "-" before it is placed."""
     if r.gpu_indexes:
         return f"GPU {','.join(map(str, r.gpu_indexes))}"
+    if r.node_id and r.cores:
+        return f"CPU ×{r.cores}"
     return "CPU" if r.node_id else "-"
 
 
@@ -254,13 +259,16 @@ def serve_spec(
     sha256: str = "",
     priority_class: str = "",
     fallbacks: tuple[str, ...] | list[str] = (),
+    cores: int = 0,
 ) -> ModelSpec:
     """The spec ``llmgw ctl model serve`` sends: one profile, ``replicas`` replicas.
 
     Raises ``UsageError`` saying what is wrong with the options.
     """
     try:
-        profile = Profile(engine=engine, cpu=cpu, gpu=GpuNeed(count=gpus) if gpus else None)
+        profile = Profile(
+            engine=engine, cpu=cpu, gpu=GpuNeed(count=gpus) if gpus else None, cores=cores
+        )
         model = Model(
             name=name or name_from_source(source),
             source=source,

@@ -15,6 +15,7 @@ from llmgw.errors import UsageError
 from llmgw.labels import parse_assignments
 from llmgw.present import output
 from llmgw.present.modelfmt import serve_spec, to_spec, validation_text
+from llmgw.present.resourcesfmt import model_resources
 from proto.llmgw.v1 import ModelSpec, PlanModelRequest
 
 model_app = typer.Typer(
@@ -92,6 +93,14 @@ def model_serve(
     priority_class: str = typer.Option(
         "", "--class", help="Its priority class (high, normal, low, or the cluster's own)."
     ),
+    cores: int = typer.Option(
+        0,
+        "--cores",
+        min=0,
+        max=1024,
+        help="CPU cores each CPU replica reserves on its node, given to the engine as threads"
+        " (0: none reserved).",
+    ),
     fallback: list[str] = typer.Option(
         [],
         "--fallback",
@@ -115,6 +124,7 @@ def model_serve(
             sha256=sha256,
             priority_class=priority_class,
             fallbacks=fallback,
+            cores=cores,
         )
         spec.labels = labels
     except UsageError as e:
@@ -165,6 +175,36 @@ def model_context(
 ) -> None:
     """Change a model's context; replicas restart one at a time to take it."""
     call(lambda c: c.set_model_context(name, tokens, slots), json=json)
+
+
+@model_app.command("resources")
+def model_resources_cmd(
+    name: str = typer.Argument(...),
+    cores: int | None = typer.Option(
+        None,
+        "--cores",
+        min=0,
+        max=1024,
+        help="Reserve this many CPU cores per CPU replica (0: none); replicas restart one at a"
+        " time to take it.",
+    ),
+    profile: str = typer.Option(
+        "", "--profile", help="The profile to change (default: the first)."
+    ),
+    json: bool = JsonOpt,
+) -> None:
+    """What a model's replicas hold on their nodes (cores, host memory, cards), and the
+    cores free on each node; --cores changes what its CPU replicas reserve."""
+
+    async def go(c):
+        if cores is not None:
+            await c.set_model_resources(name, cores=cores, profile=profile)
+        return model_resources(
+            await c.get_model(name), await c.list_replicas(name), await c.list_nodes()
+        )
+
+    after = f"Replicas restart one at a time to take it: llmgw ctl replicas --model {name}"
+    call(go, json=json, next_step=after if cores is not None else "")
 
 
 @model_app.command("plan")

@@ -13,7 +13,7 @@ import random
 import pytest
 
 from llmgw.catalog.model import Model, Profile
-from llmgw.placement import NodeCandidate, PlacementRequest, place
+from llmgw.placement import NodeCandidate, NodeIndex, PlacementRequest, place
 from tests.llmgw.placement.cluster import (
     A100,
     CPU,
@@ -311,3 +311,21 @@ def test_a_node_candidate_is_equal_to_its_copy_after_it_has_been_placed_on():
 
     assert used == node(H100)
     assert isinstance(used, NodeCandidate)
+
+
+def test_replicas_reserving_cores_fill_a_node_and_the_next_is_refused_for_cores():
+    req = request(cpu_layout(4 * GIB), engine="llama.cpp", cores=6)
+    nodes = [node(CPU)]
+    index = NodeIndex(nodes)
+    placed = []
+    for _ in range(3):
+        decision = place(req, index)
+        if decision.placement is None:
+            break
+        p = decision.placement
+        index.get(p.node_id).reserve(p.per_gpu_bytes, p.host_memory_bytes, p.cores)
+        placed.append(p.cores)
+
+    assert placed == [6, 6]  # 16 cores: two of six, four left
+    assert decision.refused == "no node can run it: 1 short of CPU cores (most free 4, needs 6)"
+    assert decision.reasons == {CPU: "host has 4 of 16 CPU cores free, needs 6"}

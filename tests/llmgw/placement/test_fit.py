@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from llmgw.placement import Fit, Misfit, fit_node
-from llmgw.placement.fit import SHORT_GPU, SHORT_HOST, TOO_FEW_GPUS
+from llmgw.placement.fit import SHORT_CORES, SHORT_GPU, SHORT_HOST, TOO_FEW_GPUS
 from tests.llmgw.placement.cluster import (
     A100,
     A100_CARD,
@@ -147,3 +147,40 @@ def test_a_node_without_gpus_says_so_for_the_gpu_layouts_of_a_mixed_plan():
 
     assert miss.reason == "1 card: has no GPU; CPU: host has 62.8 GiB free, needs 100.0 GiB"
     assert miss.category == SHORT_HOST
+
+
+def test_a_cpu_layout_takes_the_cores_it_reserves_from_those_free():
+    req = request(cpu_layout(8 * GIB), engine="llama.cpp", cores=6)
+
+    fits = fit_node(req, node(CPU, cores_used=10))
+    miss = fit_node(req, node(CPU, cores_used=11))
+
+    assert isinstance(fits, Fit) and fits.need.cores == 6
+    assert miss.category == SHORT_CORES
+    assert miss.reason == "host has 5 of 16 CPU cores free, needs 6"
+    assert miss.free_cores == 5
+
+
+def test_memory_short_is_said_before_cores_short():
+    req = request(cpu_layout(100 * GIB), engine="llama.cpp", cores=32)
+
+    miss = fit_node(req, node(CPU))
+
+    assert miss.category == SHORT_HOST
+    assert miss.reason == "host has 62.8 GiB free, needs 100.0 GiB"
+
+
+def test_a_gpu_layout_reserves_no_cores():
+    req = request(gpu_layout(1, 10 * GB), engine="llama.cpp", cores=8)
+
+    fit = fit_node(req, node(RTX, cores_used=16))
+
+    assert isinstance(fit, Fit) and fit.need.cores == 0
+
+
+def test_a_node_that_does_not_say_its_cores_is_not_counted_short():
+    inv = inventory("cpu_only_16c")
+    inv.host.cpu_count = 0
+    req = request(cpu_layout(8 * GIB), engine="llama.cpp", cores=4)
+
+    assert isinstance(fit_node(req, node("unsaid", inventory=inv, cores_used=99)), Fit)

@@ -100,6 +100,7 @@ def nodes_strategy(draw) -> list[NodeCandidate]:
                 engines_installed=engines,
                 gpu_used_bytes=used,
                 host_memory_used_bytes=draw(st.sampled_from([0, 0, 8 * GIB, 60 * GIB])),
+                cores_used=draw(st.sampled_from([0, 0, 4, 14, 16, 40])),
                 models_cached=set(draw(st.lists(st.sampled_from(MODELS), max_size=2))),
             )
         )
@@ -136,6 +137,7 @@ def request_strategy(draw) -> PlacementRequest:
             )
         ),
         cpu=draw(st.booleans()) and draw(st.booleans()),
+        cores=draw(st.sampled_from([0, 0, 2, 8])),
     )
 
 
@@ -184,8 +186,8 @@ def test_a_pass_reserving_each_placement_decides_as_the_scan_does(nodes, reqs, f
         assert got.refused == expected.refused
         if got.placement is not None:
             p = got.placement
-            index.get(p.node_id).reserve(p.per_gpu_bytes, p.host_memory_bytes)
-            by_id[p.node_id].reserve(p.per_gpu_bytes, p.host_memory_bytes)
+            index.get(p.node_id).reserve(p.per_gpu_bytes, p.host_memory_bytes, p.cores)
+            by_id[p.node_id].reserve(p.per_gpu_bytes, p.host_memory_bytes, p.cores)
 
 
 @SETTINGS
@@ -199,7 +201,7 @@ def test_reasons_read_after_later_reservations_are_those_of_the_moment_of_the_de
         if again.placement is None:
             break
         p = again.placement
-        index.get(p.node_id).reserve(p.per_gpu_bytes, p.host_memory_bytes)
+        index.get(p.node_id).reserve(p.per_gpu_bytes, p.host_memory_bytes, p.cores)
 
     assert decision.reasons == expected.reasons
     assert (decision.counts, decision.fitting) == (expected.counts, expected.fitting)
