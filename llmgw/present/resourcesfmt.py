@@ -57,7 +57,7 @@ def model_resources(
     spec = view.spec
     profiles = [
         ProfileCores(
-            name=p.name,
+            name=p.name or "default",
             engine=p.engine,
             runs="cpu" if p.cpu else ("gpu" if p.gpu and p.gpu.count else "planned"),
             cores=p.cores,

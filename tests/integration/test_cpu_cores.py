@@ -11,6 +11,7 @@ import os
 import sys
 from pathlib import Path
 
+from llmgw.config import dump_yaml, load_server_config
 from proto.llmgw.v1 import ModelProfile, ModelSpec
 from tests.cluster_fixture import running_cluster, wait_for
 
@@ -21,12 +22,18 @@ def _spec(cores: int, replicas: int) -> ModelSpec:
         source="/models/none.gguf",
         replicas_min=replicas,
         replicas_max=replicas,
-        profiles=[ModelProfile(engine="sim", cpu=True, cores=cores, startup_timeout_s=60)],
+        slots=1,
+        profiles=[
+            ModelProfile(name="default", engine="sim", cpu=True, cores=cores, startup_timeout_s=60)
+        ],
     )
 
 
 async def _ctl(cluster, *args: str) -> tuple[int, str]:
     """``llmgw ctl ARGS`` as an operator runs it: its exit code and what it printed."""
+    cfg = load_server_config(cluster.paths.server_yaml)
+    cfg.listen.admin = f"127.0.0.1:{cluster.server.ports['admin']}"
+    cluster.paths.server_yaml.write_text(dump_yaml(cfg))
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",

@@ -7,6 +7,7 @@ processes, and once with the real llama.cpp starter on CPU; the openai SDK as cl
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import openai
 import pytest
@@ -134,8 +135,11 @@ async def test_the_llama_cpp_starter_on_demand_answers_its_first_request(
 ):
     async with running_cluster(tmp_path) as cluster:
         await cluster.start_agent("cpu-node")
-        model = starter.model(gemma3_270m_gguf).model_copy(
-            update={"replicas_min": 0, "replicas_max": 1}
+        model = starter.model(gemma3_270m_gguf)
+        # Reserving one core, which llama-server is given as its threads.
+        profile = model.profiles[0].model_copy(update={"cores": 1})
+        model = model.model_copy(
+            update={"replicas_min": 0, "replicas_max": 1, "profiles": [profile]}
         )
         async with cluster.admin() as admin:
             await admin.put_model(model_spec(model), create_only=True)
@@ -151,6 +155,15 @@ async def test_the_llama_cpp_starter_on_demand_answers_its_first_request(
         )
         assert answer.choices[0].message.content
         assert answer.usage.completion_tokens > 0
+        async with cluster.admin() as admin:
+            (r,) = await _active(admin, model.name)
+            assert r.cores == 1
+            argv = Path(f"/proc/{r.pid}/cmdline").read_bytes().decode().split("\0")
+            assert argv[argv.index("--threads") + 1] == "1"
+            assert argv[argv.index("--threads-batch") + 1] == "1"
+            # llama.cpp's own words: its thread pool has the one thread.
+            logs = await admin.replica_logs(r.replica_id, 400)
+            assert any("n_threads = 1" in line for line in logs.lines), logs.lines[-20:]
         await gpt.close()
 
 
