@@ -146,6 +146,11 @@ PARITY: dict[Item, Mirror] = {
     ("ModelsScreen", "scale"): ctl("model scale {model} {replicas}", shown_by="models"),
     ("ModelsScreen", "remove"): ctl("model rm {model}", shown_by="models"),
     ("ModelsScreen", "explain"): opens("ExplainPlacement"),
+    ("ModelsScreen", "resources"): ctl(
+        "model resources {model} --cores {cores}", shown_by="model resources {model}"
+    ),
+    ("ResourcesDialog", None): ctl("model resources {model}"),
+    ("ResourcesDialog", "cancel"): _CLOSES,
     ("ScaleDialog", None): _FORM,
     ("ScaleDialog", "cancel"): _CLOSES,
     ("ConfirmRemove", None): _FORM,

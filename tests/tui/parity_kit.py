@@ -230,6 +230,7 @@ MODE_OF = {
     "NodeDetails": "nodes",
     "ModelsScreen": "models",
     "ExplainPlacement": "models",
+    "ResourcesDialog": "models",
     "ServeDialog": "models",
     "AddNodeDialog": "nodes",
     "LabelDialog": "nodes",

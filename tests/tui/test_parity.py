@@ -36,7 +36,7 @@ import typer
 
 from llmgw.cli.main import app as llmgw_cli
 from tests.cluster_fixture import running_cluster, wait_for
-from tests.tui import parity_batches, parity_mcp, parity_mirror, parity_settings
+from tests.tui import parity_batches, parity_mcp, parity_mirror, parity_models, parity_settings
 from tests.tui.parity_actions import ACTIONS as KIT_ACTIONS
 from tests.tui.parity_kit import (
     READY_ATTEMPTS,
@@ -61,6 +61,7 @@ SCREENS = {
     **KIT_SCREENS,
     **parity_batches.SCREENS,
     **parity_mirror.SCREENS,
+    **parity_models.SCREENS,
     **parity_mcp.SCREENS,
     **parity_settings.SCREENS,
 }
@@ -68,6 +69,7 @@ ACTIONS = {
     **KIT_ACTIONS,
     **parity_batches.ACTIONS,
     **parity_mirror.ACTIONS,
+    **parity_models.ACTIONS,
     **parity_mcp.ACTIONS,
     **parity_settings.ACTIONS,
 }
@@ -184,6 +186,9 @@ async def live(tmp_path_factory):
                 await admin.put_model(sim_model(name), create_only=True)
             await admin.put_model(sim_model("parity-scale", replicas=0), create_only=True)
             await admin.put_model(sim_model("parity-rm", replicas=0), create_only=True)
+            await admin.put_model(
+                sim_model(parity_models.CORES_MODEL, replicas=0), create_only=True
+            )
             await admin.create_tenant("project", SEARCH, parents=True)
             await admin.create_key(SEARCH, name="web", rpm=60, tpm=1000)
             await admin.create_key(SEARCH, name="batch", models=["sim-chat"])

@@ -9,7 +9,8 @@ again (``get_model``, as ``llmgw ctl model show``) and READY goes 0/1 → 1/1 li
 
 On the selected row: ``s`` scales, to N or MIN..MAX (``scale_model``, as ``llmgw ctl model scale``),
 ``d`` removes after asking (``remove_model``, ``llmgw ctl model rm``), ``e``
-explains its placement (``explain_placement``, ``llmgw ctl explain-placement``);
+explains its placement (``explain_placement``, ``llmgw ctl explain-placement``), ``c``
+shows what its replicas hold and sets the cores they reserve (``llmgw ctl model resources``);
 ``a`` opens the serve dialog (``llmgw ctl model plan`` / ``model serve``).
 
 Only workers talk to gatewayd; they post past-tense messages whose handlers
@@ -52,6 +53,7 @@ from proto.llmgw.v1 import (
 from tui.screens.cluster.cluster_feed import ClusterRead
 from tui.screens.common import AdminFailed, describe, show_worker_error
 from tui.screens.live import DrawLater, Flag, LiveRows, selected_key, show_text
+from tui.screens.models.resources import ResourcesDialog
 from tui.screens.models.serve import ServeDialog
 from tui.screens.shell import KeyFooter, ShellHeader
 
@@ -83,6 +85,15 @@ class ModelScaled(Message):
     def __init__(self, view: ModelView) -> None:
         super().__init__()
         self.view = view
+
+
+class ModelReserved(Message):
+    """``set_model_resources`` answered with the model as it is now."""
+
+    def __init__(self, view: ModelView, cores: int) -> None:
+        super().__init__()
+        self.view = view
+        self.cores = cores
 
 
 class ModelRemoved(Message):
@@ -271,9 +282,10 @@ class ModelsScreen(DrawLater, Screen[None]):
         Binding("s", "scale", "Scale"),
         Binding("d,delete", "remove", "Remove"),
         Binding("e", "explain", "Explain"),
+        Binding("c", "resources", "Cores"),
     ]
     # The actions that need a selected model: shown dimmed while there is none.
-    ON_A_MODEL: ClassVar[frozenset[str]] = frozenset({"scale", "remove", "explain"})
+    ON_A_MODEL: ClassVar[frozenset[str]] = frozenset({"scale", "remove", "explain", "resources"})
 
     def __init__(self, client: AdminClient) -> None:
         super().__init__()
@@ -350,6 +362,19 @@ class ModelsScreen(DrawLater, Screen[None]):
         if view is not None:
             self.app.push_screen(ExplainPlacement(self._client, view.spec.name))
 
+    def action_resources(self) -> None:
+        view = self.selected_model()
+        if view is None or view.spec is None:
+            return
+        name = view.spec.name
+        cores = view.spec.profiles[0].cores if view.spec.profiles else 0
+
+        def reserve(chosen: int | None) -> None:
+            if chosen is not None:
+                self.run_resources(name, chosen)
+
+        self.app.push_screen(ResourcesDialog(self._client, name, cores), reserve)
+
     def _served(self, view: ModelView | None) -> None:
         if view is None:
             return
@@ -422,6 +447,15 @@ class ModelsScreen(DrawLater, Screen[None]):
         self.post_message(ModelScaled(view))
 
     @work(exclusive=True, exit_on_error=False, group="models-action")
+    async def run_resources(self, name: str, cores: int) -> None:
+        try:
+            view = await self._client.set_model_resources(name, cores=cores)
+        except LlmgwError as e:
+            self.post_message(AdminFailed(e))
+            return
+        self.post_message(ModelReserved(view, cores))
+
+    @work(exclusive=True, exit_on_error=False, group="models-action")
     async def run_remove(self, name: str) -> None:
         try:
             reply = await self._client.remove_model(name)
@@ -459,6 +493,13 @@ class ModelsScreen(DrawLater, Screen[None]):
         self._put(message.view)
         view = message.view
         self.notify(f"Scaling {view.spec.name} to {view.replicas_desired} replicas.")
+
+    def on_model_reserved(self, message: ModelReserved) -> None:
+        self._put(message.view)
+        self.notify(
+            f"{message.view.spec.name}: {message.cores} cores per CPU replica; "
+            "replicas restart one at a time to take it."
+        )
 
     def on_model_removed(self, message: ModelRemoved) -> None:
         self._drop(message.reply.name)
