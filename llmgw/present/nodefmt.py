@@ -91,7 +91,11 @@ def node_facts(n: NodeView) -> list[tuple[str, str | Text]]:
         rows += [
             ("os", f"{h.os_id} {h.os_version_id} (like {' '.join(h.os_id_like) or '-'})"),
             ("arch", h.arch),
-            ("cpus", f"{h.cpu_count} (AVX2: {'yes' if h.avx2 else 'no'})"),
+            (
+                "cpus",
+                f"{h.cpu_count} (AVX2: {'yes' if h.avx2 else 'no'})"
+                + (f", {n.cores_taken} reserved by replicas" if n.cores_taken else ""),
+            ),
             ("memory", gib(h.memory_total_bytes)),
             ("memory bandwidth", bandwidth_text(h.mem_bandwidth_gbs)),
             ("free disk", gib(h.disk_free_bytes)),
