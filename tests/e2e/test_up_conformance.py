@@ -27,9 +27,9 @@ OPERATIONS = (
     r"^(POST /(chat/completions|completions|embeddings|responses)|GET /models(/\{model\})?)$"
 )
 # Per operation: enough for every phase (examples, coverage, fuzzing, stateful)
-# to reach the engine, few enough to finish in about two minutes on two cores.
-MAX_EXAMPLES = 15
-MAX_TIME_S = 120
+# to reach the engine, few enough to finish in well under two minutes on two cores.
+MAX_EXAMPLES = 10
+MAX_TIME_S = 80
 
 
 # The run, and the starter's start when this test is the first to ask for it.
