@@ -29,6 +29,7 @@ from agentd.shards import ShardRunner
 from agentd.status import StatusBoard, StatusServer, StatusView
 from agentd.supervisor.users import ALLOW_ROOT_ENV, ensure_engine_user, root_engines_allowed
 from agentd.weights import WeightsFetcher
+from agentd.weights.keeper import WeightsKeeper
 from agentd.weights.sources import mirror_tls
 from llmgw import __version__
 from llmgw.aio import within
@@ -101,6 +102,8 @@ class Agent:
         self.connected_to: str | None = None
         self.inventory: Inventory | None = None
         self._send = None  # the current stream's outbox, while connected
+        self._tasks: set[asyncio.Task] = set()  # commands answered when done
+        self._keeper: asyncio.Task | None = None  # the weights cache's (agentd/weights/keeper.py)
         self.engines = engines or LocalEngines(paths.engines_dir, report=self._engine_report)
         # HTTPS mirrors: their certificate may be the cluster CA's, and one
         # that reads node certificates (tls.client_ca) gets this node's.
@@ -116,6 +119,9 @@ class Agent:
                 self.data_dir / "weights", hf_base_url=cfg.hub_url, verify=mirror_tls_ctx
             ),
         )
+        # The cache within its share of the disk, told of every shard's change.
+        self.weights = WeightsKeeper(self.shards.fetcher.cache_dir, self.shards.weights_uses)
+        self.shards.listeners.append(self.weights.changed)
         # Weights and engine installs are shared with the engine user's group
         # (0750/0640), whatever the umask: the agent makes them as root.
         share_gid = self.shards.supervisor.share_gid
@@ -172,6 +178,10 @@ class Agent:
                 await self._run(stop)
             finally:
                 self.board.set_state("stopping")
+                if self._keeper is not None:
+                    self._keeper.cancel()
+                    with contextlib.suppress(BaseException):
+                        await self._keeper
                 await server.close()
 
     async def _run(self, stop: asyncio.Event) -> None:
@@ -180,6 +190,8 @@ class Agent:
         adopted = await self.shards.adopt()
         if adopted:
             log.info("adopted %d engines still running: %s", len(adopted), ", ".join(adopted))
+        # After adoption: what the adopted engines run on is known, and kept.
+        self._keeper = asyncio.create_task(self.weights.run(), name="weights-cache")
         self.inventory = await asyncio.to_thread(self.probe.inventory)
         self.shards.inventory = self.inventory  # MIG instances' uuids, cards' memory
         manager = getattr(self.engines, "manager", None)
@@ -318,6 +330,7 @@ class Agent:
                 beats = asyncio.create_task(self._heartbeats(stream, outbox))
                 self.shards.attach(outbox.put_nowait)
                 self._send = outbox.put_nowait
+                self.weights.attach(outbox.put_nowait)  # what the cache holds, after Register
                 manager = getattr(self.engines, "manager", None)
                 for state in manager.states() if manager else []:
                     outbox.put_nowait(AgentMessage(engine_status=state.to_proto()))
@@ -326,6 +339,7 @@ class Agent:
                         await self._handle(outbox, msg)
                 finally:
                     self.shards.attach(None)
+                    self.weights.attach(None)
                     self._send = None
                     for task in (beats, sender):
                         task.cancel()
@@ -390,6 +404,12 @@ class Agent:
             self.shards.start(s)
         elif msg.stop_shard is not None:
             asyncio.create_task(self.shards.stop(msg.stop_shard))
+        elif msg.remove_weights is not None:
+            # Answered once the entries are renamed away; their files are deleted after.
+            task = asyncio.create_task(self._remove_weights(outbox, msg), name="remove-weights")
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            return
         elif msg.fetch_logs is not None:
             req = msg.fetch_logs
             lines = self.shards.supervisor.log_tail(req.shard_id, req.lines or 100)
@@ -409,6 +429,16 @@ class Agent:
         outbox.put_nowait(
             AgentMessage(ack=CommandAck(command_id=msg.command_id, ok=ok, error=error))
         )
+
+    async def _remove_weights(self, outbox: asyncio.Queue[AgentMessage], msg: ControlMessage):
+        req = msg.remove_weights
+        try:
+            lines = await self.weights.remove(list(req.keys), req.unused)
+        except OSError as e:
+            ack = CommandAck(command_id=msg.command_id, ok=False, error=f"the cache: {e}")
+        else:
+            ack = CommandAck(command_id=msg.command_id, ok=True, lines=lines)
+        outbox.put_nowait(AgentMessage(ack=ack))
 
     def _merge_control_planes(self, addresses: list[str]) -> None:
         """The cluster's list first, then agent.yaml's addresses it does not name."""

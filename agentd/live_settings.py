@@ -6,7 +6,8 @@ Three layers, the later winning, key by key:
     the cluster      AgentSettings, sent by the control plane on register and on
                      every change (agents.default with agents.nodes.<id> over it;
                      the heartbeat, otherwise, the control plane's own pace)
-    the environment  LLMGW_LOG_LEVEL, LLMGW_HEARTBEAT_INTERVAL_MS, LLMGW_HUB_URL
+    the environment  LLMGW_LOG_LEVEL, LLMGW_HEARTBEAT_INTERVAL_MS, LLMGW_HUB_URL,
+                     LLMGW_WEIGHTS_CACHE_PERCENT, LLMGW_WEIGHTS_CACHE_MAX_BYTES
                      in the agent's environment: an operator on the node wins
 
 An environment value that hides the cluster's is said in the log (and so in
@@ -31,9 +32,29 @@ MIN_HEARTBEAT_MS = 100
 MAX_HEARTBEAT_MS = 60_000
 # Where a value in force came from.
 FILE, CLUSTER, ENV, BUILT_IN = "agent.yaml", "cluster", "environment", "built in"
-KEYS = ("heartbeat_interval_ms", "log_level", "hub_url")
+KEYS = (
+    "heartbeat_interval_ms",
+    "log_level",
+    "hub_url",
+    "weights_cache_percent",
+    "weights_cache_max_bytes",
+)
 ENV_NAMES = {key: f"LLMGW_{key.upper()}" for key in KEYS}
 DEFAULT_HEARTBEAT_MS = 2000
+# Half the disk the weights cache is on, and no cap in bytes, unless told otherwise.
+DEFAULT_WEIGHTS_CACHE_PERCENT = 50
+BUILT_IN_VALUES: dict[str, str | int] = {
+    "heartbeat_interval_ms": DEFAULT_HEARTBEAT_MS,
+    "weights_cache_percent": DEFAULT_WEIGHTS_CACHE_PERCENT,
+    "weights_cache_max_bytes": 0,
+}
+
+
+def _whole(key: str, value: str | int) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"{key} {value!r} is not a whole number") from None
 
 
 def _check(key: str, value: str | int) -> str | int:
@@ -42,11 +63,18 @@ def _check(key: str, value: str | int) -> str | int:
         if str(value).lower() not in LOG_LEVELS:
             raise ValueError(f"log_level {value!r} is not one of {', '.join(LOG_LEVELS)}")
         return str(value).lower()
+    if key == "weights_cache_percent":
+        percent = _whole(key, value)
+        if not 1 <= percent <= 100:
+            raise ValueError(f"weights_cache_percent {percent} is not between 1 and 100")
+        return percent
+    if key == "weights_cache_max_bytes":
+        cap = _whole(key, value)
+        if cap < 0:
+            raise ValueError(f"weights_cache_max_bytes {cap} is below 0")
+        return cap
     if key == "heartbeat_interval_ms":
-        try:
-            ms = int(value)
-        except ValueError:
-            raise ValueError(f"heartbeat_interval_ms {value!r} is not a whole number") from None
+        ms = _whole(key, value)
         if not MIN_HEARTBEAT_MS <= ms <= MAX_HEARTBEAT_MS:
             raise ValueError(
                 f"heartbeat_interval_ms {ms} is not between {MIN_HEARTBEAT_MS} and "
@@ -70,6 +98,9 @@ class LiveSettings:
 
     def __init__(self, cfg: AgentConfig, env: Mapping[str, str]) -> None:
         self._file: dict[str, str | int] = {"log_level": cfg.log_level, "hub_url": cfg.hub_url}
+        for key in ("weights_cache_percent", "weights_cache_max_bytes"):
+            if (value := getattr(cfg, key)) is not None:
+                self._file[key] = value
         self._cluster: dict[str, str | int] = {}
         self._env: dict[str, str | int] = {}
         self.version = 0
@@ -135,14 +166,15 @@ class LiveSettings:
                     out.append(InForce(key, layer[key], source))
                     break
             else:
-                out.append(InForce(key, DEFAULT_HEARTBEAT_MS, BUILT_IN))
+                out.append(InForce(key, BUILT_IN_VALUES[key], BUILT_IN))
         return out
 
     def in_force(self, key: str) -> InForce:
         return next(s for s in self.sources() if s.key == key)
 
     def apply(self, agent) -> None:
-        """Put the values in force on the running agent: its heartbeat, logging and hub."""
+        """Put the values in force on the running agent: its heartbeat, logging, hub and
+        weights cache limit."""
         agent.heartbeat_interval_s = int(self.in_force("heartbeat_interval_ms").value) / 1000
         level = self.in_force("log_level")
         # agentd's start set agent.yaml's level; the root logger is left alone until
@@ -153,3 +185,7 @@ class LiveSettings:
             logging.getLogger().setLevel(str(level.value).upper())
             self._level_applied = str(level.value)
         agent.shards.fetcher.hf_base_url = str(self.in_force("hub_url").value)
+        agent.weights.set_limit(
+            int(self.in_force("weights_cache_percent").value),
+            int(self.in_force("weights_cache_max_bytes").value),
+        )

@@ -24,6 +24,7 @@ from agentd.engines import ShardSpec, adapter_for
 from agentd.engines.base import LOOPBACK
 from agentd.supervisor import LaunchSpec, ShardEvent, Supervisor
 from agentd.weights import WeightsFetcher
+from agentd.weights.cache import Use, fetching_use
 from llmgw.errors import LlmgwError
 from llmgw.inventory import Inventory
 from proto.llmgw.v1 import AgentMessage, FetchProgress, ShardStatus, StartShard, StopShard
@@ -38,6 +39,8 @@ MAX_GPU_FRACTION = 0.95
 
 # Queues a message on the current stream (the session's outbox).
 Send = Callable[[AgentMessage], None]
+# A shard in one of these holds its weights: the cache keeps them.
+HOLDING_STATES = frozenset({"fetching", "installing", "starting", "ready"})
 
 
 class EngineProvider(Protocol):
@@ -99,6 +102,10 @@ class ShardRunner:
         self._starting: dict[str, asyncio.Task] = {}
         self._send: Send | None = None
         self._adopted: set[str] = set()
+        # shard id -> its hold on the weights cache (what it fetches, then runs on).
+        self._weights: dict[str, Use] = {}
+        # Told of every change of a shard's state (the weights cache looks again).
+        self.listeners: list[Callable[[], None]] = []
 
     def attach(self, send: Send | None) -> None:
         """Reports go to this stream from now on (None while disconnected)."""
@@ -117,6 +124,23 @@ class ShardRunner:
     def running(self) -> list[ShardStatus]:
         """What this node runs, for Register after a (re)connect."""
         return [s for s in self.status.values() if s.state not in ("stopped",)]
+
+    def weights_uses(self) -> list[Use]:
+        """What the shards fetching, starting or running now hold of the weights cache.
+
+        An engine adopted from an earlier agent runs on the weights its state
+        file names (unknown, so holding everything, where that agent kept none).
+        """
+        out = []
+        for shard_id, status in self.status.items():
+            if status.state not in HOLDING_STATES:
+                continue
+            use = self._weights.get(shard_id)
+            if use is None:
+                info = self.supervisor.get(shard_id)
+                use = Use(status.replica_id or shard_id, info.weights_path if info else None)
+            out.append(use)
+        return out
 
     # ---- commands --------------------------------------------------------
 
@@ -137,6 +161,7 @@ class ShardRunner:
                 await task
         await self.supervisor.stop(msg.shard_id, grace_s=msg.grace_s or 10)
         status = self.status.get(msg.shard_id) or ShardStatus(shard_id=msg.shard_id)
+        self._weights.pop(msg.shard_id, None)
         self._set(status, "stopped", msg.reason or "stopped")
 
     async def _start(self, msg: StartShard) -> None:
@@ -146,10 +171,16 @@ class ShardRunner:
             compute_backend="cpu" if msg.cpu else "cuda",
         )
         self.status[msg.shard_id] = status
+        self._weights[msg.shard_id] = Use(msg.replica_id)
         try:
             model_path = ""
             if msg.engine != "sim":  # the simulator has no weights
+                # What the fetch writes into is this shard's from its first byte on.
+                self._weights[msg.shard_id] = fetching_use(
+                    msg.replica_id, msg.model, msg.weights.source
+                )
                 model_path = await self._fetch(msg, status)
+                self._weights[msg.shard_id] = Use(msg.replica_id, model_path)
             self._set(status, "installing", f"getting {msg.engine} ready")
             executable, engine_env = await self._ensure_engine(msg, status)
             port = msg.port or free_port(self.engine_host)
@@ -170,6 +201,7 @@ class ShardRunner:
                     gpu_indexes=tuple(msg.gpu_indexes)
                     if adapter.holds_gpu_memory and not msg.cpu
                     else (),
+                    weights_path=model_path,
                 )
             )
         except LlmgwError as e:
@@ -308,6 +340,8 @@ class ShardRunner:
             status.fetch = None
         log.info("shard %s: %s (%s)", status.shard_id, state, reason)
         self._report(status)
+        for listener in self.listeners:
+            listener()
 
     def _report(self, status: ShardStatus) -> None:
         send = self._send

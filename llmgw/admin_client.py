@@ -58,6 +58,8 @@ from proto.llmgw.v1 import (
     ListReplicasRequest,
     ListTenantsReply,
     ListTenantsRequest,
+    ListWeightsReply,
+    ListWeightsRequest,
     McpGrantReply,
     McpGrantRequest,
     McpServerRequest,
@@ -89,6 +91,8 @@ from proto.llmgw.v1 import (
     RemoveNodeReply,
     RemoveNodeRequest,
     RemoveTenantReply,
+    RemoveWeightsReply,
+    RemoveWeightsRequest,
     RenameTenantRequest,
     ReplicaLogsReply,
     ReplicaLogsRequest,
@@ -571,6 +575,22 @@ class AdminClient:
         """What is wrong now and what went wrong in the last ``since_s`` seconds (0: an hour)."""
         request = WarningsRequest(since_s=since_s)
         return await self._call(self._stub.warnings(request, timeout=self._timeout_s))
+
+    # ---- the nodes' weights caches ---------------------------------------------------
+
+    async def list_weights(self, node_id: str = "") -> ListWeightsReply:
+        """What each node's weights cache holds (one node, or all), as each last said."""
+        request = ListWeightsRequest(node_id=node_id)
+        return await self._call(self._stub.list_weights(request, timeout=self._timeout_s))
+
+    async def remove_weights(
+        self, node_id: str, keys: list[str], *, unused: bool = False
+    ) -> RemoveWeightsReply:
+        """Remove entries of a node's weights cache (and, with ``unused``, every entry no
+        replica uses); those a replica uses are kept, saying by which."""
+        request = RemoveWeightsRequest(node_id=node_id, keys=keys, unused=unused)
+        # The command goes to the node and waits for its answer.
+        return await self._call(self._stub.remove_weights(request, timeout=self._timeout_s + 30))
 
     async def watch(self, topics: list[str]) -> AsyncIterator[WatchEvent]:
         """Live changes of the given topics ("nodes"), until cancelled."""

@@ -447,6 +447,11 @@ class AgentConfig(_Strict):
     # reaches a replica at the node's address, and each engine takes only
     # requests carrying its engine key.
     engine_host: str = ""
+    # The weights cache's share of the disk it is on, in percent, and a cap in
+    # bytes (0: none); unused weights past the lower of the two are removed,
+    # oldest first. None: the cluster's agents settings, else 50 % and no cap.
+    weights_cache_percent: Annotated[int | None, Field(ge=1, le=100)] = None
+    weights_cache_max_bytes: Annotated[int | None, Field(ge=0)] = None
 
     @property
     def engines_listen(self) -> str:

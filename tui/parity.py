@@ -134,6 +134,11 @@ PARITY: dict[Item, Mirror] = {
     ("NodesScreen", "details"): opens("NodeDetails"),
     ("NodeDetails", None): ctl("node show {node}"),
     ("NodeDetails", "dismiss"): _CLOSES,
+    # What the node keeps on its disk: the line on top and the rows are `weights NODE`'s.
+    ("NodesScreen", "weights"): opens("NodeWeights"),
+    ("NodeWeights", None): ctl("weights {node}"),
+    ("NodeWeights", "remove"): ctl("weights rm {node} {key}", shown_by="weights {node}"),
+    ("NodeWeights", "dismiss"): _CLOSES,
     # Add node runs node add itself (the console is on the control plane, with its CA):
     # the dialog shows each step event as the command prints it; the node's row follows.
     ("NodesScreen", "add_node"): opens("AddNodeDialog"),

@@ -59,6 +59,9 @@ class LaunchSpec(BaseModel):
     # exactly, before it is ready; empty: not checked (a CPU shard, an engine
     # that never touches cards such as the sim).
     gpu_indexes: tuple[int, ...] = ()
+    # The weights it runs on ("": none, as the sim's): kept in its record, so a
+    # restarted agent never removes them from the cache under it.
+    weights_path: str = ""
 
     @field_validator("shard_id")
     @classmethod
@@ -95,6 +98,9 @@ class ShardRecord(BaseModel):
     user: str
     # LaunchSpec.gpu_indexes: an adopted GPU shard is checked on its cards again.
     gpu_indexes: list[int] = []
+    # LaunchSpec.weights_path; None in a record of an agent that did not keep it
+    # (what such an engine runs on is not known: the cache keeps everything).
+    weights_path: str | None = None
 
     @field_validator("shard_id")
     @classmethod
@@ -136,3 +142,4 @@ class ShardInfo:
     health_url: str
     argv_hash: str
     output_file: str
+    weights_path: str | None = ""

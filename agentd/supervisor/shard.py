@@ -62,4 +62,5 @@ class Shard:
             health_url=r.health_url,
             argv_hash=r.argv_hash,
             output_file=r.output_file,
+            weights_path=r.weights_path,
         )

@@ -149,7 +149,7 @@ class Supervisor:
             start_time=0.0, port=spec.port, argv_hash=spec.argv_hash, output_file=str(out_path),
             health_url=spec.health_url, started_at=time.time(),
             startup_deadline_s=spec.startup_deadline_s, user="",
-            gpu_indexes=list(spec.gpu_indexes),
+            gpu_indexes=list(spec.gpu_indexes), weights_path=spec.weights_path,
         )  # fmt: skip
         shard = Shard(record, LogRing(self._log_lines), adopted=False)
         self._shards[spec.shard_id] = shard

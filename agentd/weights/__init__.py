@@ -2,7 +2,9 @@
 
 fetcher.py finds or fetches a model's weights (local paths used in place);
 download.py fetches one URL with resume and checks; repo.py fetches a whole
-repository at a commit into a cache replicas share; errors.py names what goes wrong.
+repository at a commit into a cache replicas share; errors.py names what goes wrong;
+cache.py reads the cache as entries (size, last use, who holds them) and what its
+limit lets stay; keeper.py keeps it within that limit and reports it to the cluster.
 """
 
 from agentd.weights.download import CHUNK_BYTES, PROGRESS_EVERY_S, ProgressCallback

@@ -28,6 +28,7 @@ from gatewayd.admin.settings import SettingsAdmin
 from gatewayd.admin.tenancy import TenancyAdmin
 from gatewayd.admin.usage import UsageAdmin
 from gatewayd.admin.views import replica_view
+from gatewayd.admin.weights import WeightsAdmin
 from gatewayd.agents.revocations import Revocations
 from gatewayd.batches.book import BatchBook
 from gatewayd.catalog.catalog import Catalog
@@ -89,6 +90,7 @@ class AdminService(
     MirrorAdmin,
     McpAdmin,
     SettingsAdmin,
+    WeightsAdmin,
     AdminServiceBase,
 ):
     def __init__(

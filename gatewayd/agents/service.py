@@ -208,6 +208,8 @@ class AgentService:
                     await self._registry.shard_status(node_id, session, msg.shard_status)
                 elif msg.engine_status is not None:
                     self._registry.engine_status(node_id, session, msg.engine_status)
+                elif msg.weights is not None:
+                    self._registry.weights_report(node_id, session, msg.weights)
         except StreamTerminatedError:
             return "the connection was lost"
         except (ConnectionError, OSError) as e:

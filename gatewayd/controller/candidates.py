@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from gatewayd.controller import replica as rs
 from gatewayd.controller.replica import Replica
 from gatewayd.nodes.registry import NodeLive
+from gatewayd.nodes.weights import models_cached
 from llmgw.inventory import inventory_from_proto
 from llmgw.labels import effective
 from llmgw.placement import NodeCandidate
@@ -80,7 +81,8 @@ def node_candidates(
                 gpu_used_bytes=gpu_used,
                 host_memory_used_bytes=used_host.get(rec.node_id, 0),
                 cores_used=used_cores.get(rec.node_id, 0),
-                models_cached=cached.get(rec.node_id, set()),
+                # Where its replicas ran, and what its weights cache says it holds.
+                models_cached=cached.get(rec.node_id, set()) | models_cached(live.weights),
             )
         )
     return out

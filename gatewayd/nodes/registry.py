@@ -32,6 +32,7 @@ from proto.llmgw.v1 import (
     NodeView,
     Register,
     ShardStatus,
+    WeightsReport,
 )
 
 log = logging.getLogger(__name__)
@@ -102,6 +103,10 @@ class NodeLive:
     gpus_msg: list[Gpu] = field(default_factory=list)
     # Engine -> its latest EngineStatus from the agent.
     engines: dict[str, EngineStatus] = field(default_factory=dict)
+    # What its weights cache held at its latest report, and when that came
+    # (kept while it is away, and over a re-registration until the next report).
+    weights: WeightsReport | None = None
+    weights_at: datetime | None = None
     heartbeat_dirty: bool = False
     session_id: int = 0
     # Set by the agent service to close the stream (e.g. superseded session).
@@ -216,6 +221,7 @@ class NodeRegistry:
             # (frozen, then resumed): the newer stream wins.
             live.on_close("superseded by a new connection from the agent")
         prev = live.record if live else None
+        prev_live = live
         was = prev.state if prev else None
         rec = NodeRecord(
             node_id=reg.node_id,
@@ -245,6 +251,8 @@ class NodeRegistry:
             # figure comes, the last one stands.
             keep_bandwidth(live, float((prev.host or {}).get("mem_bandwidth_gbs") or 0.0))
         live.session_id = self._sessions
+        if prev_live is not None:
+            live.weights, live.weights_at = prev_live.weights, prev_live.weights_at
         self._nodes[reg.node_id] = live
         log.info("node %s registered from %s (was %s)", reg.node_id, address, was or "new")
         self.watch.publish("nodes", reg.node_id)
@@ -258,6 +266,15 @@ class NodeRegistry:
             return
         if self.on_shard_status is not None:
             self.on_shard_status(node_id, status)
+
+    def weights_report(self, node_id: str, session_id: int, report: WeightsReport) -> None:
+        """What a node's weights cache holds now (``llmgw ctl weights``)."""
+        live = self._nodes.get(node_id)
+        if live is None or live.session_id != session_id:
+            return
+        live.weights, live.weights_at = report, utcnow()
+        for evicted in report.evicted:
+            log.info("node %s removed %s from its weights cache (over its limit)", node_id, evicted)
 
     def engine_status(self, node_id: str, session_id: int, status: EngineStatus) -> None:
         live = self._nodes.get(node_id)

@@ -44,6 +44,8 @@ def agent_settings(settings: ClusterSettings, version: int, node_id: str) -> Age
         log_level=mine.log_level or "",
         settings_version=version,
         hub_url=mine.hub_url or "",
+        weights_cache_percent=mine.weights_cache_percent or 0,
+        weights_cache_max_bytes=mine.weights_cache_max_bytes or 0,
     )
 
 

@@ -17,7 +17,8 @@ import llmgw.cli.ctl.mcp
 import llmgw.cli.ctl.mirror
 import llmgw.cli.ctl.models
 import llmgw.cli.ctl.tenancy
-import llmgw.cli.ctl.usage  # noqa: F401
+import llmgw.cli.ctl.usage
+import llmgw.cli.ctl.weights  # noqa: F401
 from llmgw import __version__, pidfile
 from llmgw.cli.ctl.app import app as ctl_app
 from llmgw.cli.doctor_cmd import doctor

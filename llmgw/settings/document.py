@@ -83,7 +83,8 @@ class AgentLiveSettings(_Strict):
 
     On the node, agent.yaml's value is under this and an ``LLMGW_`` variable
     in the agent's environment over it (``LLMGW_LOG_LEVEL``,
-    ``LLMGW_HEARTBEAT_INTERVAL_MS``, ``LLMGW_HUB_URL``).
+    ``LLMGW_HEARTBEAT_INTERVAL_MS``, ``LLMGW_HUB_URL``,
+    ``LLMGW_WEIGHTS_CACHE_PERCENT``, ``LLMGW_WEIGHTS_CACHE_MAX_BYTES``).
     """
 
     # How often the agent sends a heartbeat; None: nodes.heartbeat_interval_s.
@@ -91,6 +92,11 @@ class AgentLiveSettings(_Strict):
     log_level: LogLevel | None = None
     # Where hf: weights are fetched from when a shard names no mirror.
     hub_url: str | None = None
+    # The weights cache's share of the node's disk, in percent, and a cap in
+    # bytes; unused weights past the lower are removed, oldest first. None (or
+    # a cap of 0): the node's own (agent.yaml's, else 50 % and no cap).
+    weights_cache_percent: Annotated[int | None, Field(ge=1, le=100)] = None
+    weights_cache_max_bytes: Annotated[int | None, Field(ge=0)] = None
 
     @field_validator("hub_url")
     @classmethod

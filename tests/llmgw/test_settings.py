@@ -79,9 +79,10 @@ def test_keys_that_stay_in_server_yaml_or_agent_yaml_are_refused_saying_where_th
     assert "agents.default.node_id: stays in the node's agent.yaml" in _refusal(
         "agents.default.node_id=gpu-9"
     )
-    assert "the agent settings are: heartbeat_interval_ms, log_level, hub_url" in _refusal(
-        "agents.nodes.gpu-1.colour=blue"
-    )
+    assert (
+        "the agent settings are: heartbeat_interval_ms, log_level, hub_url, "
+        "weights_cache_percent, weights_cache_max_bytes"
+    ) in _refusal("agents.nodes.gpu-1.colour=blue")
 
 
 def test_rules_across_keys_name_the_key_to_change():
@@ -102,6 +103,23 @@ def test_a_value_is_read_as_yaml_so_durations_and_lists_are_written_as_in_server
     assert settings.router.admission.default_band == "gold"
 
 
+def test_the_weights_cache_share_is_a_percent_and_its_cap_bytes_refused_past_them():
+    settings = _set(
+        "agents.default.weights_cache_percent=30",
+        "agents.nodes.gpu-1.weights_cache_max_bytes=40000000000",
+    )
+    mine = settings.agents.for_node("gpu-1")
+    assert (mine.weights_cache_percent, mine.weights_cache_max_bytes) == (30, 40_000_000_000)
+    assert _refusal("agents.default.weights_cache_percent=0") == (
+        "agents.default.weights_cache_percent: must be at least 1 (got 0)"
+    )
+    assert "must be at most 100 (got 150)" in _refusal("agents.default.weights_cache_percent=150")
+    assert "weights_cache_max_bytes: must be at least 0 (got -1)" in _refusal(
+        "agents.nodes.gpu-1.weights_cache_max_bytes=-1"
+    )
+    assert "must be a whole number" in _refusal("agents.default.weights_cache_percent=half")
+
+
 def test_a_node_runs_on_its_own_entry_over_the_default():
     settings = _set(
         "agents.default.log_level=warning",
@@ -112,6 +130,8 @@ def test_a_node_runs_on_its_own_entry_over_the_default():
         "heartbeat_interval_ms": 1000,
         "log_level": "debug",
         "hub_url": None,
+        "weights_cache_percent": None,
+        "weights_cache_max_bytes": None,
     }
     assert settings.agents.for_node("gpu-2").log_level == "warning"
     # An entry set to nothing is removed.

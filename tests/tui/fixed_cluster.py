@@ -9,12 +9,14 @@ nothing changes while a screen is drawn.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 
 from proto.llmgw.v1 import (
     AgentSettingsState,
     BatchCounts,
     BatchView,
+    CachedWeights,
     CardNeed,
     EngineView,
     Gpu,
@@ -33,6 +35,7 @@ from proto.llmgw.v1 import (
     ListNodesReply,
     ListReplicasReply,
     ListTenantsReply,
+    ListWeightsReply,
     McpGrantView,
     McpServerView,
     MirrorDuReply,
@@ -47,6 +50,7 @@ from proto.llmgw.v1 import (
     ModelView,
     NodeReason,
     NodeView,
+    NodeWeights,
     PlacementChoice,
     PlacementReply,
     PlanModelRequest,
@@ -67,6 +71,7 @@ from proto.llmgw.v1 import (
     WarningsReply,
     WarningView,
     WatchEvent,
+    WeightsReport,
 )
 
 GIB = 2**30
@@ -246,6 +251,56 @@ REPLICAS = [
         history=_history(("09:20:01", "pending", "new"), ("09:20:31", "ready", "")),
     ),
 ]
+
+# gpu-01's weights cache: (key, source, size, hours since its last use, in use by).
+WEIGHTS = [
+    (
+        "llama-3.1-8b",
+        "hf:bartowski/Meta-Llama-3.1-8B-Instruct-GGUF@bf5b95e9:Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf",
+        4_920_739_232,
+        5,
+        ["llama-3.1-8b-7c1f", "llama-3.1-8b-a93e"],
+    ),
+    (
+        "hf/Qwen/Qwen2.5-7B-Instruct/a09a3545",
+        "hf:Qwen/Qwen2.5-7B-Instruct@a09a3545",
+        15_231_272_128,
+        50,
+        [],
+    ),
+    (
+        "mistral-7b",
+        "https://models.lab/mistral-7b-instruct-v0.3.Q5_K_M.gguf",
+        5_136_147_104,
+        170,
+        [],
+    ),
+]
+
+
+def weights_of(node_id: str) -> NodeWeights:
+    """gpu-01's cache as its last report had it; last uses counted back from now."""
+    now_ms = int(time.time() * 1000)
+    entries = [
+        CachedWeights(
+            key=key,
+            source=source,
+            size_bytes=size,
+            last_used_unix_ms=now_ms - hours * 3_600_000 - 60_000,
+            used_by=used_by,
+        )
+        for key, source, size, hours, used_by in (WEIGHTS if node_id == "gpu-01" else [])
+    ]
+    report = WeightsReport(
+        entries=entries,
+        limit_bytes=540 * GIB,
+        total_bytes=sum(e.size_bytes for e in entries),
+        disk_free_bytes=1200 * GIB,
+        limit_percent=30,
+        disk_total_bytes=1800 * GIB,
+    )
+    return NodeWeights(node_id=node_id, report=report, reported_at=_at("14:02:41"), connected=True)
+
 
 LOG_TAIL = [
     "llama_model_loader: loaded meta data with 29 key-value pairs",
@@ -782,6 +837,9 @@ class FixedAdmin:
 
     async def settings_diff(self, from_version: int = 0, to_version: int = 0) -> SettingsDiffReply:
         return SETTINGS_DIFF
+
+    async def list_weights(self, node_id: str = "") -> ListWeightsReply:
+        return ListWeightsReply(nodes=[weights_of(n) for n in self.nodes if n in (node_id, "")])
 
     async def watch(self, topics: list[str]) -> AsyncIterator[WatchEvent]:
         await asyncio.Event().wait()  # nothing changes in a fixed cluster

@@ -241,6 +241,13 @@ async def open_node_details(pilot: Pilot) -> None:
     await pilot.pause()
 
 
+async def open_node_weights(pilot: Pilot) -> None:
+    await open_nodes(pilot)
+    await pilot.press("f")
+    await until(pilot, lambda: _on(pilot, "NodeWeights") and _rows(pilot, "#weights") > 0)
+    await pilot.pause()
+
+
 async def open_models(pilot: Pilot) -> None:
     await _mode(pilot, "m", "ModelsScreen", "#models")
 
@@ -453,6 +460,7 @@ SCENES = [
     Scene("overview", "cluster", "Overview (o)", open_overview),
     Scene("nodes", "cluster", "Nodes (n)", open_nodes),
     Scene("node-details", "cluster", "A node's details (Enter on Nodes)", open_node_details),
+    Scene("node-weights", "cluster", "The weights a node keeps (f on Nodes)", open_node_weights),
     Scene(
         "add-node",
         "cluster",

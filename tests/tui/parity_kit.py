@@ -228,6 +228,7 @@ MODE_OF = {
     "OverviewScreen": "overview",
     "NodesScreen": "nodes",
     "NodeDetails": "nodes",
+    "NodeWeights": "nodes",
     "ModelsScreen": "models",
     "ExplainPlacement": "models",
     "ResourcesDialog": "models",

@@ -36,7 +36,14 @@ import typer
 
 from llmgw.cli.main import app as llmgw_cli
 from tests.cluster_fixture import running_cluster, wait_for
-from tests.tui import parity_batches, parity_mcp, parity_mirror, parity_models, parity_settings
+from tests.tui import (
+    parity_batches,
+    parity_mcp,
+    parity_mirror,
+    parity_models,
+    parity_settings,
+    parity_weights,
+)
 from tests.tui.parity_actions import ACTIONS as KIT_ACTIONS
 from tests.tui.parity_kit import (
     READY_ATTEMPTS,
@@ -64,6 +71,7 @@ SCREENS = {
     **parity_models.SCREENS,
     **parity_mcp.SCREENS,
     **parity_settings.SCREENS,
+    **parity_weights.SCREENS,
 }
 ACTIONS = {
     **KIT_ACTIONS,
@@ -72,6 +80,7 @@ ACTIONS = {
     **parity_models.ACTIONS,
     **parity_mcp.ACTIONS,
     **parity_settings.ACTIONS,
+    **parity_weights.ACTIONS,
 }
 
 # -- the declarations themselves ----------------------------------------------------
@@ -156,7 +165,8 @@ async def live(tmp_path_factory):
     (cordoned, to remove), joined once the models run elsewhere; two batches through
     the Batch API (one completed, one waiting on a model placed nowhere); a real mirror
     (with a peer) holding small repositories pulled from a fake hub through gatewayd;
-    company MCP servers written with the SDK (hr, wiki) with hr added and granted."""
+    company MCP servers written with the SDK (hr, wiki) with hr added and granted; in
+    cpu-node's weights cache, what earlier replicas would have left there."""
     tmp = tmp_path_factory.mktemp("parity")
 
     def with_mirror(cfg) -> None:
@@ -174,6 +184,8 @@ async def live(tmp_path_factory):
             _, stop, _ = await cluster.start_agent(node_id, fixture=fixture)
             agents[node_id] = stop
 
+        # What earlier replicas left in cpu-node's weights cache (the Weights dialog's).
+        parity_weights.plant(cluster.paths.agent_data_dir / parity_weights.NODE)
         await start("cpu-node", "cpu_only_16c")
         await start("gpu-box", "h100_80g_x8")
         async with cluster.admin() as admin:
@@ -262,6 +274,7 @@ def test_every_opens_declaration_goes_through_its_own_key():
     routes = {
         "OverviewScreen": ("LlmgwApp", "switch_mode('overview')"),
         "NodeDetails": ("NodesScreen", "details"),
+        "NodeWeights": ("NodesScreen", "weights"),
         "NodesScreen": ("LlmgwApp", "switch_mode('nodes')"),
         "ModelsScreen": ("LlmgwApp", "switch_mode('models')"),
         "ReplicasScreen": ("LlmgwApp", "switch_mode('replicas')"),

@@ -27,7 +27,7 @@ class ScreenEntry:
 
 SCREENS: tuple[ScreenEntry, ...] = (
     ScreenEntry("overview", "o", "Overview", "llmgw ctl status / nodes / models / warnings"),
-    ScreenEntry("nodes", "n", "Nodes", "llmgw ctl nodes / engines"),
+    ScreenEntry("nodes", "n", "Nodes", "llmgw ctl nodes / engines / weights"),
     ScreenEntry("models", "m", "Models", "llmgw ctl models"),
     ScreenEntry("replicas", "p", "Replicas", "llmgw ctl replicas"),
     ScreenEntry("keys", "k", "Keys", "llmgw ctl keys / org / team / project"),

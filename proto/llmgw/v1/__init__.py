@@ -391,6 +391,11 @@ class CachedWeights(betterproto2.Message):
     Shards on the node using it now, by replica id.
     """
 
+    partial: "bool" = betterproto2.field(6, betterproto2.TYPE_BOOL)
+    """
+    A download into it is not finished (under way, or cut and to be resumed).
+    """
+
 
 default_message_pool.register_message("llmgw.v1", "CachedWeights", CachedWeights)
 
@@ -3419,6 +3424,21 @@ class WeightsReport(betterproto2.Message):
     """
 
     disk_free_bytes: "int" = betterproto2.field(5, betterproto2.TYPE_INT64)
+
+    limit_percent: "int" = betterproto2.field(6, betterproto2.TYPE_INT32)
+    """
+    How the limit was set: the percent of the disk in force, the cap in bytes
+    in force (0: none), and the size of the disk the cache is on.
+    """
+
+    limit_max_bytes: "int" = betterproto2.field(7, betterproto2.TYPE_INT64)
+
+    disk_total_bytes: "int" = betterproto2.field(8, betterproto2.TYPE_INT64)
+
+    note: "str" = betterproto2.field(9, betterproto2.TYPE_STRING)
+    """
+    Why the cache stays over its limit, in words ("" when it is not).
+    """
 
 
 default_message_pool.register_message("llmgw.v1", "WeightsReport", WeightsReport)

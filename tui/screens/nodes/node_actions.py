@@ -3,8 +3,9 @@
 Each action calls the admin client method its command calls: ``c`` is
 ``llmgw ctl cordon NODE`` (or ``uncordon`` on a cordoned node), ``d`` is
 ``llmgw ctl drain NODE``, ``x`` is ``llmgw ctl node rm NODE``, ``l`` is
-``llmgw ctl node label NODE k=v … --rm k`` (a dialog asks which). Drain and
-remove ask first. ``a`` opens the Add node dialog (``llmgw node add HOST``,
+``llmgw ctl node label NODE k=v … --rm k`` (a dialog asks which), ``f`` opens
+what the node keeps on its disk (``llmgw ctl weights NODE``, and ``weights rm``
+from there: ``node_weights.py``). Drain and remove ask first. ``a`` opens the Add node dialog (``llmgw node add HOST``,
 with each step's progress); it needs no selected node, nor any node at all. A refusal ("drain it first …") lands on the status line
 with what to do; what changed shows in the row and the pane as the watch
 reports it, the drain's progress with it.
@@ -27,6 +28,7 @@ from tui.screens.dialogs import Confirm
 from tui.screens.nodes.add_node import AddNodeDialog
 from tui.screens.nodes.label_dialog import LabelChange, LabelDialog
 from tui.screens.nodes.node_pane import replicas_on
+from tui.screens.nodes.node_weights import NodeWeights
 
 
 class NodeActed(Message):
@@ -62,11 +64,12 @@ class NodeActions:
         Binding("x,delete", "remove", "Remove"),
         Binding("l", "label", "Label"),
         Binding("a", "add_node", "Add node"),
+        Binding("f", "weights", "Weights"),
         # Before the table's own Enter (select), so that the footer shows it.
         Binding("enter", "details", "Details", priority=True),
     ]
     ON_A_NODE: ClassVar[frozenset[str]] = frozenset(
-        {"cordon", "uncordon", "drain", "remove", "label", "details"}
+        {"cordon", "uncordon", "drain", "remove", "label", "details", "weights"}
     )
 
     _client: AdminClient
@@ -156,6 +159,12 @@ class NodeActions:
                 )
 
         self.app.push_screen(LabelDialog(view), given)
+
+    def action_weights(self) -> None:
+        # What the node keeps on its disk, and removing it: `ctl weights NODE` / `weights rm`.
+        view = self.selected_node()
+        if view is not None:
+            self.app.push_screen(NodeWeights(self._client, view.node_id))
 
     def action_add_node(self) -> None:
         # The new node's row comes by itself (the screen follows the watch); the line

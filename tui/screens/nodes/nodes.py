@@ -13,7 +13,8 @@ Enter on a row opens the node's details, read with ``get_node`` like
 On the selected row (``node_actions.NodeActions``): ``c`` cordons or
 uncordons it, ``d`` drains it, ``x`` removes it, ``l`` sets or removes its
 labels — as ``llmgw ctl cordon``, ``uncordon``, ``drain``, ``node rm`` and
-``node label``. The LABELS column shows agent.yaml's with the operator's over
+``node label`` — and ``f`` opens the weights it keeps on its disk, as
+``llmgw ctl weights NODE`` lists them. The LABELS column shows agent.yaml's with the operator's over
 them, as ``ctl nodes`` does.
 
 Only workers talk to gatewayd; what the app's watch brings is recorded in the
