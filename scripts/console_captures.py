@@ -1,7 +1,7 @@
 """Redraw the screen captures in docs/console.md from the consoles themselves.
 
 Each capture in the page sits between two markers naming a scene of
-``tests/tui/fixed_console.py`` and a terminal size::
+``tests/tui/kit/fixed_console.py`` and a terminal size::
 
     <!-- capture: nodes 120x14 -->
     ```text
@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tests.tui.fixed_console import SCENES, capture
+from tests.tui.kit.fixed_console import SCENES, capture
 
 DOC = ROOT / "docs" / "console.md"
 BLOCK = re.compile(

@@ -7,7 +7,7 @@ screen or action that shows data or changes something names the command that
 shows the same data or makes the same change; one that only moves around the
 console (switching screens, closing a dialog, quitting) says so, in words.
 
-``tests/tui/test_parity.py`` walks ``surface()``: a screen or action with no
+``tests/tui/parity/test_parity.py`` walks ``surface()``: a screen or action with no
 declaration fails, and each declared command is run with ``--json`` against
 the same live cluster the console shows, to check both say the same. A
 command with no screen is fine. The command palette offers the same actions

@@ -17,15 +17,15 @@ from grpclib.events import RecvRequest
 from grpclib.exceptions import GRPCError
 
 from gatewayd.admin.batches import BatchAdmin
-from gatewayd.admin.keys import KeyAdmin
 from gatewayd.admin.labels import LabelAdmin
-from gatewayd.admin.mcp import McpAdmin
+from gatewayd.admin.mcp.servers import McpAdmin
 from gatewayd.admin.mirror import MirrorAdmin
 from gatewayd.admin.models import ModelAdmin
 from gatewayd.admin.ops import OpsAdmin
-from gatewayd.admin.revoke import RevokeAdmin
 from gatewayd.admin.settings import SettingsAdmin
-from gatewayd.admin.tenancy import TenancyAdmin
+from gatewayd.admin.tenancy.keys import KeyAdmin
+from gatewayd.admin.tenancy.revoke import RevokeAdmin
+from gatewayd.admin.tenancy.tree import TenancyAdmin
 from gatewayd.admin.usage import UsageAdmin
 from gatewayd.admin.views import replica_view
 from gatewayd.admin.weights import WeightsAdmin

@@ -1,7 +1,7 @@
 """The HTTP port's connection bounds (gatewayd/http/guard.py), on real sockets in-process.
 
 The flood itself, against a real gatewayd process at its open-files limit, is
-tests/integration/test_connection_bounds.py; here are the rules one at a time.
+tests/integration/gateway/test_connection_bounds.py; here are the rules one at a time.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ what it refuses before a removal reaches a node.
 The admin mixin runs against a registry, reconciler and catalog of plain objects holding
 what the real ones hold (a node's NodeLive, replicas by id, models by name); the command
 path to the node is a function answering as an agent does. The whole path, real agent
-included: tests/integration/test_weights_cache.py.
+included: tests/integration/elastic/test_weights_cache.py.
 """
 
 from __future__ import annotations

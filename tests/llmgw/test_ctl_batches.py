@@ -19,7 +19,7 @@ from llmgw.errors import ExitCode
 from llmgw.paths import Paths
 from llmgw.present.batchfmt import check_status, progress_text
 from llmgw.setup.cluster_init import init_server
-from tests.tui.fake_admin import TOKEN, FakeAdminServer, batch
+from tests.tui.kit.fake_admin import TOKEN, FakeAdminServer, batch
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from llmgw.cli.main import app as llmgw_cli
 from llmgw.errors import ExitCode
 from llmgw.protojson import to_plain
 from tests.cluster_fixture import running_cluster
-from tests.tui.parity_kit import point_the_cli_at
+from tests.tui.parity.kit import point_the_cli_at
 
 
 @pytest.fixture

@@ -41,7 +41,7 @@ from proto.llmgw.v1 import (
     PutMcpServerRequest,
     RemoveMcpServerReply,
 )
-from tests.tui.fake_admin import TOKEN, FakeAdminServer, FakeAdminService
+from tests.tui.kit.fake_admin import TOKEN, FakeAdminServer, FakeAdminService
 
 ENDPOINT = "http://127.0.0.1:8080/mcp"
 TOKEN_VALUE = "hr-service-token-5f2c9a"

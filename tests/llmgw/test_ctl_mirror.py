@@ -1,10 +1,10 @@
 """`llmgw ctl mirror …` as an operator types it, against a real admin server.
 
 The server is the console tests' fake admin with the Mirror* RPCs
-(tests/tui/fake_mirror.py: real grpclib, the real token check); the commands
+(tests/tui/kit/fake_mirror.py: real grpclib, the real token check); the commands
 run through Typer's CliRunner in a thread while it answers on this test's
 event loop. The same commands against a real gatewayd and a real mirror:
-tests/tui/test_parity.py (the Mirror screen's declarations).
+tests/tui/parity/test_parity.py (the Mirror screen's declarations).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from llmgw.errors import ExitCode, UsageError
 from llmgw.paths import Paths
 from llmgw.present.mirrorfmt import add_request, lag_text, size_text, split_target
 from llmgw.setup.cluster_init import init_server
-from tests.tui.fake_admin import TOKEN, FakeAdminServer
-from tests.tui.fake_mirror import (
+from tests.tui.kit.fake_admin import TOKEN, FakeAdminServer
+from tests.tui.kit.fake_mirror import (
     GEMMA,
     GEMMA_COMMIT,
     MIRROR_A,

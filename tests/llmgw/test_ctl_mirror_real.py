@@ -21,8 +21,8 @@ from llmgw.cli.main import app as llmgw_cli
 from llmgw.errors import ExitCode
 from tests.cluster_fixture import running_cluster, wait_for
 from tests.fakes.tiny_repo import make_tiny_repo
-from tests.tui.parity_kit import point_the_cli_at
-from tests.tui.parity_mirror import ADDED, HELD, PICKLED, Mirrors
+from tests.tui.parity.kit import point_the_cli_at
+from tests.tui.parity.mirror import ADDED, HELD, PICKLED, Mirrors
 
 
 @pytest.fixture

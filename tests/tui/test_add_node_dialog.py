@@ -3,7 +3,7 @@
 The node is the in-process asyncssh fake of tests/llmgw/onboard/fake_node.py;
 the control plane's files are a fresh ``init_server``. No gatewayd answers
 here, so a run that gets through join stops at register, which says why;
-tests/tui/test_parity.py adds a node that registers with a real cluster.
+tests/tui/parity/test_parity.py adds a node that registers with a real cluster.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from textual.widgets import Button, Input
 from llmgw.paths import Paths
 from llmgw.setup.cluster_init import init_server
 from tests.llmgw.onboard.fake_node import Scenario, start_fake_node, stop_fake_node
-from tests.tui.fake_admin import FakeAdminServer
-from tests.tui.pilot_kit import text, wait_until
+from tests.tui.kit.fake_admin import FakeAdminServer
+from tests.tui.kit.pilot import text, wait_until
 from tui.app import LlmgwApp
 from tui.screens.nodes.add_node import AddNodeDialog
 

@@ -6,9 +6,9 @@ import pytest
 from textual.widgets import DataTable, Static
 
 from llmgw.present.batchfmt import NO_BATCHES, batch_cells, batch_details
-from tests.tui.fake_admin import FakeAdminServer, batch
-from tests.tui.parity_kit import plain
-from tests.tui.pilot_kit import text, wait_until
+from tests.tui.kit.fake_admin import FakeAdminServer, batch
+from tests.tui.kit.pilot import text, wait_until
+from tests.tui.parity.kit import plain
 from tui.app import LlmgwApp
 from tui.screens.batches.batches import BatchesScreen
 from tui.screens.dialogs import Confirm

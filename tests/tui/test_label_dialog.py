@@ -1,6 +1,6 @@
 """The Nodes screen's Label dialog (``l``): checked as ``ctl node label`` checks, nothing sent until sound.
 
-What it sends and how the row follows is tests/tui/test_parity.py's (a real
+What it sends and how the row follows is tests/tui/parity/test_parity.py's (a real
 cluster); here, what it refuses, in the command's words.
 """
 
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from textual.widgets import Input
 
-from tests.tui.fake_admin import FakeAdminServer, node
-from tests.tui.pilot_kit import text, wait_until
+from tests.tui.kit.fake_admin import FakeAdminServer, node
+from tests.tui.kit.pilot import text, wait_until
 from tui.app import LlmgwApp
 from tui.screens.nodes.label_dialog import LabelDialog
 from tui.screens.nodes.nodes import NodesScreen

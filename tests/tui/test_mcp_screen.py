@@ -1,10 +1,10 @@
 """The MCP screen against a real admin server over gRPC, driven by Textual's pilot.
 
-The server answers the Mcp* RPCs from dicts (tests/tui/fake_mcp.py) and records
+The server answers the Mcp* RPCs from dicts (tests/tui/kit/fake_mcp.py) and records
 every call, so each test sees which admin method an action called and with
 what; the last test runs the ``llmgw ctl mcp`` command of each action against
 the same server and holds the two to the same calls. The same screen against
-a real gatewayd: tests/tui/parity_mcp.py.
+a real gatewayd: tests/tui/parity/mcp_gateway.py.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from llmgw.cli.main import app as llmgw_cli
 from llmgw.paths import Paths
 from llmgw.setup.cluster_init import init_server
 from proto.llmgw.v1 import McpGrantRequest, McpServerRequest, PutMcpServerRequest
-from tests.tui.fake_admin import TOKEN, FakeAdminServer
-from tests.tui.fake_mcp import ENDPOINT, REFUSED_AT_WIKI, FakeMcpService, company
-from tests.tui.pilot_kit import text, wait_until
+from tests.tui.kit.fake_admin import TOKEN, FakeAdminServer
+from tests.tui.kit.fake_mcp import ENDPOINT, REFUSED_AT_WIKI, FakeMcpService, company
+from tests.tui.kit.pilot import text, wait_until
 from tui.app import LlmgwApp
 from tui.screens.dialogs import Confirm
 from tui.screens.mcp.cells import grant_cells, grant_key, server_cells

@@ -1,7 +1,7 @@
 """The Mirror screen against a real admin server over gRPC, driven by Textual's pilot.
 
-The server answers the Mirror* RPCs from lists (tests/tui/fake_mirror.py);
-the same screen against a real gatewayd and a real mirror: tests/tui/test_parity.py.
+The server answers the Mirror* RPCs from lists (tests/tui/kit/fake_mirror.py);
+the same screen against a real gatewayd and a real mirror: tests/tui/parity/test_parity.py.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 from textual.widgets import Checkbox, DataTable, Input
 
 from llmgw.present.mirrorfmt import mirror_cells, peer_cells, revision_cells
-from tests.tui.fake_admin import FakeAdminServer
-from tests.tui.fake_mirror import (
+from tests.tui.kit.fake_admin import FakeAdminServer
+from tests.tui.kit.fake_mirror import (
     GEMMA,
     GEMMA_COMMIT,
     MIRROR_A,
@@ -21,7 +21,7 @@ from tests.tui.fake_mirror import (
     TINY,
     FakeMirrorService,
 )
-from tests.tui.pilot_kit import text, wait_until
+from tests.tui.kit.pilot import text, wait_until
 from tui.app import LlmgwApp
 from tui.screens.dialogs import Confirm
 from tui.screens.mirror.mirror import MirrorScreen, revision_key

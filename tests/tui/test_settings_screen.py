@@ -1,7 +1,7 @@
 """The Settings screen against a real in-process gatewayd, driven by Textual's pilot.
 
 The same screen against the parity cluster, compared with ``ctl config``:
-tests/tui/test_parity.py (tests/tui/parity_settings.py).
+tests/tui/parity/test_parity.py (tests/tui/parity/settings.py).
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from textual.widgets import DataTable, Input
 
 from tests.cluster_fixture import running_cluster
-from tests.tui.pilot_kit import text, wait_until
+from tests.tui.kit.pilot import text, wait_until
 from tui.app import LlmgwApp
 from tui.screens.settings.settings import SettingsScreen
 

@@ -1,6 +1,6 @@
 """Snapshots of every console screen with fixed data, in a small terminal and a large one.
 
-Each scene of ``tests/tui/fixed_console.py`` (the cluster console's screens
+Each scene of ``tests/tui/kit/fixed_console.py`` (the cluster console's screens
 and dialogs over ``FixedAdmin``, the node console over ``FixedProbe``, setup
 on a fixed machine) is drawn at 80×24 and 200×60 and compared with the SVG
 under ``__snapshots__``. A screen that changes on purpose is accepted with
@@ -14,7 +14,7 @@ import asyncio
 
 import pytest
 
-from tests.tui.fixed_console import SCENES, Scene, fixed_place
+from tests.tui.kit.fixed_console import SCENES, Scene, fixed_place
 
 SIZES = {"80x24": (80, 24), "200x60": (200, 60)}
 

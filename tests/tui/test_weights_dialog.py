@@ -2,7 +2,7 @@
 
 The server is the console tests' fake admin with ListWeights and RemoveWeights
 answering as gatewayd does (a removal of weights a replica uses is kept, saying
-by which). Against a real gatewayd and a real agent: tests/tui/test_parity.py.
+by which). Against a real gatewayd and a real agent: tests/tui/parity/test_parity.py.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from proto.llmgw.v1 import (
     RemoveWeightsRequest,
     WeightsReport,
 )
-from tests.tui.fake_admin import FakeAdminServer, FakeAdminService, node
-from tests.tui.parity_kit import plain
+from tests.tui.kit.fake_admin import FakeAdminServer, FakeAdminService, node
+from tests.tui.parity.kit import plain
 from tests.tui.test_nodes_screen import wait_until
 from tui.app import LlmgwApp
 

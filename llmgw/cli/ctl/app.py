@@ -14,7 +14,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-import llmgw.cli.ctl.render  # noqa: F401  (registers the renderers)
+import llmgw.cli.ctl.render.cluster  # noqa: F401  (registers the renderers)
 from llmgw.admin_client import AdminClient
 from llmgw.cli.ctl.bench import bench_app
 from llmgw.errors import LlmgwError, UsageError

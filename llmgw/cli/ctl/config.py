@@ -5,7 +5,7 @@ the store (llmgw/settings/document.py): the same on every control plane
 within seconds and pushed to the agents. Every version records who made it
 (the user running ctl) and when. A change is checked as a whole before it is
 kept; a bad value is refused naming its key and what it expects. How the
-replies look: llmgw/cli/ctl/render_settings.py.
+replies look: llmgw/cli/ctl/render/settings.py.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import typer
 
-import llmgw.cli.ctl.render_settings  # noqa: F401  (registers the renderers)
+import llmgw.cli.ctl.render.settings  # noqa: F401  (registers the renderers)
 from llmgw.admin_client import AdminClient
 from llmgw.cli.ctl.app import JsonOpt, app, call
 from llmgw.errors import ConflictError, LlmgwError, UsageError

@@ -6,7 +6,7 @@ the value to gatewayd on its 127.0.0.1 admin port, where it is sealed in the
 store; nothing prints a value again, only header names. Nobody sees a server's
 tools until a grant names it (``grant WHO SERVER[.TOOL]``), and what a key
 may call is all it is shown. ``llmgw:admin`` is the built-in read-only server.
-How the replies look: llmgw/cli/ctl/render_mcp.py.
+How the replies look: llmgw/cli/ctl/render/mcp.py.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-import llmgw.cli.ctl.render_mcp  # noqa: F401  (registers the renderers)
+import llmgw.cli.ctl.render.mcp  # noqa: F401  (registers the renderers)
 from llmgw.admin_client import AdminClient
 from llmgw.cli.ctl.app import JsonOpt, app, call
-from llmgw.cli.ctl.render_mcp import (
+from llmgw.cli.ctl.render.mcp import (
     failed_test_error,
     grant_hint,
     grant_text,

@@ -8,7 +8,7 @@ import typer
 import yaml
 from pydantic import ValidationError
 
-import llmgw.cli.ctl.render_models  # noqa: F401  (registers the renderers)
+import llmgw.cli.ctl.render.models  # noqa: F401  (registers the renderers)
 from llmgw.catalog import Model
 from llmgw.cli.ctl.app import JsonOpt, app, call
 from llmgw.errors import UsageError

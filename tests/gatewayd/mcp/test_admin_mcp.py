@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from aiohttp import web
 
-from gatewayd.admin.mcp_checks import p99
+from gatewayd.admin.mcp.checks import p99
 from gatewayd.store.mcp_records import McpCallRow
 from llmgw.admin_client import AdminClient
 from llmgw.config import StoreConfig

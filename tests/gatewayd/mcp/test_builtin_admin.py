@@ -18,7 +18,7 @@ from llmgw.cli.main import app as llmgw_cli
 from llmgw.protojson import to_plain
 from proto.llmgw.v1 import ModelProfile, ModelSpec
 from tests.cluster_fixture import Cluster, running_cluster, wait_for
-from tests.tui.parity_kit import point_the_cli_at
+from tests.tui.parity.kit import point_the_cli_at
 
 
 @pytest.fixture

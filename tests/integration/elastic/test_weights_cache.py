@@ -32,9 +32,9 @@ from proto.llmgw.v1 import ModelProfile, ModelSpec
 from tests.agentd.tiny_gguf import write_tiny_llama_gguf
 from tests.cluster_fixture import running_cluster, wait_for
 from tests.fakes.hub import FakeHub
-from tests.tui.parity_kit import point_the_cli_at
+from tests.tui.parity.kit import point_the_cli_at
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).parents[1]
 STANDIN = HERE.parent / "agentd" / "llama_server_standin.py"
 NODE = "cpu-a"
 MIB = 2**20

@@ -1,6 +1,6 @@
 """The fake admin server answering the Mirror* RPCs too, for ctl mirror and Mirror screen tests.
 
-Real grpclib and the real token check (tests/tui/fake_admin.py); what the
+Real grpclib and the real token check (tests/tui/kit/fake_admin.py); what the
 cluster's mirrors hold is lists here, changed the way gatewayd's answers
 would show it: an add streams MirrorProgress (queued, fetching at half,
 done with the revision) and, with ``gate`` set, waits on it at half so a
@@ -40,7 +40,7 @@ from proto.llmgw.v1 import (
     StatusReply,
     StatusRequest,
 )
-from tests.tui.fake_admin import FakeAdminService
+from tests.tui.kit.fake_admin import FakeAdminService
 
 MIRROR_A = "http://127.0.0.1:7080"
 MIRROR_B = "http://127.0.0.1:7081"

@@ -1,6 +1,6 @@
 """Every console with fixed data: the scenes snapshots and docs/console.md are drawn from.
 
-The cluster console runs over ``FixedAdmin`` (``tests/tui/fixed_cluster.py``),
+The cluster console runs over ``FixedAdmin`` (``tests/tui/kit/fixed_cluster.py``),
 the node console over ``FixedProbe`` (one look at a node, always the same),
 setup on a fixed machine; so a screen draws the same on every machine.
 
@@ -38,7 +38,7 @@ from llmgw.onboard import StepEvent
 from llmgw.onboard.flow import NEXT_STEP
 from llmgw.paths import Paths
 from llmgw.setup.plan import Machine, default_plan
-from tests.tui.fixed_cluster import GIB, LOG_TAIL, NODES, FixedAdmin
+from tests.tui.kit.fixed_cluster import GIB, LOG_TAIL, NODES, FixedAdmin
 from tui.app import LlmgwApp
 from tui.node import NodeConsole
 from tui.node.gpus import GpuReading, GpuReport

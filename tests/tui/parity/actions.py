@@ -1,5 +1,5 @@
 """Each action of the cluster console, performed through the pilot and read back with the
-command that shows its change (``ACTIONS``), for tests/tui/test_parity.py."""
+command that shows its change (``ACTIONS``), for tests/tui/parity/test_parity.py."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from proto.llmgw.v1 import (
 )
 from tests.cluster_fixture import wait_for
 from tests.llmgw.onboard.fake_node import FakeNode, Scenario, start_fake_node, stop_fake_node
-from tests.tui.parity_kit import (
+from tests.tui.parity.kit import (
     READY_ATTEMPTS,
     RESTARTED,
     SEARCH,

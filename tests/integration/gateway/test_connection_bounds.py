@@ -159,7 +159,13 @@ def _closed_within(sock: socket.socket, bound_s: float) -> bool:
 
 def test_a_client_holding_its_whole_fd_budget_of_half_sent_requests_holds_nothing_down(gatewayd):
     holder = subprocess.Popen(
-        [sys.executable, "-m", "tests.integration.conn_holder", "127.0.0.1", str(gatewayd.http)]
+        [
+            sys.executable,
+            "-m",
+            "tests.integration.gateway.conn_holder",
+            "127.0.0.1",
+            str(gatewayd.http),
+        ]
         + ["--source", "127.0.0.2", "--drain-s", str(CLOSE_BOUND_S)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,

@@ -1,6 +1,6 @@
 """The fake admin server answering the Mcp* RPCs too, for the MCP screen's tests.
 
-Real grpclib and the real token check (tests/tui/fake_admin.py); the company
+Real grpclib and the real token check (tests/tui/kit/fake_admin.py); the company
 servers and grants are dicts here, changed as gatewayd's answers would show
 them: llmgw:admin listed first (builtin), a create refused for a name that
 exists (ALREADY_EXISTS), a change only of the fields in ``set``, sealed
@@ -8,7 +8,7 @@ headers shown as names (the fake keeps the values in ``sealed`` so a test can
 check what was sent), a grant or revoke that names nothing refused as
 gatewayd refuses it. Every RPC is recorded in ``calls`` as (method, request),
 so a test sees which admin method an action called and with what. The same
-screen against a real gatewayd: tests/tui/parity_mcp.py.
+screen against a real gatewayd: tests/tui/parity/mcp_gateway.py.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from proto.llmgw.v1 import (
     PutMcpServerRequest,
     RemoveMcpServerReply,
 )
-from tests.tui.fake_admin import FakeAdminService
+from tests.tui.kit.fake_admin import FakeAdminService
 
 ENDPOINT = "http://127.0.0.1:8080/mcp"
 AT = "2026-09-01T12:00:00+00:00"

@@ -1,4 +1,4 @@
-"""The Settings screen, its change and its rollback against a live cluster, for tests/tui/test_parity.py.
+"""The Settings screen, its change and its rollback against a live cluster, for tests/tui/parity/test_parity.py.
 
 The screen is compared with ``ctl config get`` (its head and the whole
 document), ``ctl config history`` (the table, drawn with the same cells) and
@@ -7,7 +7,7 @@ a new version through the dialog and ``ctl config get`` then says it; its
 rollback keeps an earlier version again after asking and ``ctl config
 history`` shows it. The key changed is one no node has, so the other screens'
 tests see the cluster as it was. ``SCREENS`` and ``ACTIONS`` are in the shape
-of ``parity_kit``'s.
+of ``kit``'s.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from textual.widgets import Input
 
 from llmgw.present.settingsfmt import history_cells, in_force_lines, version_line
 from proto.llmgw.v1 import SettingsDiffReply, SettingsHistoryReply, SettingsReply
-from tests.tui.parity_kit import (
+from tests.tui.parity.kit import (
     Live,
     Step,
     agree,

@@ -9,7 +9,7 @@ import pytest
 
 from gatewayd.gateway.policy.pricing import cost_micros
 from tests.cluster_fixture import running_cluster, wait_for
-from tests.integration.test_gateway_accounting import PRICE, PROJECT, _serve, _spec
+from tests.integration.gateway.test_gateway_accounting import PRICE, PROJECT, _serve, _spec
 
 
 async def test_responses_are_metered_and_charged_as_chat_answers_are(tmp_path):

@@ -171,7 +171,7 @@ class FakeAdminServer:
     """``async with FakeAdminServer() as srv``: a running admin server; ``srv.client()`` dials it."""
 
     def __init__(self, *, port: int = 0, service: FakeAdminService | None = None) -> None:
-        # A subclass of the service may answer more (tests/tui/fake_mirror.py: the mirror).
+        # A subclass of the service may answer more (tests/tui/kit/fake_mirror.py: the mirror).
         self.service = service or FakeAdminService()
         self._server = _Server([self.service])
         self._port = port

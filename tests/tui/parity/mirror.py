@@ -1,4 +1,4 @@
-"""The Mirror screen, its add and its remove against a live mirror, for tests/tui/test_parity.py.
+"""The Mirror screen, its add and its remove against a live mirror, for tests/tui/parity/test_parity.py.
 
 ``Mirrors`` runs two real mirror daemons on loopback (``llmgw mirror serve``'s
 MirrorDaemon): A, the cluster's mirror (server.yaml ``mirror.urls``), pulling
@@ -7,7 +7,7 @@ two repositories into A through gatewayd (``add_to_mirror``, the real pull);
 the screen is compared with ``ctl mirror list``, ``du`` and ``peers list``;
 its add pulls a third through the dialog and ``ctl mirror list`` shows it
 held; its remove takes one away after asking and the list no longer has it.
-``SCREENS`` and ``ACTIONS`` are in the shape of ``parity_kit``'s.
+``SCREENS`` and ``ACTIONS`` are in the shape of ``kit``'s.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from mirrord.daemon import MirrorDaemon
 from proto.llmgw.v1 import ListMirrorsReply, MirrorAddRequest, MirrorDuReply, MirrorPeersReply
 from tests.fakes.hub import FakeHub
 from tests.fakes.tiny_repo import make_tiny_repo
-from tests.tui.parity_kit import (
+from tests.tui.parity.kit import (
     Live,
     Step,
     agree,

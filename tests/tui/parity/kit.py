@@ -1,4 +1,4 @@
-"""Driving the cluster console against a live cluster, for tests/tui/test_parity.py.
+"""Driving the cluster console against a live cluster, for tests/tui/parity/test_parity.py.
 
 ``Live`` runs a declared ``llmgw ctl`` command with ``--json`` against the
 cluster the console shows (Typer's CliRunner, LLMGW_HOME the cluster's, in a
@@ -82,9 +82,9 @@ class Live:
     client: AdminClient
     # The stop event of each node's agent, by node id.
     agents: dict[str, asyncio.Event]
-    # What makes batches through the Batch API (tests/tui/parity_batches.py).
+    # What makes batches through the Batch API (tests/tui/parity/batches.py).
     batches: Any = None
-    # The company MCP servers the gateway serves (tests/tui/parity_mcp.py).
+    # The company MCP servers the gateway serves (tests/tui/parity/mcp_gateway.py).
     mcp: Any = None
 
     async def ctl(self, argv: tuple[str, ...], **values: Any) -> dict:

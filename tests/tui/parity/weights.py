@@ -1,11 +1,11 @@
-"""The Weights dialog (f on Nodes) and its remove against a live node, for tests/tui/test_parity.py.
+"""The Weights dialog (f on Nodes) and its remove against a live node, for tests/tui/parity/test_parity.py.
 
 Before cpu-node's agent starts, its weights cache is given what earlier
 replicas would have left there (``plant``): two models' files and a repository
 at a commit, as the fetcher lays them out. The agent reports them as it
 registers; the dialog is compared with ``ctl weights cpu-node``, and its remove
 takes one away after asking, which ``ctl weights cpu-node`` then no longer lists.
-``SCREENS`` and ``ACTIONS`` are in the shape of ``parity_kit``'s.
+``SCREENS`` and ``ACTIONS`` are in the shape of ``kit``'s.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from rich.text import Text
 
 from llmgw.present.weightsfmt import NO_ENTRIES, node_line, node_notes, weights_cells
 from proto.llmgw.v1 import ListWeightsReply
-from tests.tui.parity_kit import (
+from tests.tui.parity.kit import (
     Live,
     Step,
     agree,

@@ -19,8 +19,7 @@ from typing import TYPE_CHECKING
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
-from gatewayd.admin.keys import refuse
-from gatewayd.admin.mcp_checks import (
+from gatewayd.admin.mcp.checks import (
     RECONNECT,
     SETTABLE,
     USAGE_BY,
@@ -33,6 +32,7 @@ from gatewayd.admin.mcp_checks import (
     server_of,
     usage_groups,
 )
+from gatewayd.admin.tenancy.keys import refuse
 from gatewayd.admin.usage import parse_when
 from gatewayd.gateway.policy.keys import KeyCache, KeyRefused
 from gatewayd.gateway.policy.tenancy import NOUN, ancestors, scope_of

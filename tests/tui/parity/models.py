@@ -10,7 +10,7 @@ from __future__ import annotations
 from textual.widgets import Input
 
 from llmgw.present.resourcesfmt import ModelResources, node_cells, profile_line, replica_cells
-from tests.tui.parity_kit import (
+from tests.tui.parity.kit import (
     Live,
     Step,
     agree,

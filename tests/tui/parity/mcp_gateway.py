@@ -9,7 +9,7 @@ would, and grants hr to the search project. The screen is compared with
 pilot and read back with the command that shows it: Add adds wiki through the
 dialog and ``mcp list`` has it, Test answers with the tools ``mcp test``
 names, Replace credential seals a token hr takes (``mcp test`` passes after),
-and so on. ``SCREENS`` and ``ACTIONS`` are in the shape of ``parity_kit``'s.
+and so on. ``SCREENS`` and ``ACTIONS`` are in the shape of ``kit``'s.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from textual.widgets import Input
 from proto.llmgw.v1 import ListMcpGrantsReply, ListMcpServersReply, McpTestReply
 from proto.llmgw.v1 import PutMcpServerRequest as Put
 from tests.fakes.mcp_servers import CompanyServer, hr_server, serve, wiki_server
-from tests.tui.parity_kit import (
+from tests.tui.parity.kit import (
     SEARCH,
     Live,
     Step,

@@ -19,8 +19,8 @@ command it mirrors. Here the declarations are held to it:
 
 The commands run through Typer's CliRunner with LLMGW_HOME set to the
 cluster's, in a thread: the cluster answers on this test's event loop. How
-each screen is opened and compared is ``tests/tui/parity_kit.py``; how each
-action is performed and read back, ``tests/tui/parity_actions.py``. A
+each screen is opened and compared is ``tests/tui/parity/kit.py``; how each
+action is performed and read back, ``tests/tui/parity/actions.py``. A
 screen or action declared with a command but with neither fails here too.
 """
 
@@ -36,16 +36,14 @@ import typer
 
 from llmgw.cli.main import app as llmgw_cli
 from tests.cluster_fixture import running_cluster, wait_for
-from tests.tui import (
-    parity_batches,
-    parity_mcp,
-    parity_mirror,
-    parity_models,
-    parity_settings,
-    parity_weights,
-)
-from tests.tui.parity_actions import ACTIONS as KIT_ACTIONS
-from tests.tui.parity_kit import (
+from tests.tui.parity import batches as parity_batches
+from tests.tui.parity import mcp_gateway as parity_mcp
+from tests.tui.parity import mirror as parity_mirror
+from tests.tui.parity import models as parity_models
+from tests.tui.parity import settings as parity_settings
+from tests.tui.parity import weights as parity_weights
+from tests.tui.parity.actions import ACTIONS as KIT_ACTIONS
+from tests.tui.parity.kit import (
     READY_ATTEMPTS,
     RESTARTED,
     SEARCH,
@@ -55,7 +53,7 @@ from tests.tui.parity_kit import (
     point_the_cli_at,
     screen_is,
 )
-from tests.tui.parity_kit import SCREENS as KIT_SCREENS
+from tests.tui.parity.kit import SCREENS as KIT_SCREENS
 from tests.tui.test_models_screen import sim_model
 from tests.tui.test_usage_screen import record
 from tests.tui.test_usage_screen import row as usage_row

@@ -1,11 +1,11 @@
-"""The Batches screen and its cancel against the live cluster, for tests/tui/test_parity.py.
+"""The Batches screen and its cancel against the live cluster, for tests/tui/parity/test_parity.py.
 
 ``make_batches`` gives the cluster real batches through the Batch API (the
 ``openai`` SDK uploads a file and creates the batch with a project's key):
 one that completes on sim-chat, one that waits on a model with no replica
 (it stays in progress until cancelled). ``SCREENS`` and ``ACTIONS`` say how
 the screen is opened and compared, and how its cancel is performed and read
-back, in the shape of ``parity_kit.SCREENS`` and ``parity_actions.ACTIONS``.
+back, in the shape of ``kit.SCREENS`` and ``actions.ACTIONS``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from openai import AsyncOpenAI
 from llmgw.present.batchfmt import batch_cells, batch_details
 from proto.llmgw.v1 import BatchView, ListBatchesReply
 from tests.cluster_fixture import Cluster, wait_for
-from tests.tui.parity_kit import (
+from tests.tui.parity.kit import (
     READY_ATTEMPTS,
     SEARCH,
     Live,

@@ -1,6 +1,6 @@
 """What the MCP admin RPCs check and compute: header names and values, limits, usage groups.
 
-Kept apart from the RPCs (gatewayd/admin/mcp.py) so that each rule reads on its own.
+Kept apart from the RPCs (gatewayd/admin/mcp/servers.py) so that each rule reads on its own.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ from __future__ import annotations
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
-from gatewayd.admin.keys import limits_view, refuse
+from gatewayd.admin.tenancy.keys import limits_view, refuse
 from gatewayd.gateway.policy.keys import KeyCache
 from gatewayd.gateway.policy.tenancy import TenancyRefused, check_path
 from gatewayd.store import Store, TenantRecord

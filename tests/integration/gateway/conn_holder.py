@@ -1,6 +1,6 @@
 """A client that holds as many half-sent requests as its open-files limit allows.
 
-    python -m tests.integration.conn_holder HOST PORT --source 127.0.0.2
+    python -m tests.integration.gateway.conn_holder HOST PORT --source 127.0.0.2
 
 What took gatewayd down once (issue 12): connections that send the start of a
 request's headers and never the rest. It raises its soft open-files limit to

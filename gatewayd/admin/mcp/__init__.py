@@ -1,0 +1,1 @@
+"""The admin API of the MCP gateway: company servers, grants, their checks and usage."""

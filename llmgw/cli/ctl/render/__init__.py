@@ -1,0 +1,1 @@
+"""How ctl replies look to people: one module per command group registers its renderers."""

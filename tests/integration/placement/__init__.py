@@ -1,0 +1,1 @@
+"""Placement through a real cluster: recorded machines, labels, MIG instances."""
