@@ -8,7 +8,7 @@ from grpclib.exceptions import GRPCError
 from gatewayd.admin.views import layout_message, model_view, plan_reply, replica_view
 from gatewayd.catalog.catalog import Catalog, CatalogError
 from gatewayd.controller.reconciler import Reconciler
-from gatewayd.nodes.registry import NodeRegistry
+from gatewayd.nodes.registry import GONE, NodeRegistry
 from llmgw.catalog import Model, Profile
 from llmgw.catalog.price import spec_from_wire
 from llmgw.engines.builtin_recipes import builtin_files
@@ -119,11 +119,16 @@ class ModelAdmin:
         self._reconciler.kick()
         return RemoveModelReply(name=message.name, replicas_stopping=stopping)
 
-    async def set_model_context(self, message: SetModelContextRequest) -> ModelView:
-        model = self._catalog.get(message.name)
+    def _served_here(self, name: str, why_not: str) -> Model:
+        """The catalog's model of that name, refused when missing or answered elsewhere."""
+        model = self._catalog.get(name)
         if model is None:
-            raise GRPCError(Status.NOT_FOUND, f"no model named {message.name!r}")
-        _refuse_external(model, "its context is the provider's")
+            raise GRPCError(Status.NOT_FOUND, f"no model named {name!r}")
+        _refuse_external(model, why_not)
+        return model
+
+    async def set_model_context(self, message: SetModelContextRequest) -> ModelView:
+        model = self._served_here(message.name, "its context is the provider's")
         trial = model.model_copy(
             update={"context_length": message.context_length, "slots": message.slots or model.slots}
         )
@@ -141,16 +146,15 @@ class ModelAdmin:
         return self._model_view(message.name)
 
     async def set_model_resources(self, message: SetModelResourcesRequest) -> ModelView:
-        model = self._catalog.get(message.name)
-        if model is None:
-            raise GRPCError(Status.NOT_FOUND, f"no model named {message.name!r}")
-        _refuse_external(model, "it runs nothing here")
+        self._served_here(message.name, "it runs nothing here")
         if message.cores is not None:
             most = max(
                 (
-                    (inv.host.cpu_count, inv.host.hostname)
-                    for inv in self._reconciler.inventories()
-                    if inv.host.cpu_count
+                    (live.host_msg.cpu_count, live.record.node_id)
+                    for live in self._registry.live_nodes()
+                    if live.host_msg is not None
+                    and live.host_msg.cpu_count
+                    and live.record.state != GONE
                 ),
                 default=None,
             )

@@ -112,4 +112,4 @@ async def test_cpu_replicas_reserve_cores_the_engine_gets_them_and_a_change_roll
             # More cores than any node has is refused before anything restarts.
             rc, out = await _ctl(cluster, "model", "resources", "cpu-chat", "--cores", "32")
             assert rc != 0
-            assert "no node has 32 CPU cores to reserve (the most is 16" in out
+            assert "no node has 32 CPU cores to reserve (the most is 16, on cpu-box)" in out
