@@ -14,6 +14,7 @@ from grpclib.client import Channel
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError, StreamTerminatedError
 
+from llmgw.admin_mcp_calls import McpCalls
 from llmgw.config import load_server_config, split_host_port
 from llmgw.errors import (
     AdminError,
@@ -44,10 +45,6 @@ from proto.llmgw.v1 import (
     ListEnginesRequest,
     ListKeysReply,
     ListKeysRequest,
-    ListMcpGrantsReply,
-    ListMcpGrantsRequest,
-    ListMcpServersReply,
-    ListMcpServersRequest,
     ListMirrorsReply,
     ListMirrorsRequest,
     ListModelsReply,
@@ -60,13 +57,6 @@ from proto.llmgw.v1 import (
     ListTenantsRequest,
     ListWeightsReply,
     ListWeightsRequest,
-    McpGrantReply,
-    McpGrantRequest,
-    McpServerRequest,
-    McpServerView,
-    McpTestReply,
-    McpUsageReply,
-    McpUsageRequest,
     MirrorAddRequest,
     MirrorDuReply,
     MirrorDuRequest,
@@ -84,9 +74,7 @@ from proto.llmgw.v1 import (
     PlacementReply,
     PlanModelRequest,
     PlanReply,
-    PutMcpServerRequest,
     PutModelRequest,
-    RemoveMcpServerReply,
     RemoveModelReply,
     RemoveNodeReply,
     RemoveNodeRequest,
@@ -131,7 +119,7 @@ from proto.llmgw.v1 import (
 DEFAULT_TIMEOUT_S = 10.0
 
 
-class AdminClient:
+class AdminClient(McpCalls):
     """A connection to gatewayd's admin API on 127.0.0.1, authenticated by token."""
 
     def __init__(self, address: str, token: str, *, timeout_s: float = DEFAULT_TIMEOUT_S):
@@ -463,47 +451,6 @@ class AdminClient:
     async def remove_mirror_peer(self, url: str) -> MirrorPeersReply:
         request = MirrorPeerRequest(url=url)
         return await self._call(self._stub.remove_mirror_peer(request, timeout=self._timeout_s))
-
-    # ---- the MCP gateway ------------------------------------------------------------
-
-    async def list_mcp_servers(self) -> ListMcpServersReply:
-        """Every company MCP server (and llmgw:admin) with its state, breaker and grants."""
-        return await self._call(
-            self._stub.list_mcp_servers(ListMcpServersRequest(), timeout=self._timeout_s)
-        )
-
-    async def get_mcp_server(self, name: str) -> McpServerView:
-        request = McpServerRequest(name=name)
-        return await self._call(self._stub.get_mcp_server(request, timeout=self._timeout_s))
-
-    async def put_mcp_server(self, request: PutMcpServerRequest) -> McpServerView:
-        """Add (``request.create``) or change a server; only the fields in ``request.set``
-        change on a change."""
-        return await self._call(self._stub.put_mcp_server(request, timeout=self._timeout_s))
-
-    async def remove_mcp_server(self, name: str) -> RemoveMcpServerReply:
-        request = McpServerRequest(name=name)
-        return await self._call(self._stub.remove_mcp_server(request, timeout=self._timeout_s))
-
-    async def test_mcp_server(self, name: str) -> McpTestReply:
-        """Connect to the server as the gateway would, list its tools, say what failed."""
-        request = McpServerRequest(name=name)
-        return await self._call(self._stub.test_mcp_server(request, timeout=self._timeout_s))
-
-    async def grant_mcp(self, who: str, what: str) -> McpGrantReply:
-        request = McpGrantRequest(who=who, what=what)
-        return await self._call(self._stub.grant_mcp(request, timeout=self._timeout_s))
-
-    async def revoke_mcp(self, who: str, what: str) -> McpGrantReply:
-        request = McpGrantRequest(who=who, what=what)
-        return await self._call(self._stub.revoke_mcp(request, timeout=self._timeout_s))
-
-    async def list_mcp_grants(self, who: str = "", server: str = "") -> ListMcpGrantsReply:
-        request = ListMcpGrantsRequest(who=who, server=server)
-        return await self._call(self._stub.list_mcp_grants(request, timeout=self._timeout_s))
-
-    async def mcp_usage(self, request: McpUsageRequest) -> McpUsageReply:
-        return await self._call(self._stub.mcp_usage(request, timeout=self._timeout_s))
 
     # ---- the cluster's kept settings (llmgw ctl config, the console's Settings) ---------
 

@@ -6,7 +6,9 @@ import asyncio
 import contextlib
 import getpass
 import os
+import re
 import signal
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,6 +39,13 @@ async def wait_for(predicate, *, attempts: int = 200, interval_s: float = 0.05):
     raise AssertionError(f"condition not met after {attempts} attempts")
 
 
+def point_the_cli_at(cluster: Cluster) -> None:
+    """server.yaml names the admin port the in-process server really got (it asked for 0)."""
+    yaml = cluster.paths.server_yaml
+    port = cluster.server.ports["admin"]
+    yaml.write_text(re.sub(r"admin: \S+", f"admin: 127.0.0.1:{port}", yaml.read_text()))
+
+
 @dataclass
 class Cluster:
     paths: Paths
@@ -50,6 +59,23 @@ class Cluster:
 
     def admin(self, token: str | None = None) -> AdminClient:
         return AdminClient(f"127.0.0.1:{self.server.ports['admin']}", token or self.token)
+
+    async def ctl(self, *args: str) -> tuple[int, str, str]:
+        """``llmgw ctl ARGS`` as an operator runs it, in its own process: exit code, out, err."""
+        point_the_cli_at(self)
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "llmgw",
+            "ctl",
+            *args,
+            env={**os.environ, "LLMGW_HOME": str(self.paths.home), "COLUMNS": "200"},
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            stdin=asyncio.subprocess.DEVNULL,
+        )
+        out, err = await proc.communicate()
+        return proc.returncode, out.decode(), err.decode()
 
     def agent_config(self, node_id: str, *, fixture: str = "", cert_paths=None) -> AgentConfig:
         bundle = issue_node_bundle(self.paths, node_id, control_planes=[self.agent_address])

@@ -114,6 +114,9 @@ def removed_text(r: RemoveModelReply) -> str:
 
 # -- replicas -------------------------------------------------------------------
 
+# Replica states that hold what they were given on their node (or are about to).
+HOLDING = ("placed", "fetching", "installing", "starting", "ready", "draining")
+
 
 def replica_where(r: ReplicaView) -> str:
     """Which GPUs of its node the replica has, or CPU; "-" before it is placed."""

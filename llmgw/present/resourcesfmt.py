@@ -11,12 +11,9 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from llmgw.present.modelfmt import gib
+from llmgw.present.modelfmt import HOLDING, gib
 from llmgw.present.output import renders
 from proto.llmgw.v1 import ListNodesReply, ListReplicasReply, ModelView
-
-# States in which a replica holds what it was given on its node.
-HOLDING = ("placed", "fetching", "installing", "starting", "ready", "draining")
 
 
 class ProfileCores(BaseModel):

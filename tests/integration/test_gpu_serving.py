@@ -12,7 +12,6 @@ they do, and write what NVML would show of their memory on their cards).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import sys
@@ -42,20 +41,8 @@ async def hub():
 
 async def ctl(cluster, *args: str) -> dict:
     """``llmgw ctl ARGS --json`` against the cluster, as an operator runs it; its JSON reply."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "llmgw",
-        "ctl",
-        *args,
-        "--json",
-        env={**os.environ, "LLMGW_HOME": str(cluster.paths.home)},
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        stdin=asyncio.subprocess.DEVNULL,
-    )
-    out, err = await proc.communicate()
-    assert proc.returncode == 0, err.decode()
+    rc, out, err = await cluster.ctl(*args, "--json")
+    assert rc == 0, err
     return json.loads(out)
 
 

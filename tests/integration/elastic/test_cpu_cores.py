@@ -5,13 +5,9 @@ llama.cpp side is in test_on_demand.py (the starter run with one core)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
-import sys
 from pathlib import Path
 
-from llmgw.config import dump_yaml, load_server_config
 from proto.llmgw.v1 import ModelProfile, ModelSpec
 from tests.cluster_fixture import running_cluster, wait_for
 
@@ -30,23 +26,8 @@ def _spec(cores: int, replicas: int) -> ModelSpec:
 
 
 async def _ctl(cluster, *args: str) -> tuple[int, str]:
-    """``llmgw ctl ARGS`` as an operator runs it: its exit code and what it printed."""
-    cfg = load_server_config(cluster.paths.server_yaml)
-    cfg.listen.admin = f"127.0.0.1:{cluster.server.ports['admin']}"
-    cluster.paths.server_yaml.write_text(dump_yaml(cfg))
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "llmgw",
-        "ctl",
-        *args,
-        env={**os.environ, "LLMGW_HOME": str(cluster.paths.home), "COLUMNS": "200"},
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-        stdin=asyncio.subprocess.DEVNULL,
-    )
-    out, _ = await proc.communicate()
-    return proc.returncode, out.decode()
+    rc, out, err = await cluster.ctl(*args)
+    return rc, out + err
 
 
 def _argv(pid: int) -> list[str]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import io
 import json
-import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -50,7 +49,7 @@ from proto.llmgw.v1 import (
     UsageReply,
     WarningsReply,
 )
-from tests.cluster_fixture import Cluster
+from tests.cluster_fixture import Cluster, point_the_cli_at  # noqa: F401  (used by the parity tests)
 from tui import parity
 from tui.app import LlmgwApp
 from tui.parity import PARITY, Item
@@ -123,13 +122,6 @@ class Live:
         mirror = PARITY[item]
         assert mirror.shown_by, f"{parity.describe_item(item)} declares no shown_by"
         return await self.ctl(mirror.shown_by, **values)
-
-
-def point_the_cli_at(cluster: Cluster) -> None:
-    """server.yaml names the admin port the in-process server really got (it asked for 0)."""
-    yaml = cluster.paths.server_yaml
-    port = cluster.server.ports["admin"]
-    yaml.write_text(re.sub(r"admin: \S+", f"admin: 127.0.0.1:{port}", yaml.read_text()))
 
 
 # -- reading the console --------------------------------------------------------------------

@@ -13,6 +13,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from llmgw.present.clusterfmt import header_line
+from llmgw.present.modelfmt import HOLDING
 from proto.llmgw.v1 import (
     EngineView,
     ModelView,
@@ -23,8 +24,6 @@ from proto.llmgw.v1 import (
     WatchEvent,
 )
 
-# Replica states that hold a GPU (or are about to): what "in use" means for a card.
-HOLDING = ("placed", "fetching", "installing", "starting", "ready", "draining")
 # Requests per second are measured over the samples of about the last minute.
 RATE_WINDOW_S = 60.0
 

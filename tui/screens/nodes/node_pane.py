@@ -16,12 +16,11 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from llmgw.present.modelfmt import state_text
+from llmgw.present.modelfmt import HOLDING, state_text
 from llmgw.present.nodefmt import node_state
 from llmgw.present.opsfmt import host_warnings
 from proto.llmgw.v1 import EngineView, NodeView, ReplicaView
 from tui.screens.bars import memory_bar, progress
-from tui.screens.cluster.summary import HOLDING
 
 ENGINE_STYLE = {"installed": "green", "installing": "yellow", "failed": "red", "skipped": "dim"}
 
