@@ -97,6 +97,10 @@ async def test_an_on_demand_model_starts_for_its_first_request_and_gives_its_car
 
             await wait_for(evicted, attempts=600, interval_s=0.1)
             assert (await _cards(admin, "l4-box")).endswith("(all free)")
+            rc, out, err = await cluster.ctl("nodes")
+            assert rc == 0, err
+            (line,) = [ln for ln in out.splitlines() if " l4-box " in ln]
+            assert "(all free)" in line, out
             assert (await admin.get_model("chat")).state == "on demand"
             scale = [w.message for w in (await admin.warnings(600)).warnings if w.kind == "scale"]
             assert any("1 → 0 replicas: stopped on demand: no request for" in m for m in scale)
@@ -133,7 +137,7 @@ async def test_an_on_demand_model_that_cannot_be_placed_is_refused_with_its_reas
 async def test_the_llama_cpp_starter_on_demand_answers_its_first_request(
     tmp_path, gemma3_270m_gguf
 ):
-    async with running_cluster(tmp_path) as cluster:
+    async with running_cluster(tmp_path, configure=_quick_eviction) as cluster:
         await cluster.start_agent("cpu-node")
         model = starter.model(gemma3_270m_gguf)
         # Reserving one core, which llama-server is given as its threads.
@@ -147,12 +151,16 @@ async def test_the_llama_cpp_starter_on_demand_answers_its_first_request(
             key = await admin.create_key(PROJECT)
             assert await _active(admin, model.name) == []
         gpt = _client(cluster, key)
-        answer = await gpt.chat.completions.create(
-            model=model.name,
-            messages=[{"role": "user", "content": "Say hello"}],
-            max_tokens=8,
-            temperature=0,
-        )
+
+        async def hello():
+            return await gpt.chat.completions.create(
+                model=model.name,
+                messages=[{"role": "user", "content": "Say hello"}],
+                max_tokens=8,
+                temperature=0,
+            )
+
+        answer = await hello()
         assert answer.choices[0].message.content
         assert answer.usage.completion_tokens > 0
         async with cluster.admin() as admin:
@@ -164,6 +172,18 @@ async def test_the_llama_cpp_starter_on_demand_answers_its_first_request(
             # llama.cpp's own words: its thread pool has the one thread.
             logs = await admin.replica_logs(r.replica_id, 400)
             assert any("n_threads = 1" in line for line in logs.lines), logs.lines[-20:]
+
+            # Idle for evict_after_idle: llama-server is stopped, its cores given back.
+            async def evicted():
+                return not await _active(admin, model.name) or None
+
+            await wait_for(evicted, attempts=600, interval_s=0.1)
+            assert (await admin.get_node("cpu-node")).cores_taken == 0
+            # The next request starts it again.
+            again = await hello()
+            assert again.choices[0].message.content
+            (r2,) = await _active(admin, model.name)
+            assert r2.replica_id != r.replica_id and r2.pid != r.pid
         await gpt.close()
 
 
