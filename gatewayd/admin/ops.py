@@ -22,20 +22,17 @@ from grpclib.exceptions import GRPCError
 from gatewayd.admin.views import replica_view
 from gatewayd.catalog.catalog import Catalog
 from gatewayd.controller import replica as rs
-from gatewayd.controller.lifecycle import STOP_GRACE_S
 from gatewayd.controller.reconciler import Reconciler
 from gatewayd.controller.replica import Replica, utcnow
 from gatewayd.nodes.registry import GONE, NOT_READY, READY, NodeLive, NodeRegistry
 from gatewayd.store import ReplicaRecord, Store
 from llmgw.present.opsfmt import host_warnings
 from proto.llmgw.v1 import (
-    ControlMessage,
     HostFacts,
     RemoveNodeReply,
     RemoveNodeRequest,
     RestartReplicaReply,
     RestartReplicaRequest,
-    StopShard,
     WarningsReply,
     WarningsRequest,
     WarningView,
@@ -146,24 +143,15 @@ class OpsAdmin:
             action = "retry"
             note = f"{r.replica_id} is tried again now: follow it with llmgw ctl replicas"
         else:
-            # Stopped as a scale-down stops one: it no longer counts toward the
-            # model's replicas, so the reconciler's next pass starts another.
-            r.move(rs.DRAINING, RESTART_REASON, deadline_s=STOP_GRACE_S * 3)
-            await self._save_replica(r)
-            ack = await self._registry.command(
-                r.node_id,
-                ControlMessage(
-                    stop_shard=StopShard(
-                        shard_id=r.shard_id, reason=RESTART_REASON, grace_s=STOP_GRACE_S
-                    )
-                ),
-            )
-            if not ack.ok:
-                r.move(rs.STOPPED, f"{RESTART_REASON} ({ack.error})")
+            # Drained as a scale-down drains one: its answers finish and nothing new
+            # reaches it. It no longer counts toward the model's replicas, so the
+            # reconciler's next pass starts another (in its room, once it has
+            # stopped, where the cluster has no other).
+            await self._reconciler.drain_and_stop(r, RESTART_REASON)
             action = "replace"
             note = (
-                f"{r.replica_id} stops and a new replica of {r.model} takes its place:"
-                f" follow it with llmgw ctl replicas --model {r.model}"
+                f"{r.replica_id} finishes what it answers and stops; a new replica of {r.model}"
+                f" takes its place: follow it with llmgw ctl replicas --model {r.model}"
             )
         await self._save_replica(r)
         self._reconciler.kick()

@@ -29,6 +29,10 @@ DRAIN_SETTLE_S = 1.0
 class Draining:
     """Drain-then-stop; the Reconciler provides replicas, load, the registry and _save."""
 
+    async def drain_and_stop(self, r: Replica, why: str) -> None:
+        """Stop ``r`` for ``why`` (the operator's restart), drained first if it answers."""
+        await self._stop(r, why)
+
     async def _stop(self, r: Replica, why: str) -> None:
         if r.state == rs.READY and r.node_id and self.replica_load([r.replica_id]) is not None:
             r.drain_pending = True

@@ -13,7 +13,8 @@ in its turn, with its reason.
 
 A change that replaces a replica (a rolling restart, a new context) on a
 cluster with no room for old and new side by side drains the old one first
-and places the new one in its room, saying so, instead of staying pending.
+and places the new one in its room, saying so, instead of staying pending;
+so does a replica the operator restarts (``ctl replica restart``).
 
 A mixin of the Reconciler (gatewayd/controller/reconciler.py).
 """
@@ -54,6 +55,21 @@ class Priorities:
             r.move(rs.PENDING, _waiting(waiting_on, self.replicas[waiting_on[0]].node_id))
             r.retry_at = None
             return True
+        # The model's own replicas on their way out (restarted by the operator, say) give
+        # their room back to it once drained: it waits for them rather than for nothing.
+        own = {
+            x.replica_id
+            for x in self.replicas.values()
+            if x.model == model.name and x.state == rs.DRAINING and not x.given_to
+        }
+        if own:
+            decision = self.decide(model, exclude=own, explain=False)
+            if decision.placement is not None:
+                for rid in own:
+                    self.replicas[rid].given_to = r.replica_id
+                r.move(rs.PENDING, _waiting(sorted(own), decision.placement.node_id))
+                r.retry_at = None
+                return True
         mine = self.priority(model)
         on_demand = starts_on_demand(model)
         lower = []

@@ -148,7 +148,10 @@ def replica_restart(
     replica_id: str = typer.Argument(..., help="The replica (see llmgw ctl replicas)."),
     json: bool = JsonOpt,
 ) -> None:
-    """Stop a replica so a new one takes its place; a failed one is tried again now."""
+    """Replace a replica: it finishes what it answers and stops, and a new one takes its place.
+
+    A failed or unplaced one is tried again now.
+    """
     call(lambda c: c.restart_replica(replica_id), json=json)
 
 

@@ -120,3 +120,48 @@ async def test_a_changed_model_on_a_full_node_is_replaced_in_place(tmp_path):
             (old,) = [r for r in (await admin.list_replicas("solo")).replicas
                       if r.replica_id == first.replica_id]  # fmt: skip
             assert any("replaced in place by" in e.reason for e in old.history)
+
+
+async def test_a_restarted_replica_on_a_full_node_finishes_its_answers_and_gives_its_room(
+    tmp_path,
+):
+    async with running_cluster(tmp_path) as cluster:
+        await cluster.start_agent("one-card", fixture="rtx6000_24g_x1")
+        await cluster.wait_nodes_ready("one-card")
+        async with cluster.admin() as admin:
+            await admin.put_model(_spec("solo", "", SLOW))
+            await admin.create_tenant("project", PROJECT, parents=True)
+            key = await admin.create_key(PROJECT)
+            first = await wait_for(lambda: _ready(admin, "solo"), attempts=600)
+            gpt = openai.AsyncOpenAI(
+                base_url=f"http://127.0.0.1:{cluster.server.ports['http']}/v1",
+                api_key=key.secret,
+                max_retries=0,
+            )
+            out = await gpt.chat.completions.create(
+                model="solo", messages=[{"role": "user", "content": "hi"}], stream=True
+            )
+            chunks = [await anext(out)]
+
+            # As `llmgw ctl replica restart`: the answer under way finishes first.
+            reply = await admin.restart_replica(first.replica_id)
+            assert (reply.action, reply.replica.state) == ("replace", "draining")
+            chunks += [c async for c in out]
+            assert chunks[-1].choices[0].finish_reason == "stop"
+            assert "".join(c.choices[0].delta.content or "" for c in chunks)
+
+            async def replaced():
+                r = await _ready(admin, "solo")
+                return r if r is not None and r.replica_id != first.replica_id else None
+
+            second = await wait_for(replaced, attempts=600, interval_s=0.1)
+            assert any(
+                e.reason
+                == f"waiting for room on node one-card: {first.replica_id} drained to make it"
+                for e in second.history
+            ), [e.reason for e in second.history]
+            (old,) = [r for r in (await admin.list_replicas("solo")).replicas
+                      if r.replica_id == first.replica_id]  # fmt: skip
+            reasons = [e.reason for e in old.history]
+            assert "restarted by the operator; its requests finished; stopping" in reasons, reasons
+            await gpt.close()
