@@ -539,10 +539,14 @@ class AdminClient(McpCalls):
         # The command goes to the node and waits for its answer.
         return await self._call(self._stub.remove_weights(request, timeout=self._timeout_s + 30))
 
-    async def watch(self, topics: list[str]) -> AsyncIterator[WatchEvent]:
-        """Live changes of the given topics ("nodes"), until cancelled."""
+    async def watch(self, topics: list[str], *, opened: bool = False) -> AsyncIterator[WatchEvent]:
+        """Live changes of the given topics ("nodes"), until cancelled.
+
+        ``opened``: the first event is an empty one (no topic), sent once the
+        watch follows: read the lists after it and no change falls between.
+        """
         try:
-            async for event in self._stub.watch(WatchRequest(topics=topics)):
+            async for event in self._stub.watch(WatchRequest(topics=topics, opened=opened)):
                 yield event
         except GRPCError as e:
             raise self._map(e) from e

@@ -205,6 +205,8 @@ class AdminService(
             raise GRPCError(Status.INVALID_ARGUMENT, f"unknown watch topic(s): {sorted(unknown)}")
         sub = self._registry.watch.subscribe(topics)
         try:
+            if message.opened:
+                yield WatchEvent()
             async for topic, key in sub.changes():
                 yield self._event(topic, key)
         finally:

@@ -151,6 +151,22 @@ async def test_watchers_hear_of_a_removed_node_as_forgotten(cluster):
         await events.aclose()
 
 
+async def test_a_watch_asked_to_say_so_says_when_it_follows_and_misses_nothing_after(cluster):
+    await start_ready(cluster, "cpu-a")
+    subs = cluster.server.registry.watch._subs
+    before = len(subs)
+    async with cluster.admin() as admin, cluster.admin() as watcher:
+        events = watcher.watch(["nodes"], opened=True)
+        opened = await asyncio.wait_for(anext(events), 10)
+        # Empty, and only once the watch follows: a list read now misses no change after it.
+        assert (opened.topic, opened.key) == ("", "")
+        assert len(subs) == before + 1
+        await admin.cordon_node("cpu-a")
+        event = await asyncio.wait_for(anext(events), 10)
+        assert event.key == "cpu-a" and event.node.cordoned
+        await events.aclose()
+
+
 # ---- RestartReplica ------------------------------------------------------------
 
 

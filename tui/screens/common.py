@@ -94,24 +94,26 @@ async def follow_watch(
 ) -> None:
     """Follow the admin ``Watch`` on ``topics`` for as long as the calling worker runs.
 
-    Each event becomes the message ``on_event`` makes, posted to ``target``. A
-    cut watch is reopened after 0.5, 1, 2 … 10 s; before reopening, ``resync``
-    reads the whole list again, because what changed while the watch was cut
-    never arrives as an event. A refused token ends it: the same token would be
+    Each event becomes the message ``on_event`` makes, posted to ``target``.
+    Each time the watch is open and following (its first, empty event),
+    ``resync`` reads the whole list again: what changed before then — while the
+    caller read its first list, or while the watch was cut — never arrives as
+    an event. A cut watch is reopened after 0.5, 1, 2 … 10 s. A refused token ends it: the same token would be
     refused again, and r tries once it is sorted. ``failed`` makes the message
     that says so (``AdminFailed`` unless given).
     """
     say = failed or _admin_failed
 
     delay_s = WATCH_RETRY_FIRST_S
-    resynced = True  # on the first open the screen has just read the list
     while True:
         try:
-            if not resynced:
-                target.post_message(await resync())
-                resynced = True
-            async for event in client.watch(topics):
+            async for event in client.watch(topics, opened=True):
                 delay_s = WATCH_RETRY_FIRST_S  # it works again: the next cut retries quickly
+                if not event.topic:
+                    # The watch follows now: a list read from here on misses no change.
+                    # Also on the first open: the caller's own read came before it.
+                    target.post_message(await resync())
+                    continue
                 message = await on_event(event)
                 if message is not None:
                     target.post_message(message)
@@ -130,4 +132,3 @@ async def follow_watch(
         target.post_message(say(error, delay_s))
         await asyncio.sleep(delay_s)
         delay_s = min(delay_s * 2, WATCH_RETRY_MAX_S)
-        resynced = False

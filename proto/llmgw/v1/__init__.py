@@ -3397,6 +3397,13 @@ default_message_pool.register_message("llmgw.v1", "WatchEvent", WatchEvent)
 class WatchRequest(betterproto2.Message):
     topics: "list[str]" = betterproto2.field(1, betterproto2.TYPE_STRING, repeated=True)
 
+    opened: "bool" = betterproto2.field(2, betterproto2.TYPE_BOOL)
+    """
+    Send one empty event (no topic, no key) as soon as the watch follows its
+    topics: a list read after it misses nothing, since every change made
+    from then on arrives as an event.
+    """
+
 
 default_message_pool.register_message("llmgw.v1", "WatchRequest", WatchRequest)
 

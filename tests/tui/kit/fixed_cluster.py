@@ -841,7 +841,7 @@ class FixedAdmin:
     async def list_weights(self, node_id: str = "") -> ListWeightsReply:
         return ListWeightsReply(nodes=[weights_of(n) for n in self.nodes if n in (node_id, "")])
 
-    async def watch(self, topics: list[str]) -> AsyncIterator[WatchEvent]:
+    async def watch(self, topics: list[str], *, opened: bool = False) -> AsyncIterator[WatchEvent]:
         await asyncio.Event().wait()  # nothing changes in a fixed cluster
         yield WatchEvent()
 
