@@ -4,6 +4,7 @@ pytest_plugins = [
     "tests.models_fixture",
     "tests.fakes.engines.fixtures",
     "tests.e2e.starter_up",
+    "tests.xdist_schedule",
 ]
 
 import os
@@ -13,3 +14,10 @@ import os
 # the one switch that lets an agent run engines as root, on purpose
 # (agentd/supervisor/users.py). Tests of the refusal turn it off.
 os.environ.setdefault("LLMGW_ALLOW_ROOT_ENGINES", "1")
+
+# One terminal width for every test, whatever runs them: rich reads COLUMNS
+# when a Console is made (llmgw's are made at import), pytest sets it only
+# where it has a terminal, and a worker of pytest-xdist has none (80
+# columns). Tests that read the CLI's tables in process then saw their rows
+# wrapped or not by which test happened to import the CLI first.
+os.environ["COLUMNS"] = "200"

@@ -14,7 +14,6 @@ import glob
 import itertools
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 from collections.abc import AsyncIterator, Iterator
@@ -26,6 +25,7 @@ import pytest_asyncio
 from gatewayd.store import Store, connect_store
 from llmgw.config import StoreConfig
 from llmgw.paths import Paths
+from tests.ports import free_port as _free_port
 
 PG_BIN_GLOB = "/usr/lib/postgresql/*/bin"
 PG_USER = "postgres"
@@ -41,12 +41,6 @@ def _pg_bin() -> Path | None:
     if not found:
         return None
     return max(found, key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _as_postgres(cmd: list[str]) -> list[str]:

@@ -22,7 +22,6 @@ import importlib.util
 import os
 import pwd
 import shutil
-import socket
 import stat
 import subprocess
 import tempfile
@@ -41,6 +40,7 @@ from llmgw.fsutil import let_through, write_secret
 from tests.agentd.tiny_gguf import write_tiny_llama_gguf
 from tests.fakes.hub import FakeHub
 from tests.fakes.tiny_repo import make_tiny_repo
+from tests.ports import free_port
 
 ENGINE = pwd.getpwnam("nobody")
 # A uid and gid no user or group of the node has: someone else on the node.
@@ -269,12 +269,6 @@ async def test_a_python_engine_and_uvs_interpreter_run_as_the_engine_user_alone(
     assert "3.13.1" in os.path.realpath(again.binary)
     ran = engine('exec "$1"', str(again.binary))
     assert (ran.returncode, ran.stdout.strip()) == (0, "0.6.3"), ran.stderr
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Events:

@@ -47,6 +47,8 @@ import asyncssh
 import pytest
 import yaml
 
+from tests.ports import free_port as _free_port
+
 SSHD = Path("/usr/sbin/sshd")
 NETNS_PREFIX = "llmgwt-"
 # The private range the test hosts take their /30s from: 16,384 of them.
@@ -441,12 +443,6 @@ def llmgw_env(home: Path) -> dict[str, str]:
     env["LLMGW_HOME"] = str(home)
     env.pop("LLMGW_STORE_DSN", None)
     return env
-
-
-def _free_port(address: str) -> int:
-    with socket.socket() as s:
-        s.bind((address, 0))
-        return s.getsockname()[1]
 
 
 @contextlib.contextmanager

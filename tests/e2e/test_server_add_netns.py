@@ -52,6 +52,7 @@ from tests.e2e.netns_host import (
     node_host_fixture,  # noqa: F401  (the node_host fixture)
 )
 from tests.pg_fixture import PG_USER, _as_postgres, _pg_bin
+from tests.ports import free_port as _free_port
 
 STEPS = ["connect", "doctor", "install", "files", "service", "ready"]
 # Bounds on waits for something that must happen, never timing assertions.
@@ -113,12 +114,6 @@ def veth_postgres(host: NetnsHost) -> Iterator[VethPostgres]:
             timeout=60,
         )
         shutil.rmtree(root, ignore_errors=True)
-
-
-def _free_port(address: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((address, 0))
-        return s.getsockname()[1]
 
 
 @dataclass

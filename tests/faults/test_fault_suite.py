@@ -51,6 +51,8 @@ from tests.gatewayd.test_admin_ops import sim_model
 
 pytestmark = [
     pytest.mark.faults,
+    # Its figures are how long failovers take: measured on a machine it has to itself.
+    pytest.mark.alone,
     pytest.mark.postgres,
     pytest.mark.asyncio(loop_scope="module"),
     pytest.mark.timeout(300),
@@ -150,6 +152,10 @@ class Suite:
             await asyncio.sleep(WARM_S)  # the load, steady, before the fault
             t0 = time.time()
             info = await fault(t0)
+            # The fault's own moment where it says one: finding the leader to
+            # kill takes an admin call first, longer on a busy machine, and
+            # what began in between is not after the fault.
+            t0 = info.get("at", t0)
             await wait_until(
                 self.full_service, timeout_s=BACK_WITHIN_S, interval_s=0.2, what="full service"
             )
@@ -239,14 +245,15 @@ def _one_leader_at_a_time(watch: LeaderWatch) -> None:
 async def test_a_kill_9_of_the_leader(suite: Suite):
     async def fault(t0: float) -> dict:
         leader = await suite.leader()
+        at = time.time()
         leader.kill()
         await leader.reap()
         new = await suite.cluster.leader(timeout_s=30, other_than=leader)
-        handover_s = time.time() - t0
+        handover_s = time.time() - at
         assert new is not leader
         # Back as systemd would bring it (Restart=always): a standby now.
         await leader.start()
-        return {"handover_s": handover_s, "killed": leader.name}
+        return {"handover_s": handover_s, "killed": leader.name, "at": at}
 
     row, watch, _ = await suite.run_fault("(a) kill -9 the leader", fault)
     _one_leader_at_a_time(watch)
@@ -260,16 +267,17 @@ async def test_a_kill_9_of_the_leader(suite: Suite):
 async def test_b_the_leader_frozen_30_s(suite: Suite):
     async def fault(t0: float) -> dict:
         leader = await suite.leader()
+        at = time.time()
         leader.freeze()
         # The others see the lease lapse and one takes it, while it is frozen.
         new = await suite.cluster.leader(timeout_s=30, other_than=leader)
-        handover_s = time.time() - t0
+        handover_s = time.time() - at
         assert new is not leader
-        await asyncio.sleep(max(FREEZE_S - (time.time() - t0), 0))
+        await asyncio.sleep(max(FREEZE_S - (time.time() - at), 0))
         leader.thaw()
         # Woken, it knows its lease is gone before it does anything as leader.
         assert await leader.probe("/leader") in (503, None)
-        return {"handover_s": handover_s, "frozen": leader.name}
+        return {"handover_s": handover_s, "frozen": leader.name, "at": at}
 
     row, watch, _ = await suite.run_fault(f"(b) SIGSTOP the leader {FREEZE_S:g} s", fault)
     _one_leader_at_a_time(watch)
@@ -297,17 +305,18 @@ async def test_c_the_postgresql_primary_stopped(suite: Suite):
 async def test_d_the_leader_cut_from_the_store(suite: Suite):
     async def fault(t0: float) -> dict:
         leader = await suite.leader()
+        at = time.time()
         leader.cut_from_store()
         try:
             new = await suite.cluster.leader(timeout_s=30, other_than=leader)
-            handover_s = time.time() - t0
+            handover_s = time.time() - at
             assert new is not leader
             # The cut one goes on answering its clients (keys and routes in memory,
             # usage in its journal) a while longer.
             await asyncio.sleep(5)
         finally:
             leader.restore_store()
-        return {"handover_s": handover_s, "cut": leader.name}
+        return {"handover_s": handover_s, "cut": leader.name, "at": at}
 
     row, watch, _ = await suite.run_fault("(d) cut the leader from the store", fault)
     _one_leader_at_a_time(watch)

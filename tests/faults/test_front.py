@@ -14,7 +14,7 @@ from tests.faults.harness import haproxy, wait_until
 from tests.faults.harness.haproxy import HAPROXY, LEADER_BACKEND
 from tests.faults.harness.procs import require_binaries
 
-pytestmark = pytest.mark.faults
+pytestmark = [pytest.mark.faults, pytest.mark.alone]
 
 
 @dataclass

@@ -31,6 +31,8 @@ from tests.faults.harness.patroni import TEST_TTL_S
 
 pytestmark = [
     pytest.mark.faults,
+    # Its figures are how long failovers take: measured on a machine it has to itself.
+    pytest.mark.alone,
     pytest.mark.postgres,
     pytest.mark.asyncio(loop_scope="module"),
 ]

@@ -16,7 +16,6 @@ import contextlib
 import json
 import re
 import shlex
-import socket
 import stat
 from pathlib import Path
 
@@ -34,6 +33,7 @@ from llmgw.setup.server_add import ServerAddPlan, add_server, decide
 from llmgw.setup.server_add_files import ServerLayout
 from llmgw.tls import pki
 from tests.llmgw.onboard.fake_node import FakeNode, Scenario, start_fake_node
+from tests.ports import free_port as _free_port
 
 DB = "10.20.30.40:5432"
 DSN = f"postgresql://llmgw:s3cret-pw@{DB}/llmgw"
@@ -115,12 +115,6 @@ async def _standby_http(reader: asyncio.StreamReader, writer: asyncio.StreamWrit
     )
     await writer.drain()
     writer.close()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _mode(path: Path) -> int:

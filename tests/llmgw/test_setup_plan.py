@@ -36,6 +36,7 @@ from llmgw.setup.plan import (
     steps,
     to_command,
 )
+from tests.ports import free_port
 
 GIB = 1 << 30
 BIG = Machine(
@@ -45,12 +46,6 @@ BIG = Machine(
     starter_installed=True,
 )
 SMALL = BIG.model_copy(update={"memory_total_bytes": GIB, "memory_available_bytes": GIB // 2})
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def own_group() -> str:

@@ -344,7 +344,7 @@ async def test_n_m_and_p_switch_screens_and_each_keeps_its_rows(cluster):
 
 
 async def test_an_unreachable_control_plane_is_an_error_line_on_the_models_screen():
-    from tests.tui.kit.fake_admin import free_port
+    from tests.ports import free_port
 
     port = free_port()
     async with AdminClient(f"127.0.0.1:{port}", "any", timeout_s=2) as client:

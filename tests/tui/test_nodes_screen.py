@@ -15,7 +15,8 @@ from llmgw.errors import ConfigError
 from llmgw.paths import Paths
 from llmgw.present.nodefmt import NO_NODES, node_cells
 from proto.llmgw.v1 import ReplicaView
-from tests.tui.kit.fake_admin import FakeAdminServer, free_port, node
+from tests.ports import free_port
+from tests.tui.kit.fake_admin import FakeAdminServer, node
 from tui.app import LlmgwApp, run_console
 from tui.screens.nodes.node_pane import drain_of, node_pane
 from tui.screens.nodes.nodes import NodeDetails, NodesScreen

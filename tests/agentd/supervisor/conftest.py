@@ -13,7 +13,6 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -22,17 +21,12 @@ import psutil
 import pytest
 
 from agentd.supervisor import LaunchSpec, ShardEvent, Supervisor
+from tests.ports import free_port
 
 # Tests run engines as whoever runs the tests: an engine user could not
 # read a script under a root-only tmp_path (one test covers the switch).
 ME = pwd.getpwuid(os.geteuid()).pw_name
 FAKE_ENGINE = Path(__file__).with_name("fake_engine.py")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def gone(pid: int) -> bool:

@@ -14,7 +14,6 @@ import contextlib
 import os
 import pwd
 import signal
-import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -23,19 +22,14 @@ from typing import Any
 
 import pytest
 
+from tests.ports import free_port  # noqa: F401  (the harness hands it on)
+
 # A clean stop of any of these servers takes well under this.
 STOP_GRACE_S = 15.0
 
 
 class HarnessError(AssertionError):
     """Something the harness cannot wait out (a server exited): ``wait_until`` stops at once."""
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now (taken again by whoever binds it first)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def require_binaries(*paths: str) -> None:

@@ -111,4 +111,8 @@ async def test_a_stream_whose_engine_dies_ends_in_an_error_and_is_not_counted_an
         assert [r.status for r in rows] == [502, 502, 502]
     broke = [r for r in caplog.records if "broke off a stream already relayed" in r.getMessage()]
     assert len(broke) == 3
-    assert [r.getMessage() for r in caplog.records if r.exc_info] == []
+    # No traceback of llmgw's own. Only its loggers: an SDK client of an earlier
+    # test on this worker, collected meanwhile, closes itself on this loop and
+    # asyncio says its old loop is closed, which is nothing this test did.
+    ours = ("gatewayd", "agentd", "llmgw")
+    assert [r.getMessage() for r in caplog.records if r.exc_info and r.name.startswith(ours)] == []

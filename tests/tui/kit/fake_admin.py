@@ -136,6 +136,8 @@ class FakeAdminService(AdminServiceBase):
         q: asyncio.Queue[str] = asyncio.Queue()
         self._watchers.add(q)
         try:
+            if message.opened:
+                yield WatchEvent()
             while True:
                 key = await q.get()
                 yield WatchEvent(topic="nodes", key=key, node=self.nodes.get(key))
@@ -246,15 +248,6 @@ def node(
             for i in range(gpus)
         ],
     )
-
-
-def free_port() -> int:
-    """A port nothing listens on (just released), to play a control plane that is down."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def batch(
