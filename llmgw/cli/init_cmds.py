@@ -1,6 +1,6 @@
 """``llmgw server init`` and ``llmgw node cert``: the commands over llmgw.setup.cluster_init.
 
-Plain command functions; the app in llmgw/cli/main.py registers them.
+Plain command functions; the table in llmgw/cli/main.py names them.
 """
 
 import grp

@@ -1,4 +1,9 @@
-"""The ``llmgw`` command."""
+"""The ``llmgw`` command.
+
+Every command is named in a table below, by where it lives and what it does;
+its module is imported only when it is called (llmgw/cli/lazy.py), so that
+``llmgw version`` or ``llmgw ctl status`` import no more than they run.
+"""
 
 from __future__ import annotations
 
@@ -8,57 +13,94 @@ from pathlib import Path
 
 import typer
 
-# Each ctl module adds its commands to the ctl group as it is imported (ruff flags
-# only the last of these as unused: they all bind the one name `llmgw`).
-import llmgw.cli.ctl.batches
-import llmgw.cli.ctl.config
-import llmgw.cli.ctl.keys
-import llmgw.cli.ctl.mcp
-import llmgw.cli.ctl.mirror
-import llmgw.cli.ctl.models
-import llmgw.cli.ctl.tenancy
-import llmgw.cli.ctl.usage
-import llmgw.cli.ctl.weights  # noqa: F401
-from llmgw import __version__, pidfile
-from llmgw.cli.ctl.app import app as ctl_app
-from llmgw.cli.doctor_cmd import doctor
-from llmgw.cli.init_cmds import node_cert, server_init
-from llmgw.cli.mirror_cmds import app as mirror_app
-from llmgw.cli.node_cmds import node_add, node_remove
-from llmgw.cli.server_add_cmds import server_add
-from llmgw.cli.service_cmds import restart, start, stop
-from llmgw.errors import LlmgwError, UsageError
+from llmgw import __version__
+from llmgw.cli.lazy import Lazy, lazy_group
 from llmgw.paths import resolve
-from llmgw.present import output
+
+# Every command of `llmgw`, in the order its --help lists them.
+COMMANDS = {
+    "start": Lazy(
+        "llmgw.cli.service_cmds:start",
+        "Start what llmgw runs here: mirror, control plane, agent (each when set up).",
+    ),
+    "stop": Lazy(
+        "llmgw.cli.service_cmds:stop",
+        "Stop what llmgw runs here: agent (its engines keep running), control plane, mirror.",
+    ),
+    "restart": Lazy("llmgw.cli.service_cmds:restart", "Stop, then start, what llmgw runs here."),
+    "doctor": Lazy(
+        "llmgw.cli.doctor_cmd:doctor",
+        "Check this machine is ready to be a node (AVX2, driver, NVML, OS, disk, glibc).",
+        summary_is_help=True,
+    ),
+    "console": Lazy(
+        "llmgw.cli.main:console", "Open a console: the cluster's, this node's, or setup."
+    ),
+    "version": Lazy("llmgw.cli.main:version", "Print the llmgw version."),
+    "agent": Lazy("llmgw.cli.main:agent", "Run this node's agent until Ctrl-C or SIGTERM."),
+    "up": Lazy(
+        "llmgw.cli.main:up",
+        "Run a whole cluster on this machine, without root: gatewayd + a local agent.",
+    ),
+    "server": Lazy("llmgw.cli.main:server_app", "The control plane (gatewayd)."),
+    "node": Lazy("llmgw.cli.main:node_app", "Nodes: certificates and onboarding."),
+    "ctl": Lazy(
+        "llmgw.cli.ctl.app:app",
+        "Operate a running control plane (what the console does, scriptable).",
+    ),
+    "mirror": Lazy(
+        "llmgw.cli.mirror_cmds:app",
+        "The model mirror: weights and engine builds for the cluster.",
+    ),
+}
+
+
+SERVER_COMMANDS = {
+    "init": Lazy(
+        "llmgw.cli.init_cmds:server_init",
+        "Create the cluster CA, certificates, admin token, server.yaml and its unit.",
+        summary_is_help=True,
+    ),
+    "add": Lazy(
+        "llmgw.cli.server_add_cmds:server_add",
+        "Make another machine a control plane of this cluster, standing by (PostgreSQL store).",
+    ),
+}
+
+
+NODE_COMMANDS = {
+    "cert": Lazy(
+        "llmgw.cli.init_cmds:node_cert",
+        "Issue a node certificate bundle signed by the cluster CA.",
+        summary_is_help=True,
+    ),
+    "add": Lazy(
+        "llmgw.cli.node_cmds:node_add",
+        "Add a machine over SSH: check it, install llmgw and its agent, join it to the cluster.",
+    ),
+    "remove": Lazy(
+        "llmgw.cli.node_cmds:node_remove",
+        "Remove a node: drain it, stop and disable its agent, revoke its certificate.",
+    ),
+}
+
 
 app = typer.Typer(
+    cls=lazy_group(COMMANDS),
     help="Run LLMs on your own GPU and CPU servers, from the terminal.\n\n"
     "Without a command, opens the console.",
     add_completion=False,
 )
-server_app = typer.Typer(help="The control plane (gatewayd).")
-node_app = typer.Typer(help="Nodes: certificates and onboarding.", no_args_is_help=True)
-app.add_typer(server_app, name="server")
-app.add_typer(node_app, name="node")
-app.add_typer(ctl_app, name="ctl")
-app.add_typer(mirror_app, name="mirror")
-server_app.command(
-    "init", help="Create the cluster CA, certificates, admin token, server.yaml and its unit."
-)(server_init)
-server_app.command("add")(server_add)
-node_app.command("cert", help="Issue a node certificate bundle signed by the cluster CA.")(
-    node_cert
-)
-node_app.command("add")(node_add)
-node_app.command("remove")(node_remove)
-for _cmd in (start, stop, restart):
-    app.command()(_cmd)
-app.command(help="Check this machine is ready to be a node (AVX2, driver, NVML, OS, disk, glibc).")(
-    doctor
+server_app = typer.Typer(cls=lazy_group(SERVER_COMMANDS), help="The control plane (gatewayd).")
+node_app = typer.Typer(
+    cls=lazy_group(NODE_COMMANDS), help="Nodes: certificates and onboarding.", no_args_is_help=True
 )
 
 
 def _run_or_exit(fn, *args) -> None:
+    from llmgw.errors import LlmgwError
+    from llmgw.present import output
+
     try:
         fn(*args)
     except LlmgwError as e:
@@ -99,7 +141,6 @@ def _root(ctx: typer.Context) -> None:
         _open_console(which_console(resolve()))
 
 
-@app.command()
 def console(
     kind: str = typer.Argument(
         "",
@@ -109,13 +150,15 @@ def console(
 ) -> None:
     """Open a console: the cluster's, this node's, or setup."""
     if kind and kind not in ("cluster", "node", "setup"):
+        from llmgw.errors import UsageError
+        from llmgw.present import output
+
         raise typer.Exit(
             code=output.fail(UsageError(f"no console {kind!r}: say cluster, node or setup"))
         )
     _open_console(kind or which_console(resolve()))
 
 
-@app.command()
 def version(json: bool = typer.Option(False, "--json", help="Print as JSON.")) -> None:
     """Print the llmgw version."""
     if json:
@@ -135,13 +178,13 @@ def server(
     if ctx.invoked_subcommand is not None:
         return
     from gatewayd.main import main as gatewayd_main
+    from llmgw import pidfile
 
     paths = resolve()
     with pidfile.held(paths.server_pid_file):
         _run_or_exit(gatewayd_main, paths, config)
 
 
-@app.command()
 def agent(
     config: Path = typer.Option(
         None, "--config", help="agent.yaml to use (default: the machine's)."
@@ -149,13 +192,13 @@ def agent(
 ) -> None:
     """Run this node's agent until Ctrl-C or SIGTERM."""
     from agentd.main import main as agentd_main
+    from llmgw import pidfile
 
     paths = resolve()
     with pidfile.held(paths.agent_pid_file):
         _run_or_exit(agentd_main, paths, config)
 
 
-@app.command()
 def up(
     host: list[str] = typer.Option(
         [], "--host", help="Extra name/address for the server certificate."

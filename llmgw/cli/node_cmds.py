@@ -1,7 +1,7 @@
 """``llmgw node add HOST`` and ``llmgw node remove NODE``: onboarding over SSH.
 
-Plain command functions over llmgw.onboard; llmgw/cli/main.py registers them
-on the ``node`` group. People get a line per step; ``--json`` prints every
+Plain command functions over llmgw.onboard; llmgw/cli/main.py names them
+in the ``node`` group. People get a line per step; ``--json`` prints every
 step event as one line of JSON (NDJSON), the last one the result.
 """
 

@@ -1,6 +1,6 @@
 """``llmgw start|stop|restart``: whatever llmgw runs on this machine, in order (llmgw/setup/services.py).
 
-Plain command functions; the app in llmgw/cli/main.py registers them.
+Plain command functions; the table in llmgw/cli/main.py names them.
 """
 
 from __future__ import annotations

@@ -3,6 +3,9 @@
 ``emit(reply, json=True)`` prints exactly the reply as JSON on stdout and
 nothing else; without it, the renderer registered for the reply's type draws
 a rich table for people. Errors go to stderr through ``fail``.
+
+Light to import (every command's error goes through ``fail``): the proto and
+pydantic support is imported by ``as_plain``, when there is a reply.
 """
 
 from __future__ import annotations
@@ -12,12 +15,9 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-import betterproto2
-from pydantic import BaseModel
 from rich.console import Console
 
 from llmgw.errors import LlmgwError
-from llmgw.protojson import to_plain
 
 _renderers: dict[type, Callable[[Any], Any]] = {}
 
@@ -36,6 +36,11 @@ def renders(kind: type):
 
 
 def as_plain(reply: Any) -> Any:
+    import betterproto2
+    from pydantic import BaseModel
+
+    from llmgw.protojson import to_plain
+
     if isinstance(reply, betterproto2.Message):
         return to_plain(reply)
     if isinstance(reply, BaseModel):

@@ -1,5 +1,6 @@
 """``llmgw ctl``: scriptable operations against a running control plane, one module per group.
 
-``app`` is the ``ctl`` group with its node, replica and status commands; each
-other module adds its commands to it (``llmgw/cli/main.py`` imports them all).
+``app`` names every command of the ``ctl`` group and the module it lives in
+(``cluster`` for the control plane, nodes and replicas; ``models``, ``keys``,
+``mcp`` …); ``call`` runs one admin call and prints its reply.
 """

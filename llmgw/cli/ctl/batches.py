@@ -12,7 +12,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from llmgw.cli.ctl.app import JsonOpt, app, call
+from llmgw.cli.ctl.call import JsonOpt, call
 from llmgw.errors import UsageError
 from llmgw.present import output
 from llmgw.present.batchfmt import (
@@ -32,7 +32,6 @@ batches_app = typer.Typer(
     help="Batches of the Batch API: list them with their progress, show one, cancel one.",
     no_args_is_help=True,
 )
-app.add_typer(batches_app, name="batches")
 
 BatchArg = typer.Argument(..., help="The batch id (batch_…, see llmgw ctl batches list).")
 

@@ -21,7 +21,7 @@ import typer
 
 import llmgw.cli.ctl.render.settings  # noqa: F401  (registers the renderers)
 from llmgw.admin_client import AdminClient
-from llmgw.cli.ctl.app import JsonOpt, app, call
+from llmgw.cli.ctl.call import JsonOpt, call
 from llmgw.errors import ConflictError, LlmgwError, UsageError
 from llmgw.paths import resolve
 from llmgw.present import output
@@ -32,7 +32,6 @@ config_app = typer.Typer(
     help="The cluster's kept settings: get, set, edit, history, diff, rollback.",
     no_args_is_help=True,
 )
-app.add_typer(config_app, name="config")
 
 CommentOpt = typer.Option("", "--comment", "-m", help="Why: kept with the version.")
 

@@ -6,7 +6,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from llmgw.cli.ctl.app import JsonOpt, app, call
+from llmgw.cli.ctl.call import JsonOpt, call
 from llmgw.errors import UsageError
 from llmgw.present import output
 from llmgw.present.keyfmt import (
@@ -24,7 +24,6 @@ from proto.llmgw.v1 import KeyView, LimitsView, ListKeysReply
 keys_app = typer.Typer(
     help="API keys: create (shown once), list, revoke, rotate, limits.", no_args_is_help=True
 )
-app.add_typer(keys_app, name="keys")
 
 
 @keys_app.command("create")

@@ -24,7 +24,7 @@ from rich.text import Text
 
 import llmgw.cli.ctl.render.mcp  # noqa: F401  (registers the renderers)
 from llmgw.admin_client import AdminClient
-from llmgw.cli.ctl.app import JsonOpt, app, call
+from llmgw.cli.ctl.call import JsonOpt, call
 from llmgw.cli.ctl.render.mcp import (
     failed_test_error,
     grant_hint,
@@ -52,7 +52,6 @@ mcp_app = typer.Typer(
     help="MCP servers agents reach at /mcp with their own key: add, test, grant, usage.",
     no_args_is_help=True,
 )
-app.add_typer(mcp_app, name="mcp")
 
 # A header name as HTTP writes it (RFC 9110 token).
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")

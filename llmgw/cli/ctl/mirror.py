@@ -21,7 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from llmgw.admin_client import AdminClient
-from llmgw.cli.ctl.app import JsonOpt, app, call
+from llmgw.cli.ctl.call import JsonOpt, call
 from llmgw.errors import ExitCode, LlmgwError, UsageError
 from llmgw.paths import resolve
 from llmgw.present import output
@@ -65,7 +65,6 @@ mirror_app = typer.Typer(
     help="The model mirrors: what they hold, add, remove, disk use, peers.",
     no_args_is_help=True,
 )
-app.add_typer(mirror_app, name="mirror")
 peers_app = typer.Typer(help="Mirrors kept in step with this one, both ways.", no_args_is_help=True)
 mirror_app.add_typer(peers_app, name="peers")
 

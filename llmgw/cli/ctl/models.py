@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 import llmgw.cli.ctl.render.models  # noqa: F401  (registers the renderers)
 from llmgw.catalog import Model
-from llmgw.cli.ctl.app import JsonOpt, app, call
+from llmgw.cli.ctl.call import JsonOpt, call
 from llmgw.errors import UsageError
 from llmgw.labels import parse_assignments
 from llmgw.present import output
@@ -21,7 +21,6 @@ from proto.llmgw.v1 import ModelSpec, PlanModelRequest
 model_app = typer.Typer(
     help="Models in the catalog: add, serve, scale, remove, plan.", no_args_is_help=True
 )
-app.add_typer(model_app, name="model")
 
 
 def _spec(model: Model) -> ModelSpec:
@@ -32,7 +31,6 @@ def _usage(e: Exception) -> None:
     raise typer.Exit(code=output.fail(UsageError(validation_text(e))))
 
 
-@app.command("models")
 def models(json: bool = JsonOpt) -> None:
     """Every model in the catalog, with its replicas and why it is in its state."""
     call(lambda c: c.list_models(), json=json)
@@ -235,13 +233,11 @@ def model_plan(
     call(lambda c: c.plan_model(request), json=json)
 
 
-@app.command("explain-placement")
 def explain_placement(model: str = typer.Argument(...), json: bool = JsonOpt) -> None:
     """Where one more replica of MODEL would go, and every node's reason."""
     call(lambda c: c.explain_placement(model), json=json)
 
 
-@app.command("replicas")
 def replicas(
     model: str = typer.Option("", "--model", help="Only this model's."), json: bool = JsonOpt
 ) -> None:
@@ -249,7 +245,6 @@ def replicas(
     call(lambda c: c.list_replicas(model), json=json)
 
 
-@app.command("logs")
 def logs(
     replica_id: str = typer.Argument(..., help="The replica (see llmgw ctl replicas)."),
     lines: int = typer.Option(100, "--lines", "-n", min=1, max=500),
@@ -259,17 +254,16 @@ def logs(
     call(lambda c: c.replica_logs(replica_id, lines), json=json)
 
 
-@app.command("drain")
 def drain(node_id: str = typer.Argument(...), json: bool = JsonOpt) -> None:
     """Move a node's replicas elsewhere, then stop them there."""
     call(
         lambda c: c.drain_node(node_id),
         json=json,
+        renderers="llmgw.cli.ctl.render.cluster",  # the node, as `ctl node show` draws it
         next_step=f"Follow it: llmgw ctl replicas · undo: llmgw ctl uncordon {node_id}",
     )
 
 
-@app.command("engines")
 def engines(json: bool = JsonOpt) -> None:
     """The recipes in force (and where each came from), then engines on every node:
     installed, installing, failed (in the node's words)."""

@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from llmgw.cli.ctl.app import JsonOpt, app, call
+from llmgw.cli.ctl.call import JsonOpt, call
 from llmgw.errors import UsageError
 from llmgw.present import output
 from llmgw.present.keyfmt import (
@@ -94,8 +94,9 @@ def _example(kind: str) -> str:
     return {"org": "Acme", "team": "Acme/ml", "project": "Acme/ml/search"}[kind]
 
 
-for _kind in ("org", "team", "project"):
-    app.add_typer(_level_app(_kind), name=_kind)
+org_app = _level_app("org")
+team_app = _level_app("team")
+project_app = _level_app("project")
 
 
 @renders(TenantView)

@@ -25,7 +25,7 @@ from rich.table import Table
 from rich.text import Text
 
 from llmgw.admin_client import AdminClient
-from llmgw.cli.ctl.app import JsonOpt, app, call
+from llmgw.cli.ctl.call import JsonOpt, call
 from llmgw.errors import LlmgwError, UsageError
 from llmgw.paths import resolve
 from llmgw.present import output
@@ -45,7 +45,6 @@ from proto.llmgw.v1 import UsageReply, UsageRowView
 
 # Its help is the callback's docstring (`usage` below).
 usage_app = typer.Typer()
-app.add_typer(usage_app, name="usage")
 
 DEFAULT_PERIOD = timedelta(hours=24)
 DIMENSIONS = "project, team, org, key, model, served_model, replica, status"

@@ -20,7 +20,7 @@ from rich.text import Text
 from typer.core import TyperGroup
 
 from llmgw.admin_client import AdminClient
-from llmgw.cli.ctl.app import JsonOpt, app, call
+from llmgw.cli.ctl.call import JsonOpt, call
 from llmgw.errors import ExitCode, LlmgwError
 from llmgw.paths import resolve
 from llmgw.present import output
@@ -54,7 +54,6 @@ class NodeOrCommand(TyperGroup):
 
 
 weights_app = typer.Typer(cls=NodeOrCommand)
-app.add_typer(weights_app, name="weights")
 
 
 def _list(node_id: str, json: bool) -> None:

@@ -9,8 +9,22 @@ from rich.text import Text
 from llmgw.present.clusterfmt import control_planes_table, leader_words
 from llmgw.present.mirrorfmt import mirror_status_line
 from llmgw.present.nodefmt import NO_NODES, NODE_COLUMNS, node_cells, node_details
+from llmgw.present.opsfmt import (
+    NO_WARNINGS,
+    WARNING_COLUMNS,
+    removed_node_text,
+    restart_text,
+    warning_cells,
+)
 from llmgw.present.output import renders
-from proto.llmgw.v1 import ListNodesReply, NodeView, StatusReply
+from proto.llmgw.v1 import (
+    ListNodesReply,
+    NodeView,
+    RemoveNodeReply,
+    RestartReplicaReply,
+    StatusReply,
+    WarningsReply,
+)
 
 
 def nodes_table(nodes: list[NodeView]) -> Table:
@@ -57,4 +71,26 @@ def _status(s: StatusReply):
     if len(s.control_planes) > 1:
         # Several control planes share the store: each, its role and how it is.
         return Group(t, Text(""), control_planes_table(s.control_planes, s.control_plane_id))
+    return t
+
+
+@renders(RemoveNodeReply)
+def _removed(r: RemoveNodeReply):
+    return Text(removed_node_text(r))
+
+
+@renders(RestartReplicaReply)
+def _restarted(r: RestartReplicaReply):
+    return Text(restart_text(r))
+
+
+@renders(WarningsReply)
+def _warnings(reply: WarningsReply):
+    if not reply.warnings:
+        return Text(f"No warnings since {reply.since}." if reply.since else NO_WARNINGS)
+    t = Table(title=f"Warnings since {reply.since}", title_justify="left")
+    for col in WARNING_COLUMNS:
+        t.add_column(col, overflow="fold")
+    for w in reply.warnings:
+        t.add_row(*warning_cells(w))
     return t
