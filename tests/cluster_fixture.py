@@ -153,13 +153,20 @@ async def running_cluster(
     try:
         yield cluster
     finally:
+        agents = [agent for agent, _, _ in cluster.agents]
         await cluster.stop_agents()
         # Agents leave engines running (they are adopted on return); a test's
-        # cluster going away takes its engines with it.
-        for r in server.reconciler.replicas.values() if server.reconciler else []:
-            if r.pid:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(r.pid, signal.SIGTERM)
+        # cluster going away takes its engines with it: those the control plane
+        # knows, and those only their agent knew (one restarted after a failure
+        # and not yet reported was seen left running, parent 1, after a run).
+        groups = (
+            {r.pid for r in server.reconciler.replicas.values()} if server.reconciler else set()
+        )
+        for agent in agents:
+            groups |= {s.pgid or s.pid for s in agent.shards.supervisor.running()}
+        for pgid in groups - {None, 0}:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, signal.SIGTERM)
         await server.stop()
 
 

@@ -5,6 +5,7 @@ pytest_plugins = [
     "tests.fakes.engines.fixtures",
     "tests.e2e.starter_up",
     "tests.xdist_schedule",
+    "tests.hygiene",
 ]
 
 import os

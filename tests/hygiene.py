@@ -1,0 +1,129 @@
+"""After the run: nothing of the suite left running, no folder of its own left in /tmp.
+
+A test that ends leaves its processes behind when a fixture forgets one (an
+agent's engine, restarted after a failure and not yet known to the control
+plane, was seen running, parent 1, after a whole run). Once the run is over
+(the controller of pytest-xdist, or the one process), every process started
+since the run began that was orphaned and belongs to the suite is named in
+the summary and stopped, and so is every ``/tmp/llmgw-*`` folder the run made
+and left (pytest's own temporary folders are pytest's to keep). With
+``LLMGW_TEST_LEFTOVERS=fail`` a leftover also fails the run.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+# Kept between runs on purpose: the assembled test model, built wheelhouses.
+KEPT = ("llmgw-test-models", "llmgw-test-wheelhouse-")
+# Programs the suite starts that do not run from its own folder.
+PROGRAMS = {"postgres", "etcd", "patroni", "haproxy", "sshd", "llama-server", "tmux: server"}
+# A leftover given SIGTERM and this long is stopped with SIGKILL.
+GRACE_S = 5.0
+CLOCK_SLACK_S = 2.0
+
+_started_at: float | None = None
+
+
+def _is_controller(config: pytest.Config) -> bool:
+    return not hasattr(config, "workerinput")
+
+
+def _ours(proc: psutil.Process) -> bool:
+    try:
+        cmdline = " ".join(proc.cmdline())
+        name = proc.name()
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return False
+    if str(ROOT) in cmdline or "/tmp/pytest-of-" in cmdline or "/tmp/llmgw-" in cmdline:
+        return True
+    return name in PROGRAMS and ("/tmp/" in cmdline or name == "llama-server")
+
+
+def leftovers(since: float) -> list[psutil.Process]:
+    """Orphaned processes of the suite started after ``since``."""
+    # A process's start time is counted from the boot time in whole seconds
+    # (/proc/stat btime): it can read up to a second early.
+    since -= CLOCK_SLACK_S
+    found = []
+    for proc in psutil.process_iter(["ppid", "create_time"]):
+        try:
+            if proc.info["ppid"] != 1 or proc.info["create_time"] < since:
+                continue
+        except (psutil.NoSuchProcess, KeyError):
+            continue
+        if proc.pid != os.getpid() and _ours(proc):
+            found.append(proc)
+    return found
+
+
+def stale_folders(since: float) -> list[Path]:
+    out = []
+    for entry in Path("/tmp").glob("llmgw-*"):
+        if entry.name.startswith(KEPT):
+            continue
+        try:
+            if entry.stat().st_mtime >= since:
+                out.append(entry)
+        except OSError:
+            continue
+    return out
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    global _started_at
+    if _is_controller(session.config):
+        _started_at = time.time()
+
+
+def _stop(procs: list[psutil.Process]) -> None:
+    for proc in procs:
+        try:
+            proc.send_signal(signal.SIGTERM)
+        except psutil.Error:
+            pass
+    _, alive = psutil.wait_procs(procs, timeout=GRACE_S)
+    for proc in alive:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if _started_at is None or not _is_controller(session.config):
+        return
+    # A process stopped by the last fixture may still be on its way out.
+    deadline = time.monotonic() + GRACE_S
+    procs = leftovers(_started_at)
+    while procs and time.monotonic() < deadline:
+        time.sleep(0.2)
+        procs = [p for p in procs if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    folders = stale_folders(_started_at)
+    if not procs and not folders:
+        return
+    lines = []
+    for proc in procs:
+        try:
+            lines.append(f"  process {proc.pid}: {' '.join(proc.cmdline())[:200]}")
+        except psutil.Error:
+            continue
+    lines += [f"  folder {f}" for f in folders]
+    _stop(procs)
+    for folder in folders:
+        shutil.rmtree(folder, ignore_errors=True)
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    text = "left behind by the run (now stopped and removed):\n" + "\n".join(lines)
+    if reporter is not None:
+        reporter.write_sep("!", "left behind")
+        reporter.write_line(text)
+    if os.environ.get("LLMGW_TEST_LEFTOVERS") == "fail" and session.exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
