@@ -358,10 +358,18 @@ async def check_overview(app, pilot, live):
     assert "ready" in got[0] and "serving" in got[2]
     # Requests: rates are the console's own, over successive `ctl status` counters;
     # the count beside them is the command's.
-    requests = static_text(app, "#card-requests")
-    if "measuring" not in requests:
-        status = StatusReply.from_dict(await live.said(item, 0))
-        assert f"({status.errors_total})" in requests
+    # Read again until they agree, as above: a request of the cluster may end in
+    # an error between the screen's last status and the command's.
+    def errors_shown() -> str:
+        requests = static_text(app, "#card-requests")
+        return "measuring" if "measuring" in requests else requests.split("(")[-1].split(")")[0]
+
+    async def errors_said() -> str:
+        if errors_shown() == "measuring":
+            return "measuring"
+        return str(StatusReply.from_dict(await live.said(item, 0)).errors_total)
+
+    await agree(pilot, errors_shown, errors_said)
 
 
 async def to_models(app, pilot, live):
