@@ -152,7 +152,14 @@ class Agent:
             return
         if os.geteuid() != 0 or self.cfg.engine_user:
             return
-        log.info("%s", await asyncio.to_thread(ensure_engine_user, self.data_dir))
+        home = self.paths.home
+        if home is not None:
+            # Made now, so the way to it (and to the starter beside it) is let through.
+            self.paths.engines_dir.mkdir(parents=True, exist_ok=True)
+        said = await asyncio.to_thread(
+            ensure_engine_user, self.data_dir, home=home, reach=(self.paths.engines_dir,)
+        )
+        log.info("%s", said)
 
     def register_message(self, inv: Inventory) -> Register:
         return Register(

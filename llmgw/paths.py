@@ -4,6 +4,11 @@ The system layout (ARCHITECTURE.md §6) is used by root installs:
 ``/etc/llmgw``, ``/var/lib/llmgw``, ``/var/lib/llmgw-agent``, ``/opt/llmgw``.
 With ``LLMGW_HOME`` set, every one of those lives under that single directory,
 which is how tests, ``llmgw up`` and non-root use keep to themselves.
+
+Root's ``llmgw up`` home is ``/var/lib/llmgw-up``, not ``/root/.llmgw``: the
+agent runs engines as ``llmgw-engine``, which may not pass through /root
+(0700), and everything an engine reads (its program, the weights) and its own
+home lie in the agent's home (docs/decisions.md, "root's llmgw up").
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from pathlib import Path
 ENV_HOME = "LLMGW_HOME"
 SYSTEM_CONFIG_DIR = Path("/etc/llmgw")
 USER_HOME_DEFAULT = Path("~/.llmgw")
+ROOT_UP_HOME = Path("/var/lib/llmgw-up")
 
 
 @dataclass(frozen=True)
@@ -84,6 +90,12 @@ class Paths:
         return self.pki_dir / "nodes"
 
     @property
+    def models_dir(self) -> Path:
+        """Weights put on this machine for its engines (the starter): beside the engines,
+        on the way the engine user is let through, not in the control plane's data dir."""
+        return self.engines_dir.parent / "models"
+
+    @property
     def sqlite_file(self) -> Path:
         return self.server_data_dir / "llmgw.db"
 
@@ -135,9 +147,13 @@ class Paths:
         )
 
 
-def user_home() -> Path:
-    """The directory ``llmgw up`` uses when LLMGW_HOME is not set."""
-    return USER_HOME_DEFAULT.expanduser()
+def user_home(euid: int | None = None) -> Path:
+    """The directory ``llmgw up`` uses when LLMGW_HOME is not set.
+
+    For root, one outside /root, which the engine user may pass through.
+    """
+    euid = os.geteuid() if euid is None else euid
+    return ROOT_UP_HOME if euid == 0 else USER_HOME_DEFAULT.expanduser()
 
 
 def resolve(env: dict[str, str] | None = None) -> Paths:
@@ -145,7 +161,7 @@ def resolve(env: dict[str, str] | None = None) -> Paths:
 
     ``LLMGW_HOME`` wins. Without it, a machine set up as root
     (``/etc/llmgw/server.yaml`` or ``agent.yaml`` present) uses the system
-    layout; otherwise the per-user ``~/.llmgw`` that ``llmgw up`` creates.
+    layout; otherwise the home ``llmgw up`` creates (``user_home``).
     """
     env = os.environ if env is None else env
     home = env.get(ENV_HOME)

@@ -12,6 +12,10 @@ llama.cpp adapter writes, so the rest of the agent cannot tell the difference:
         [--embeddings --pooling mean]
 
 The key comes from LLAMA_API_KEY, as llama-server reads it, and is unset.
+
+It imports nothing of llmgw's, only the standard library and xllamacpp: for
+an engine user who may not read the agent's venv it is copied beside a copy
+of xllamacpp and run from there (agentd/provision/xllamacpp.py).
 """
 
 from __future__ import annotations

@@ -64,6 +64,21 @@ def _owner_words(st: os.stat_result) -> str:
     return f"{stat.S_IMODE(st.st_mode):04o} {owner}:{group}"
 
 
+def closed_on_the_way(path: str, uid: int, gids: set[int]) -> str | None:
+    """The directory above ``path`` that ``uid`` may not pass through, in words; None if none.
+
+    ``path`` itself is not looked at, nor where links lead.
+    """
+    for d in reversed(Path(path).parents):
+        try:
+            st = os.stat(d)
+        except OSError:
+            return None  # not there: the engine says so itself
+        if not _rights(st, uid, gids) & X and not _has_acl(str(d)):
+            return f"{d} ({_owner_words(st)}) does not let it through"
+    return None
+
+
 def blocked(path: str, want: int, uid: int, gids: set[int]) -> str | None:
     """Why ``uid`` cannot have ``want`` (R|W|X) on ``path``, in words; None when it can.
 
@@ -71,13 +86,8 @@ def blocked(path: str, want: int, uid: int, gids: set[int]) -> str | None:
     """
     real = os.path.realpath(path)
     for way in dict.fromkeys((os.path.abspath(path), real)):
-        for d in reversed(Path(way).parents):
-            try:
-                st = os.stat(d)
-            except OSError:
-                return None  # not there: the engine says so itself
-            if not _rights(st, uid, gids) & X and not _has_acl(str(d)):
-                return f"{d} ({_owner_words(st)}) does not let it through"
+        if (why := closed_on_the_way(way, uid, gids)) is not None:
+            return why
     try:
         st = os.stat(real)
     except OSError:

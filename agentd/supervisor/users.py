@@ -22,12 +22,12 @@ import os
 import pwd
 import shutil
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from agentd.supervisor.model import SupervisorError
-from llmgw.fsutil import let_through
+from llmgw.fsutil import let_through, let_through_to
 
 log = logging.getLogger(__name__)
 
@@ -188,22 +188,28 @@ def useradd_argv(
 def ensure_engine_user(
     data_dir: Path,
     *,
+    home: Path | None = None,
+    reach: Sequence[Path] = (),
     lookup: Callable[[str], pwd.struct_passwd] = pwd.getpwnam,
     run: Callable[..., subprocess.CompletedProcess] = subprocess.run,
 ) -> str:
     """Make ``llmgw-engine`` where it is missing, and its home; what was done, in words.
+
+    With ``home`` (the agent's LLMGW_HOME), the user is let through every
+    directory from it down to ``data_dir`` and each of ``reach`` (the engines
+    dir): ``llmgw up`` as root keeps everything there, and a home made 0700
+    would stop the engine at its door.
 
     Blocking (runs useradd): called through asyncio.to_thread by an agent
     that runs as root with no engine_user of its own. A failure is said, not
     raised: the agent keeps running, and a shard it is asked to start fails
     with the reason.
     """
-    home = data_dir / ENGINE_HOME
     try:
         pw = lookup(ENGINE_USER)
         done = f"engines run as {ENGINE_USER} (uid {pw.pw_uid})"
     except KeyError:
-        argv = useradd_argv(str(home))
+        argv = useradd_argv(str(data_dir / ENGINE_HOME))
         try:
             made = run(argv, capture_output=True, text=True, timeout=USERADD_TIMEOUT_S)
         except (OSError, subprocess.SubprocessError) as e:
@@ -219,14 +225,21 @@ def ensure_engine_user(
         except KeyError:
             return f"{' '.join(argv)} ran, yet there is no user {ENGINE_USER}"
         done = f"created the user {ENGINE_USER} (uid {pw.pw_uid}) to run engines as"
-    if Path(pw.pw_dir) == home:
+    own_home = data_dir / ENGINE_HOME
+    if Path(pw.pw_dir) == own_home:
         try:
-            home.mkdir(parents=True, exist_ok=True, mode=0o700)
-            os.chown(home, pw.pw_uid, pw.pw_gid)
-            os.chmod(home, 0o700)
+            own_home.mkdir(parents=True, exist_ok=True, mode=0o700)
+            os.chown(own_home, pw.pw_uid, pw.pw_gid)
+            os.chmod(own_home, 0o700)
             # The data dir is root's alone under UMask=0077: the engine user
             # passes through it to its home (and to the weights).
             let_through(data_dir, pw.pw_gid)
         except OSError as e:
-            return f"{done}; its home {home} could not be made: {e.strerror}"
+            return f"{done}; its home {own_home} could not be made: {e.strerror}"
+    if home is not None:
+        try:
+            for path in (data_dir, *reach):
+                let_through_to(path, home, pw.pw_gid)
+        except OSError as e:
+            return f"{done}; it could not be let through {home}: {e.strerror}"
     return done

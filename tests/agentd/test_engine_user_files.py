@@ -510,3 +510,99 @@ def test_the_engine_users_home_under_a_root_only_data_dir_is_its_own_to_write(ro
     assert can_write(engine, home)
     assert outsider('ls "$1"', str(home)).returncode != 0
     assert engine('ls "$1"', str(data_dir)).returncode != 0  # passed through, not listed
+
+
+def test_the_way_down_from_a_closed_home_is_let_through_and_nothing_beside_it(root_dir):
+    # Issue 28: root's `llmgw up` home made 0700 kept llmgw-engine from the
+    # engines and its own home below it, though each of those was shared.
+    from agentd.supervisor.users import ENGINE_HOME, ensure_engine_user
+
+    with umask(0o077):
+        up_home = root_dir / "up-home"
+        data_dir = up_home / "var" / "lib" / "llmgw-agent"
+        engines_dir = up_home / "opt" / "engines"
+        config_dir = up_home / "etc"
+        for d in (data_dir, engines_dir, config_dir):
+            d.mkdir(parents=True)
+    made = pwd.struct_passwd(
+        ("llmgw-engine", "x", ENGINE.pw_uid, ENGINE.pw_gid, "", str(data_dir / ENGINE_HOME),
+         "/usr/sbin/nologin")
+    )  # fmt: skip
+    with umask(0o077):
+        said = ensure_engine_user(
+            data_dir, home=up_home, reach=(engines_dir,), lookup=lambda _name: made
+        )
+
+    assert said.startswith("engines run as llmgw-engine"), said
+    assert can_write(engine, data_dir / ENGINE_HOME)
+    # The way to the engines dir (shared itself by what is installed in it).
+    assert engine('cd "$1"', str(engines_dir.parent)).returncode == 0
+    # Passed through, never listed; the config beside the way stays root's alone.
+    assert engine('ls "$1"', str(up_home)).returncode != 0
+    assert engine('cd "$1"', str(config_dir)).returncode != 0
+    assert outsider('cd "$1"', str(engines_dir.parent)).returncode != 0
+    assert stat.S_IMODE(config_dir.stat().st_mode) == 0o700
+
+
+SYSTEM_PYTHON = Path("/usr/bin/python3")
+
+
+def system_interpreter():
+    """The machine's own Python (outside any closed directory), as a fresh Debian has it."""
+    from agentd.provision.xllamacpp import Interpreter
+
+    if not SYSTEM_PYTHON.exists():
+        pytest.skip("needs /usr/bin/python3")
+    out = subprocess.run(
+        [str(SYSTEM_PYTHON), "-c", "import sysconfig; print(sysconfig.get_paths()['stdlib'])"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return Interpreter(str(SYSTEM_PYTHON.resolve()), out.stdout.strip())
+
+
+def test_xllamacpp_copied_for_the_engine_user_runs_as_it_alone(root_dir):
+    # Issue 28: the program execed the agent's venv Python, in a clone under
+    # /root (0700), which llmgw-engine cannot enter.
+    pytest.importorskip("xllamacpp")
+    from agentd.provision import xllamacpp
+
+    engines_dir = root_dir / "opt" / "engines"
+    (root_dir / "opt").mkdir(mode=0o755)
+    with umask(0o077):
+        program, changed = xllamacpp.provide(engines_dir, ENGINE.pw_gid, system_interpreter())
+    assert changed
+    assert str(root_dir) in program.read_text()  # the copy, not the agent's venv
+
+    ran = engine('"$1" --version', str(program))
+    assert ran.returncode == 0 and "xllamacpp" in ran.stderr, ran.stderr
+    assert outsider('"$1" --version', str(program)).returncode != 0
+    nobody = EngineUser("nobody", ENGINE.pw_uid, ENGINE.pw_gid, "/", [ENGINE.pw_gid])
+    assert first_blocked([str(program), "--version"], {}, nobody) is None
+    # A second call finds it all in place.
+    assert xllamacpp.provide(engines_dir, ENGINE.pw_gid, system_interpreter()) == (program, False)
+
+
+def test_a_python_the_engine_user_cannot_reach_is_refused_naming_it(root_dir):
+    pytest.importorskip("xllamacpp")
+    from agentd.provision import xllamacpp
+    from agentd.provision.llamacpp import InstallError
+
+    closed = root_dir / "root"
+    closed.mkdir(mode=0o700)
+    python = xllamacpp.Interpreter(str(closed / "python3"), str(closed / "lib"))
+    with pytest.raises(InstallError) as refused:
+        xllamacpp.provide(root_dir / "engines", ENGINE.pw_gid, python)
+    assert f"cannot reach {closed / 'python3'}" in refused.value.message
+    assert f"{closed} (0700 root:root) does not let it through" in refused.value.message
+    assert "/usr/bin/python3" in refused.value.hint
+
+
+def test_engines_that_run_as_the_agent_get_its_own_python_and_no_copy(root_dir):
+    pytest.importorskip("xllamacpp")
+    import sys
+
+    from agentd.provision import xllamacpp
+
+    program, _ = xllamacpp.provide(root_dir / "engines", None)
+    assert f"exec {sys.executable} -m agentd.engines.xllama_server" in program.read_text()
+    assert not (program.parent.parent / "python").exists()

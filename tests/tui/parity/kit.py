@@ -356,6 +356,7 @@ async def check_overview(app, pilot, live):
 
     got = await agree(pilot, shown, said)
     assert "ready" in got[0] and "serving" in got[2]
+
     # Requests: rates are the console's own, over successive `ctl status` counters;
     # the count beside them is the command's.
     # Read again until they agree, as above: a request of the cluster may end in
