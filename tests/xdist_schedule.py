@@ -7,6 +7,9 @@ module's fixtures are made once. Two changes:
   ``llmgw up`` serving the real llama.cpp starter) go to the same worker, so
   that cluster starts once in the run, not once on every worker that drew
   one of them.
+- Files marked ``pytest.mark.one_worker("NAME")`` go to the same worker as
+  every other file of that NAME, one after another: tests that change one
+  thing of the whole machine (its users) and tests that read it.
 - The slow kinds of file (end-to-end, benchmarks, integration) are dealt
   first: started last, one of them alone would hold the whole run up at its
   end while the other workers sit idle.
@@ -14,6 +17,7 @@ module's fixtures are made once. Two changes:
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -21,6 +25,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 # Session fixtures a file may share with others on one worker.
 SHARED_FIXTURES = ("starter_gateway",)
+ONE_WORKER = re.compile(r"""mark\.one_worker\(\s*["']([^"']+)["']""")
 # Dealt in this order; anything else after them. Within one kind, the files
 # with the most tests first (xdist's own order).
 SLOW_FIRST = ("tests/e2e/", "tests/benchmarks/", "tests/integration/")
@@ -32,7 +37,7 @@ def _shared_group(path: str, cache: dict[str, str]) -> str:
             text = (ROOT / path).read_text(encoding="utf-8")
         except OSError:
             text = ""
-        used = [f for f in SHARED_FIXTURES if f in text]
+        used = ONE_WORKER.findall(text) + [f for f in SHARED_FIXTURES if f in text]
         cache[path] = f"shared:{used[0]}" if used else path
     return cache[path]
 

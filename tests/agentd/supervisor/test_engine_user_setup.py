@@ -131,6 +131,7 @@ def _has(user: str) -> bool:
     return True
 
 
+@pytest.mark.one_worker("machine-users")  # whether llmgw-engine exists is the machine's
 @pytest.mark.skipif(
     os.geteuid() != 0 or _has(ENGINE_USER), reason="needs root on a machine without the user"
 )
