@@ -122,6 +122,7 @@ class GatewayServer:
         ca, cert, key = server_pki_paths(self.cfg, self.paths)
         ssl_ctx = server_context(ca, cert, key)
         await self.store.open()
+        self._joined = False  # set once the cluster is read (start's last step)
         # The leader lease decides which control plane reconciles and holds the
         # agents' streams; until this one leads, it takes the store's state as it is.
         self.lease = LeaderLease(
@@ -258,6 +259,7 @@ class GatewayServer:
         self._tasks.append(asyncio.create_task(self.members.run(), name="members"))
         # Last: a lone control plane leads before this returns, a standby follows.
         await self.roles.start()
+        self._joined = True  # the cluster is read: /ready may say so
         self._tasks.append(asyncio.create_task(self.keys.run(), name="keys"))
         self._tasks.append(asyncio.create_task(self.usage.run(), name="usage"))
         self._tasks.append(asyncio.create_task(self.scraper.run(), name="scrape"))
@@ -335,6 +337,25 @@ class GatewayServer:
             "control_plane_id": self.control_plane_id,
             "store_state": lease.store_state,
         }
+
+    def _serving(self) -> tuple[bool, str]:
+        """Whether this control plane takes requests (``/ready``), and why.
+
+        It does once it has read the cluster from the store (its role taken,
+        keys and catalog loaded) and has seen who leads. A store that stops
+        answering later does not take it out: it goes on serving from what it
+        holds (keys, routes, usage in its journal), as docs/ha.md says, and a
+        lease between holders for a moment is still a leader known.
+        """
+        if not self._joined:
+            return False, "starting: the cluster is not read from the store yet"
+        state = self.lease.state
+        if state is None or not state.holder:
+            return False, "no leader is known yet"
+        words = "serving"
+        if self.lease.store_state != "ok":
+            words = f"serving from what it holds: {self.lease.store_state}"
+        return True, words
 
     def _leader_words(self) -> str:
         """Who leads, for a standby's refusal of what only the leader does."""
@@ -427,6 +448,7 @@ class GatewayServer:
         app = make_app(
             is_leader=self._leading,
             routable=self.endpoints.routable,
+            serving=self._serving,
             gateway=self.gateway,
             mcp=self.mcp.endpoint if self.mcp is not None else None,
         )
