@@ -194,6 +194,7 @@ class ShardRunner:
                     replica_id=msg.replica_id,
                     argv=cmd.argv,
                     env={**engine_env, **self.probe_env, **cmd.env},
+                    secret_env=cmd.secret_env,
                     health_url=cmd.health_url,
                     startup_deadline_s=msg.startup_timeout_s or 600,
                     port=port,

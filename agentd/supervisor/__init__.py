@@ -6,6 +6,7 @@ process.py      starting a process in its own group, signalling it, seeing it en
 health.py       ready means the health endpoint answered 200
 output.py       each process writes its own file (0600, emptied past 64 MiB), followed
                 into an in-memory ring of the shard's last lines
+scrub.py        the secrets an engine was given (and any named secret) out of its lines
 state.py        <state_dir>/<shard_id>.json, what a restarted agent adopts from
 users.py        the unprivileged user engines run as, and the group its files are shared with
 access.py       whether that user can reach what a command line names, before it starts

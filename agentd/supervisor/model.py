@@ -51,6 +51,9 @@ class LaunchSpec(BaseModel):
     # The engine key travels here, never in argv (a command line is readable
     # by every user of the node through /proc); repr=False keeps it out of logs.
     env: dict[str, str] = Field(default_factory=dict, repr=False)
+    # Names in env whose values are secrets besides those named as one
+    # (scrub.is_secret_name): taken out of every line of its output.
+    secret_env: frozenset[str] = frozenset()
     cwd: str | None = None
     health_url: str
     startup_deadline_s: float = Field(default=600.0, gt=0)

@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import os
 from collections import deque
+from collections.abc import Sequence
 from pathlib import Path
+
+from agentd.supervisor.scrub import scrub
 
 # Past this a file is emptied in place and the engine goes on appending to
 # it: a progress bar rewriting itself for an hour would otherwise fill the
@@ -25,6 +28,10 @@ LOG_LINES = 500
 # A line with no newline is flushed at this length, so a \r-only progress
 # bar or a binary blob cannot grow the pending buffer without bound.
 MAX_LINE_BYTES = 64 << 10
+# A line flushed at that length is cut at its last space within this much
+# of the cut, so no word of it is split: a key cut in two would reach the
+# log as two halves, neither of which the scrubber knows as the key.
+CUT_SEARCH_BYTES = 4 << 10
 # At most this much is read per pass: a flood of output is taken in slices
 # between which the event loop runs other shards' work.
 READ_SLICE_BYTES = 1 << 20
@@ -64,11 +71,15 @@ def open_output(path: Path) -> int:
 
 
 class OutputFollower:
-    """Reads what a process appends to its file into a LogRing.
+    """Reads what a process appends to its file into a LogRing, its secrets scrubbed.
 
     Not a task of its own: the supervisor calls ``read_available`` on a
     timer and ``drain`` once the process has ended. Reads are of a local
     file from the page cache, bounded per pass, so they run on the loop.
+
+    Every line is scrubbed (scrub.py) before the ring keeps it: the ring is
+    what the shard's log, a failure's reason and the admin tools read.
+    ``secrets`` are the values the engine was given to hide (scrub.secrets_of).
     """
 
     def __init__(
@@ -78,9 +89,11 @@ class OutputFollower:
         *,
         max_bytes: int = MAX_OUTPUT_BYTES,
         from_tail: bool = False,
+        secrets: Sequence[str] = (),
     ) -> None:
         self.path = Path(path)
         self.ring = ring
+        self.secrets = tuple(secrets)
         self.max_bytes = max_bytes
         self._from_tail = from_tail
         self._fd: int | None = None
@@ -135,15 +148,17 @@ class OutputFollower:
         *lines, rest = (self._pending + data).split(b"\n")
         for raw in lines:
             self._emit(raw)
-        if len(rest) > MAX_LINE_BYTES:
-            self._emit(rest)
-            rest = b""
+        while len(rest) > MAX_LINE_BYTES:
+            cut = rest.rfind(b" ", MAX_LINE_BYTES - CUT_SEARCH_BYTES, MAX_LINE_BYTES) + 1
+            cut = cut or MAX_LINE_BYTES
+            self._emit(rest[:cut])
+            rest = rest[cut:]
         self._pending = rest
 
     def _emit(self, raw: bytes) -> None:
         # A progress bar redraws with \r: its last drawing is what it says now.
         line = raw.rstrip(b"\r").rsplit(b"\r", 1)[-1]
-        self.ring.add(line.decode("utf-8", errors="replace"))
+        self.ring.add(scrub(line.decode("utf-8", errors="replace"), self.secrets))
 
     def drain(self) -> None:
         """Read to the end, pending half-line included: the process has ended."""

@@ -62,6 +62,18 @@ def spawn(spec: LaunchSpec, user: EngineUser, output_fd: int) -> subprocess.Pope
     )
 
 
+def environ(pid: int) -> dict[str, str]:
+    """The environment a running process was started with; {} when it cannot be read.
+
+    What a restarted agent knows of an adopted engine's secrets: its state
+    file keeps none.
+    """
+    try:
+        return psutil.Process(pid).environ()
+    except psutil.Error:
+        return {}
+
+
 def start_time(pid: int) -> float | None:
     """A running process's start time; None when it is gone or a zombie."""
     try:

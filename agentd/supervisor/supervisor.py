@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from agentd.supervisor import access, gpu_hold, health, ownership, process, state, users
+from agentd.supervisor import access, gpu_hold, health, ownership, process, scrub, state, users
 from agentd.supervisor.model import (
     LaunchSpec,
     ShardEvent,
@@ -164,6 +164,11 @@ class Supervisor:
                 shard.popen = await asyncio.to_thread(process.spawn, spec, user, fd)
             finally:
                 os.close(fd)  # the engine holds its own copy
+            # What it was given to keep secret never reaches its log (scrub.py).
+            shard.follower = OutputFollower(
+                out_path, shard.ring, max_bytes=self._max_output_bytes,
+                secrets=scrub.secrets_of(env, spec.secret_env),
+            )  # fmt: skip
         except (SupervisorError, OSError, subprocess.SubprocessError) as e:
             reason = f"could not start {spec.argv[0]}: {getattr(e, 'strerror', None) or e}"
             shard.ring.add(reason)
@@ -230,6 +235,10 @@ class Supervisor:
                 reason += f" (pid {record.pid} is another process now)"
             self._end(shard, "failed", self._with_last_lines(shard, reason), None)
             return False
+        # Its secrets are in its environment (its record keeps none): read
+        # before its first line is.
+        env = await asyncio.to_thread(process.environ, record.pid)
+        shard.follower.secrets = scrub.secrets_of(env)
         # What it wrote before the restart comes first in its log.
         shard.follower.read_available()
         shard.ring.add("[adopted by a restarted agent]")

@@ -17,8 +17,11 @@ import os
 import sys
 from pathlib import Path
 
+import httpx2
 import openai
 import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 
 from llmgw.config import dump_yaml, load_server_config
 from llmgw.present.modelfmt import serve_spec
@@ -163,6 +166,60 @@ async def test_ctl_model_serve_runs_the_engine_on_the_nvlink_pair_and_the_sdk_ge
             )
             words = [c.choices[0].delta.content async for c in stream if c.choices]
             assert len([w for w in words if w]) == 4
+    finally:
+        await cluster_cm.__aexit__(None, None, None)
+
+
+async def test_the_key_sglang_prints_at_launch_is_redacted_in_logs_reasons_and_admin_tools(
+    tmp_path, hub, stand_ins
+):
+    # sgl-project/sglang#37457: SGLang logs its ServerArgs, api_key='<engine key>' among
+    # them, and engine output reaches `ctl logs`, a failed start's reason and the
+    # llmgw:admin tools, which an API key may be granted read-only: it read the engine key.
+    redacted = "api_key='[redacted]'"
+    cluster_cm, cluster = await serve_on_the_a100_pair(tmp_path, hub, stand_ins, "sglang")
+    try:
+        key = (cluster.paths.secrets_dir / "engine-key").read_text().strip()
+        ready = await ready_replica(cluster)
+        rc, printed, err = await cluster.ctl("logs", ready.replica_id)
+        assert rc == 0, err
+        assert redacted in printed and key not in printed
+
+        # The same engine failing to load after its banner: the reason quotes its last lines.
+        async with cluster.admin() as admin:
+            spec = (await admin.get_model("tiny")).spec
+            spec.profiles[0].env["LLMGW_FAKE_ENGINE_LOAD_ERROR"] = "CUDA out of memory"
+            await admin.put_model(spec)
+
+        def failed_with_the_banner():
+            for replica in cluster.server.reconciler.replicas.values():
+                if "Scheduler hit an exception" in replica.reason:
+                    return replica
+            return None
+
+        failed = await wait_for(failed_with_the_banner, attempts=600, interval_s=0.1)
+        assert redacted in failed.reason and key not in failed.reason
+        rc, table, err = await cluster.ctl("replicas")
+        assert rc == 0, err
+        assert key not in table
+        replicas = json.dumps(await ctl(cluster, "replicas"))
+        assert redacted in replicas and key not in replicas
+
+        # An API key granted the read-only tools reads the same, through the SDK.
+        async with cluster.admin() as admin:
+            await admin.create_tenant("project", "acme/ml/ops", parents=True)
+            reader = await admin.create_key("acme/ml/ops", name="reader")
+            for tool in ("node_logs", "list_replicas"):
+                await admin.grant_mcp(reader.key_id, f"llmgw:admin.{tool}")
+        url = f"http://127.0.0.1:{cluster.server.ports['http']}/mcp"
+        http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {reader.secret}"}, timeout=30)
+        async with http, Client(streamable_http_client(url, http_client=http)) as c:
+            logs = await c.call_tool("llmgw_admin.node_logs", {"node": "a100-pair"})
+            listed = await c.call_tool("llmgw_admin.list_replicas", {"model": "tiny"})
+        for result in (logs, listed):
+            assert not result.is_error, result
+            said = json.dumps(result.structured_content) + " ".join(b.text for b in result.content)
+            assert redacted in said and key not in said
     finally:
         await cluster_cm.__aexit__(None, None, None)
 

@@ -1,8 +1,9 @@
 """A small program that plays an engine for the supervisor's tests.
 
-It prints lines, serves /health on a port (503 until a delay has passed,
-then 200), starts a child of its own, ignores SIGTERM, writes a line once a
-file appears, or exits with a code — each on request, from the command line.
+It prints lines (``$NAME`` in them as that variable's value), serves /health
+on a port (503 until a delay has passed, then 200), starts a child of its
+own, ignores SIGTERM, writes a line once a file appears, or exits with a
+code — each on request, from the command line.
 With ``--hold-gpu BYTES`` it "uses" its cards as the fake GPU probe's
 contract says (agentd/discovery/fake.py): it writes what it holds to
 ``$LLMGW_FAKE_GPU_PROCS/<pid>.json`` (from its child with ``--hold-in-child``,
@@ -57,7 +58,7 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--health-after", type=float, default=0.0)
-    p.add_argument("--say", action="append", default=[])
+    p.add_argument("--say", action="append", default=[], help="$NAME: the variable's value")
     p.add_argument("--exit-after", type=float)
     p.add_argument("--exit-code", type=int, default=0)
     p.add_argument("--ignore-term", action="store_true")
@@ -75,7 +76,7 @@ def main() -> None:
     if args.ignore_term:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     for line in args.say:
-        print(line, flush=True)
+        print(os.path.expandvars(line), flush=True)
     if args.flood:
         sys.stdout.write(("x" * 99 + "\n") * (args.flood // 100))
         sys.stdout.flush()
@@ -104,7 +105,7 @@ def main() -> None:
             print(f"exiting with {args.exit_code}", flush=True)
             os._exit(args.exit_code)
         if args.when and os.path.exists(args.when[0]):
-            print(args.when[1], flush=True)
+            print(os.path.expandvars(args.when[1]), flush=True)
             args.when = None
         if args.tick and now >= next_tick:
             print(f"tick {now - started:.2f}", flush=True)

@@ -3,11 +3,18 @@
 The flags are SGLang's own names (python/sglang/srt/server_args.py of the
 0.5 line): every one the agent sets and the common tuning ones. Anything
 else is refused as its argparse refuses it, with exit code 2.
+
+At launch it logs its ServerArgs as SGLang does (``logger.info(f"{server_args=}")``
+in its engine's launch), the key among them (sgl-project/sglang#37457).
+``LLMGW_FAKE_ENGINE_LOAD_ERROR=WORDS`` makes it fail right after, as an
+SGLang whose scheduler cannot load the model does.
 """
 
 from __future__ import annotations
 
+import os
 import sys
+import time
 
 from fake_engine_core import cli
 from fake_engine_core.server import Settings, serve
@@ -88,12 +95,51 @@ ALIASES = {
 }
 
 
+LOAD_ERROR_ENV = "LLMGW_FAKE_ENGINE_LOAD_ERROR"
+
+
+def log(message: str) -> None:
+    """A line as SGLang's logger writes it: ``[2025-10-05 09:30:00] message``."""
+    print(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] {message}", flush=True)
+
+
+def server_args(args, served: str) -> str:
+    """The ServerArgs dataclass's repr, as SGLang logs it (some of its fields, in its order)."""
+    fields = {
+        "model_path": args.model_path,
+        "tokenizer_path": args.tokenizer_path or args.model_path,
+        "tokenizer_mode": args.tokenizer_mode or "auto",
+        "load_format": args.load_format or "auto",
+        "trust_remote_code": args.trust_remote_code,
+        "context_length": int(args.context_length) if args.context_length else None,
+        "dtype": args.dtype or "auto",
+        "quantization": args.quantization,
+        "served_model_name": served,
+        "host": args.host or "127.0.0.1",
+        "port": int(args.port or 30000),
+        "mem_fraction_static": float(args.mem_fraction_static or 0.88),
+        "max_running_requests": int(args.max_running_requests or 0) or None,
+        "tp_size": int(args.tp_size or 1),
+        "pp_size": int(args.pp_size or 1),
+        "download_dir": args.download_dir,
+        "api_key": args.api_key,
+        "admin_api_key": args.admin_api_key,
+        "enable_metrics": args.enable_metrics,
+    }
+    return "ServerArgs(" + ", ".join(f"{k}={v!r}" for k, v in fields.items()) + ")"
+
+
 def main(argv: list[str] | None = None) -> None:
     p = cli.parser("sglang.launch_server", VALUE_FLAGS, BOOL_FLAGS, (), ALIASES)
     args = p.parse_args(cli.normalize(sys.argv[1:] if argv is None else argv))
     if not args.model_path:
         p.error("the following arguments are required: --model-path")
     served = args.served_model_name or args.model_path
+    log(f"server_args={server_args(args, served)}")
+    if words := os.environ.get(LOAD_ERROR_ENV):
+        log(f"Scheduler hit an exception: {words}")
+        log("Received sigquit from a child process. It usually means the child failed.")
+        sys.exit(1)
     serve(
         Settings(
             engine="sglang",
