@@ -24,7 +24,7 @@ from gatewayd.gateway.policy.bands import BandPools
 from gatewayd.gateway.policy.keys import KeyCache, KeyInfo
 from gatewayd.gateway.policy.limits import LimitTable, Refusal, Ticket
 from gatewayd.gateway.policy.pricing import BudgetTable, Price, cost_micros
-from gatewayd.gateway.protocol import messages, validate
+from gatewayd.gateway.protocol import bounds, messages, validate
 from gatewayd.gateway.protocol.anthropic_request import AnthropicRequestError
 from gatewayd.gateway.protocol.errors import ApiError
 from gatewayd.gateway.protocol.replies import MAX_BODY_BYTES
@@ -154,7 +154,10 @@ class Gateway:
         self.fallbacks: Callable[[str], list[str]] = lambda _model: []
         self._routes: list[tuple[str, Callable[[Call], Awaitable[None]]]] = []
         self.add_route(
-            count_tokens.PATH, count_tokens.TokenCounter(router, self._forwarder.post, known)
+            count_tokens.PATH,
+            count_tokens.TokenCounter(
+                router, self._forwarder.post, known, admit=lambda key: self._admit(key, {}, 0)
+            ),
         )
 
     async def start(self) -> None:
@@ -305,9 +308,12 @@ class Gateway:
                     anthropic_request, chat = messages.to_chat(body)
                 except AnthropicRequestError as e:
                     raise ApiError(400, str(e), code="invalid_request", param=e.field) from None
+                bounds.check_messages(anthropic_request)
                 path, body = "/v1/chat/completions", json.dumps(chat).encode()
             request = validate.parse(body)
             validate.check(path, request)
+            if anthropic_request is None:
+                bounds.check(path, request)
             if path == "/v1/embeddings" and None in request.values():
                 # OpenAI's description lets optional fields be null ("encoding_format":
                 # null is the default float); llama.cpp's server refuses a null with a 500.
@@ -423,12 +429,14 @@ class Gateway:
         band = call.band or self.bands.band_of(call.key.band)
         # Clients' requests in flight per model, apart from batches': what a batch leaves room for.
         client = not req.batch_id
+        # A request for n answers holds n of the replicas' slots, as n requests would.
+        slots = answers(request)
         if client:
-            self._clients[model] = self._clients.get(model, 0) + 1
+            self._clients[model] = self._clients.get(model, 0) + slots
         try:
             if self.demand is not None and self.demand.asked(model):
                 await self.demand.hold(model, self.bands.queue_ttl(band))
-            async with self.bands.enter(model, band):
+            async with self.bands.enter(model, band, slots):
                 outcome = req.outcome = await self._forwarder.forward(
                     path,
                     body,
@@ -449,7 +457,7 @@ class Gateway:
             ) from None
         finally:
             if client:
-                self._clients[model] -= 1
+                self._clients[model] -= slots
         return outcome
 
     def _authenticate(self, scope) -> KeyInfo:
@@ -474,13 +482,21 @@ class Gateway:
         return info
 
     def _admit(self, key: KeyInfo, request: dict, body_bytes: int) -> Ticket:
-        """The key's requests and tokens per minute; 429 with Retry-After when spent."""
+        """The key's requests and tokens per minute; 429 with Retry-After when spent.
+
+        A request for ``n`` choices is ``n`` requests and may answer ``n`` times
+        ``max_tokens``: one with n=128 was let through a key's 5 a minute and
+        estimated as one answer's tokens.
+        """
         max_tokens = request.get("max_tokens") or request.get("max_completion_tokens") or 0
-        # ~4 bytes a token for the prompt, plus what the answer may use;
+        choices = answers(request)
+        # ~4 bytes a token for the prompt, plus what the answers may use;
         # corrected from the answer's usage.
         answer = max_tokens if isinstance(max_tokens, int) and max_tokens > 0 else 0
-        est = body_bytes // 4 + min(answer, MAX_ESTIMATE_TOKENS)
-        outcome = self._limits.admit(key.scopes or [(f"key:{key.key_id}", key.limits)], est)
+        est = body_bytes // 4 + min(choices * answer, MAX_ESTIMATE_TOKENS)
+        outcome = self._limits.admit(
+            key.scopes or [(f"key:{key.key_id}", key.limits)], est, requests=choices
+        )
         if isinstance(outcome, Refusal):
             raise ApiError(
                 429, outcome.message, code="rate_limited", retry_after_s=outcome.retry_after_s
@@ -497,6 +513,18 @@ class Gateway:
             if known == name and key.allows(name):
                 return _model_object(name, loaded)
         raise ApiError(404, f"the model {name!r} does not exist", code="model_not_found")
+
+
+def answers(request: dict) -> int:
+    """How many answers a request asks the engine for: ``n``, or a completion's ``best_of``
+    (candidates made to keep the best), 1 when neither is sent. Both are checked by then
+    (``validate``, ``bounds``): at most 128 and 20."""
+    count = 1
+    for name in ("n", "best_of"):
+        value = request.get(name)
+        if type(value) is int and value > count:
+            count = value
+    return count
 
 
 def _model_object(name: str, loaded: bool) -> dict:

@@ -15,7 +15,11 @@ client like ``llmgw-kb`` retries only what carries ``Retry-After``:
     └── WaitExpired       504: waited as long as the band may (its queue_ttl_s)
 
 One ``Admission`` guards one pool of capacity (a model's replicas); the
-caller sizes each band's ``max_in_flight`` from it.
+caller sizes each band's ``max_in_flight`` from it. A request may take more
+than one slot: one asking for ``n`` answers is ``n`` sequences in the engine's
+batch, so it takes ``n`` slots (at most its band's whole ceiling, so that it
+can pass at all) — counted as one, a client's n=128 filled a 4-slot replica
+while the band let three more in beside it.
 """
 
 from __future__ import annotations
@@ -83,20 +87,22 @@ class _BandState:
     def __init__(self, band: Band) -> None:
         self.band = band
         self.in_flight = 0
-        self.waiters: deque[asyncio.Future[None]] = deque()
+        self.waiters: deque[asyncio.Future[int]] = deque()
 
 
 class _Entry:
-    """``async with admission.enter(band)``: holds one slot for the body of the block."""
+    """``async with admission.enter(band, slots)``: holds the slots for the body of the block."""
 
-    __slots__ = ("_admission", "_state")
+    __slots__ = ("_admission", "_granted", "_slots", "_state")
 
-    def __init__(self, admission: Admission, state: _BandState) -> None:
+    def __init__(self, admission: Admission, state: _BandState, slots: int) -> None:
         self._admission = admission
         self._state = state
+        self._slots = slots
+        self._granted = 0
 
     async def __aenter__(self) -> None:
-        await self._admission._acquire(self._state)
+        self._granted = await self._admission._acquire(self._state, self._slots)
 
     async def __aexit__(
         self,
@@ -104,7 +110,7 @@ class _Entry:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self._admission._release(self._state)
+        self._admission._release(self._state, self._granted)
 
 
 class Admission:
@@ -124,9 +130,11 @@ class Admission:
         self._retired: dict[str, _BandState] = {}
         self._in_flight = 0
         self._waiting = 0
+        # The slots each waiter asks for, where it asks for more than one.
+        self._wanted: dict[asyncio.Future, int] = {}
 
-    def enter(self, band_name: str) -> _Entry:
-        """A slot in ``band_name``'s share, for ``async with``; waits while the band is saturated.
+    def enter(self, band_name: str, slots: int = 1) -> _Entry:
+        """``slots`` in ``band_name``'s share, for ``async with``; waits while the band is saturated.
 
         Raises ``QueueFull`` at once when the band's queue is full and
         ``WaitExpired`` after its ``queue_ttl_s``; a cancelled waiter leaves
@@ -137,7 +145,7 @@ class Admission:
             raise UnknownBand(
                 f"no admission band is named {band_name!r}; the bands are {', '.join(self._states)}"
             )
-        return _Entry(self, state)
+        return _Entry(self, state, max(1, slots))
 
     def resize(self, bands: Sequence[Band]) -> None:
         """Take new ceilings (the pool grew or shrank) keeping who is in flight and who waits.
@@ -181,12 +189,12 @@ class Admission:
         return len(self._states[band_name].waiters)
 
     def in_flight(self, band_name: str) -> int:
-        """How many of the band's requests hold a slot."""
+        """How many slots the band's requests hold."""
         return self._states[band_name].in_flight
 
     @property
     def in_flight_total(self) -> int:
-        """Requests holding a slot, every band together."""
+        """Slots held, every band together."""
         return self._in_flight
 
     def _higher_waits(self, priority: int) -> bool:
@@ -200,45 +208,50 @@ class Admission:
                 return True
         return False
 
-    async def _acquire(self, state: _BandState) -> None:
+    async def _acquire(self, state: _BandState, slots: int) -> int:
+        """Wait for ``slots`` (at most the band's ceiling); how many were granted."""
         band = state.band
-        if self._in_flight < band.max_in_flight and not self._higher_waits(band.priority):
-            self._grant(state)
-            return
+        need = min(slots, band.max_in_flight)
+        if self._in_flight + need <= band.max_in_flight and not self._higher_waits(band.priority):
+            self._grant(state, need)
+            return need
         if len(state.waiters) >= band.max_queue:
             raise QueueFull(
                 f"every replica is busy and band {band.name}'s queue is full "
                 f"({band.max_queue} waiting); try again in {RETRY_AFTER_S} s"
             )
         loop = asyncio.get_running_loop()
-        waiter: asyncio.Future[None] = loop.create_future()
+        waiter: asyncio.Future[int] = loop.create_future()
         state.waiters.append(waiter)
+        if slots > 1:
+            self._wanted[waiter] = slots
         self._waiting += 1
         timer = loop.call_later(band.queue_ttl_s, self._expire, state, waiter)
         try:
-            await waiter
+            return await waiter
         except asyncio.CancelledError:
             if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
-                # Granted a slot, then cancelled before it could run: give the
-                # slot back, or it is lost for good.
-                self._release(state)
+                # Granted its slots, then cancelled before it could run: give them
+                # back, or they are lost for good.
+                self._release(state, waiter.result())
             else:
                 self._leave(state, waiter)
             raise
         finally:
             timer.cancel()
+            self._wanted.pop(waiter, None)
 
-    def _grant(self, state: _BandState) -> None:
-        self._in_flight += 1
-        state.in_flight += 1
+    def _grant(self, state: _BandState, slots: int = 1) -> None:
+        self._in_flight += slots
+        state.in_flight += slots
 
-    def _release(self, state: _BandState) -> None:
-        self._in_flight -= 1
-        state.in_flight -= 1
+    def _release(self, state: _BandState, slots: int = 1) -> None:
+        self._in_flight -= slots
+        state.in_flight -= slots
         if self._waiting:
             self._dispatch()
 
-    def _leave(self, state: _BandState, waiter: asyncio.Future[None]) -> None:
+    def _leave(self, state: _BandState, waiter: asyncio.Future[int]) -> None:
         """Take a waiter out of its queue; one that held back lower bands no longer does."""
         try:
             state.waiters.remove(waiter)
@@ -247,7 +260,7 @@ class Admission:
         self._waiting -= 1
         self._dispatch()
 
-    def _expire(self, state: _BandState, waiter: asyncio.Future[None]) -> None:
+    def _expire(self, state: _BandState, waiter: asyncio.Future[int]) -> None:
         if waiter.done():
             return
         band = state.band
@@ -267,12 +280,15 @@ class Admission:
         """
         for state in self._order:
             waiters = state.waiters
+            ceiling = state.band.max_in_flight
             while waiters:
-                if self._in_flight >= state.band.max_in_flight:
+                head = waiters[0]
+                need = min(self._wanted.get(head, 1), ceiling)
+                if not head.done() and self._in_flight + need > ceiling:
                     return
-                waiter = waiters.popleft()
+                waiters.popleft()
                 self._waiting -= 1
-                if waiter.done():
+                if head.done():
                     continue
-                self._grant(state)
-                waiter.set_result(None)
+                self._grant(state, need)
+                head.set_result(need)

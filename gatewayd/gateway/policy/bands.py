@@ -92,8 +92,9 @@ class BandPools:
             for b in self._cfg.bands
         ]
 
-    def enter(self, model: str, band: str):
-        """``async with`` this around the forwarding of one request of ``model``."""
+    def enter(self, model: str, band: str, slots: int = 1):
+        """``async with`` this around the forwarding of one request of ``model``; it holds
+        ``slots`` of the model's slots (a request for ``n`` answers holds ``n``)."""
         capacity = self._capacity(model)
         if capacity <= 0:
             return _OPEN
@@ -106,7 +107,7 @@ class BandPools:
             if size != capacity:
                 admission.resize(self._bands(capacity))
                 self._pools[model] = (capacity, admission)
-        return admission.enter(band)
+        return admission.enter(band, slots)
 
     def held(self, model: str) -> int:
         """Requests of ``model`` in flight or waiting, every band together."""

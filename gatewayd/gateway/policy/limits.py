@@ -249,14 +249,17 @@ class LimitTable:
             bucket.set_rate(rate_per_min)
         return bucket
 
-    def admit(self, scopes: Sequence[tuple[str, Limits]], est_tokens: int) -> Refusal | Ticket:
+    def admit(
+        self, scopes: Sequence[tuple[str, Limits]], est_tokens: int, requests: int = 1
+    ) -> Refusal | Ticket:
         """Let a request through every scope's limits, or refuse it taking nothing from any.
 
         ``scopes`` are the request's levels, the key first and the
         organization last, each with its own limits (not resolved: a team's
         rate is the team's, shared by all its projects). ``est_tokens`` is
         the prompt's estimate plus what the answer may use; the ticket
-        corrects it afterwards.
+        corrects it afterwards. ``requests``: what the request counts for in
+        requests a minute (one asking for ``n`` answers counts ``n``).
 
         All or nothing: a request refused by its team must not spend its
         key's allowance, or a busy team would lock its quiet keys out. When
@@ -275,7 +278,7 @@ class LimitTable:
             rpm, tpm = limits.rpm, limits.tpm
             if rpm is not None:
                 bucket = self._bucket(scope, "rpm", rpm)
-                wait = bucket.wait_s(1, now)
+                wait = bucket.wait_s(requests, now)
                 if wait is not None and wait > worst_wait:
                     worst_wait, worst = wait, (scope, "rpm", rpm)
                 rpm_buckets.append(bucket)
@@ -289,7 +292,7 @@ class LimitTable:
             return _refusal(*worst, worst_wait)
         # Every bucket was brought up to ``now`` by wait_s: charging is a subtraction.
         for bucket in rpm_buckets:
-            bucket._tokens -= 1
+            bucket._tokens -= requests
         for bucket in tpm_buckets:
             bucket._tokens -= est
         return Ticket(tpm_buckets, est, self._clock)

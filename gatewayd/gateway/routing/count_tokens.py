@@ -13,6 +13,9 @@ serves with, so the count is the prompt_tokens its answer would report:
   (vLLM's TokenizeChatRequest), answered with ``count``.
 
 Nothing is generated and no usage is metered: Anthropic's API does not bill it.
+It is limited as every call is: the key's check, then its requests a minute
+(one request, no tokens: a count spends none of the model's), so a client
+cannot keep a replica's tokenizer busy past its key's rate.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import logging
 
 import aiohttp
 
-from gatewayd.gateway.protocol import messages
+from gatewayd.gateway.protocol import bounds, messages
 from gatewayd.gateway.protocol.anthropic_request import AnthropicRequestError
 from gatewayd.gateway.protocol.errors import ApiError, engine_error
 from gatewayd.gateway.routing.router import Router, Target
@@ -39,13 +42,16 @@ class TokenCounter:
 
     ``post(target, path, payload)`` sends one JSON request to a target
     (``Forwarder.post``) and answers (status, body);
-    ``known(model)`` says whether the catalog has the model.
+    ``known(model)`` says whether the catalog has the model;
+    ``admit(key)`` takes one request from the key's rate limits and answers the
+    ticket to settle (ApiError 429 when spent), as every forwarded call does.
     """
 
-    def __init__(self, router: Router, post, known) -> None:
+    def __init__(self, router: Router, post, known, admit=None) -> None:
         self._router = router
         self._post = post
         self._known = known
+        self._admit = admit
 
     async def __call__(self, call) -> None:
         if call.method != "POST":
@@ -63,6 +69,7 @@ class TokenCounter:
             _, chat = messages.to_chat(json.dumps(request).encode())
         except AnthropicRequestError as e:
             raise ApiError(400, str(e), code="invalid_request", param=e.field) from None
+        bounds.check_messages(request, counting=True)
         model = call.req.model = chat["model"]
         if not self._known(model):
             raise ApiError(404, f"the model {model!r} does not exist", code="model_not_found")
@@ -70,7 +77,12 @@ class TokenCounter:
             raise ApiError(
                 403, f"this API key may not use the model {model!r}", code="model_not_allowed"
             )
-        count = await self.count(model, chat)
+        ticket = self._admit(call.key) if self._admit is not None else None
+        try:
+            count = await self.count(model, chat)
+        finally:
+            if ticket is not None:
+                ticket.settle(0)  # no model tokens were spent
         await call.json(200, {"input_tokens": count})
 
     async def count(self, model: str, chat: dict) -> int:

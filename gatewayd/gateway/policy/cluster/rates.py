@@ -103,8 +103,10 @@ class SharedLimitTable(LimitTable):
         self._seen: dict[tuple[str, str, str, str], tuple[int, float]] = {}
         self._seen_window = window_of(wall())
 
-    def admit(self, scopes: Sequence[tuple[str, Limits]], est_tokens: int) -> Refusal | Ticket:
-        outcome = super().admit(scopes, est_tokens)
+    def admit(
+        self, scopes: Sequence[tuple[str, Limits]], est_tokens: int, requests: int = 1
+    ) -> Refusal | Ticket:
+        outcome = super().admit(scopes, est_tokens, requests)
         if isinstance(outcome, Refusal):
             return outcome
         window = int(self.wall() // WINDOW_S)
@@ -114,7 +116,7 @@ class SharedLimitTable(LimitTable):
         for scope, limits in scopes:
             if limits.rpm is not None:
                 key = (scope, "rpm", window)
-                own[key] = own.get(key, 0) + 1
+                own[key] = own.get(key, 0) + requests
             if limits.tpm is not None:
                 key = (scope, "tpm", window)
                 own[key] = own.get(key, 0) + est

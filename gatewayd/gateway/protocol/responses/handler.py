@@ -22,7 +22,7 @@ import logging
 from datetime import UTC, datetime, timedelta
 from urllib.parse import parse_qsl
 
-from gatewayd.gateway.protocol import validate
+from gatewayd.gateway.protocol import bounds, validate
 from gatewayd.gateway.protocol.errors import ApiError
 from gatewayd.gateway.protocol.responses import request as requests
 from gatewayd.gateway.protocol.responses.answer import Envelope, new_id
@@ -105,6 +105,7 @@ class Responses:
     async def create(self, call) -> None:
         request = validate.parse(await call.body())
         requests.check(request)
+        bounds.check(PREFIX, request)
         store = request.get("store") is True
         previous = request.get("previous_response_id")
         retain_s = 0
