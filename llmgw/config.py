@@ -20,6 +20,7 @@ from pydantic import (
     model_validator,
 )
 
+from llmgw.connbounds import MAX_PER_ADDRESS
 from llmgw.errors import ConfigError
 from llmgw.mcp.config import McpConfig
 from llmgw.mirror.config import MirrorsConfig
@@ -289,7 +290,7 @@ class ConnectionsConfig(_Strict):
     # is reset at once (llmgw_connections_refused_total). The total is lowered at
     # start where the open-files limit could not hold it beside the gateway's own
     # descriptors (each client's request in flight holds an engine connection too).
-    max_per_address: Annotated[int, Field(ge=1)] = 256
+    max_per_address: Annotated[int, Field(ge=1)] = MAX_PER_ADDRESS
     max_total: Annotated[int, Field(ge=1)] = 10_000
     # TLS handshakes on the agent port must finish within this long.
     tls_handshake_timeout: Annotated[float, Field(gt=0)] = 10.0

@@ -29,17 +29,28 @@ is re-armed per request or per read.
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import logging
 import resource
 import select
-import socket
-import struct
 import time
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from llmgw.config import ConnectionsConfig
+from llmgw.connbounds import AddressCounts, client_key, reset, reset_socket
+
+# client_key, reset and reset_socket are the shared piece's, named here too for the agent port.
+__all__ = [
+    "ConnectionBudget",
+    "GuardedHttpProtocol",
+    "PortGuard",
+    "client_key",
+    "open_files_limit",
+    "reset",
+    "reset_socket",
+    "total_within",
+    "unread",
+]
 
 log = logging.getLogger(__name__)
 
@@ -50,9 +61,6 @@ log = logging.getLogger(__name__)
 FD_RESERVE = 512
 # The least total any limit leaves clients (a tiny ulimit still serves).
 MIN_TOTAL = 64
-# A refused or late connection is reset (SO_LINGER 0): no FIN handshake and no
-# TIME_WAIT entry are kept for a client that is holding the port down.
-_LINGER_RESET = struct.pack("ii", 1, 0)
 # A deadline met with bytes still unread in the socket looks again this much later.
 UNREAD_RECHECK_S = 0.05
 UNREAD_RECHECKS = 3
@@ -82,29 +90,6 @@ def total_within(max_total: int, open_files: int) -> int:
     return min(max_total, max(MIN_TOTAL, (open_files - FD_RESERVE) // 2))
 
 
-def client_key(peer) -> str:
-    """What one client is counted as: its IPv4 address, its IPv6 /64, or "local"."""
-    if not isinstance(peer, tuple) or not peer:
-        return "local"  # a unix socket: this machine
-    host = peer[0]
-    if ":" not in host:
-        return host
-    if host.startswith("::ffff:") and "." in host:
-        return host[7:]  # an IPv4 client on a dual-stack socket
-    with contextlib.suppress(ValueError):
-        return str(ipaddress.ip_network(f"{host.split('%')[0]}/64", strict=False))
-    return host
-
-
-def reset(transport) -> None:
-    """Close a connection at once, with a reset rather than a FIN."""
-    sock = transport.get_extra_info("socket")
-    if sock is not None:
-        with contextlib.suppress(OSError):
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RESET)
-    transport.abort()
-
-
 def unread(transport) -> bool:
     """Whether bytes (or the peer's end) wait in the connection's socket, not yet read."""
     sock = transport.get_extra_info("socket")
@@ -116,13 +101,6 @@ def unread(transport) -> bool:
         return bool(poller.poll(0))
     except (OSError, ValueError):
         return False
-
-
-def reset_socket(sock: socket.socket) -> None:
-    """``reset`` for a socket no transport was made for."""
-    with contextlib.suppress(OSError):
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RESET)
-    sock.close()
 
 
 class ConnectionBudget:
@@ -154,14 +132,12 @@ class PortGuard:
     def __init__(self, port: str, cfg: ConnectionsConfig, budget: ConnectionBudget, metrics=None):
         self.port = port
         self.budget = budget
-        self.max_per_address = cfg.max_per_address
         self.header_timeout_s = cfg.header_timeout
         self.body_read_timeout_s = cfg.body_read_timeout
         self.keepalive_timeout_s = cfg.keepalive_timeout
         self.tls_handshake_timeout_s = cfg.tls_handshake_timeout
-        # Open connections by client; an entry goes when its count reaches 0, so the
-        # table never holds more entries than there are connections.
-        self.per_address: dict[str, int] = {}
+        # Open connections by client (llmgw/connbounds.py, shared with the mirror).
+        self.per_address = AddressCounts(cfg.max_per_address)
         self.open = 0
         self.refused: dict[str, int] = dict.fromkeys(REASONS, 0)
         # Series made when first counted, as the gateway's other metrics: none sit at zero.
@@ -171,6 +147,10 @@ class PortGuard:
             metrics.connections_open.labels(port).set_function(lambda: self.open)
         self._logged_at = 0.0
         self._unlogged = 0
+
+    @property
+    def max_per_address(self) -> int:
+        return self.per_address.max_per_address
 
     def admit(self, transport) -> str | None:
         """The client's key when this connection may stay; otherwise it is reset, and None."""
@@ -187,18 +167,14 @@ class PortGuard:
         budget = self.budget
         if budget.open >= budget.max_total:
             return "total"
-        held = self.per_address.get(key, 0)
-        if held >= self.max_per_address:
+        if not self.per_address.take(key):
             return "per_address"
-        self.per_address[key] = held + 1
         self.open += 1
         budget.open += 1
         return None
 
     def release(self, key: str) -> None:
-        held = self.per_address.pop(key, 1) - 1
-        if held > 0:
-            self.per_address[key] = held
+        self.per_address.release(key)
         self.open -= 1
         self.budget.open -= 1
 
@@ -224,7 +200,7 @@ class PortGuard:
                 key,
                 reason.replace("_", " "),
                 self.open,
-                self.per_address.get(key, 0),
+                self.per_address.held(key),
             )
             self._logged_at, self._unlogged = now, 0
 

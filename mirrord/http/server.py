@@ -12,6 +12,11 @@ reach the handler as an async iterator (``async for chunk in req.body``), so
 an upload of many GB never sits in memory; ``Expect: 100-continue`` is
 answered when the handler starts reading. HEAD gets the headers of the GET.
 A client that goes away mid-answer ends its connection quietly.
+
+Connections are bounded per client as the gateway's ports bound them, with
+the same piece (``llmgw.connbounds``): past ``max_per_address`` a client's new
+connection is reset at once, so one client cannot hold all of
+``max_connections`` and shut every node out of the weights.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import time
 from email.utils import formatdate
 from urllib.parse import parse_qs, urlsplit
 
+from llmgw.connbounds import MAX_PER_ADDRESS, AddressCounts, client_key, reset
 from mirrord.http.messages import (
     Body,
     BodyIncomplete,
@@ -99,6 +105,7 @@ class HttpServer:
         *,
         ssl_context: ssl.SSLContext | None = None,
         max_connections: int = 1024,
+        max_per_address: int = MAX_PER_ADDRESS,
         idle_timeout_s: float = 75.0,
         server_name: str = "llmgw-mirror",
     ) -> None:
@@ -107,6 +114,10 @@ class HttpServer:
         self.port = port
         self.ssl_context = ssl_context
         self.max_connections = max_connections
+        # Open connections by client, each held to max_per_address.
+        self.per_address = AddressCounts(max_per_address)
+        # Connections reset for their client's bound (for logs and tests).
+        self.refused_per_address = 0
         # 75 s: longer than the keep-alive pools of httpx (5 s) and pip's
         # urllib3, so a client reusing a connection never finds it just closed.
         self.idle_timeout_s = idle_timeout_s
@@ -151,6 +162,20 @@ class HttpServer:
         task = asyncio.current_task()
         if task is None:  # pragma: no cover - always run as a task
             return
+        key = client_key(writer.get_extra_info("peername"))
+        if not self.per_address.take(key):
+            # Reset before a byte is read: the descriptor is free again at once.
+            self.refused_per_address += 1
+            if self.refused_per_address % 1000 == 1:
+                log.warning(
+                    "refused a connection from %s: it holds %d, the most one client may"
+                    " (%d refused so far)",
+                    key,
+                    self.per_address.held(key),
+                    self.refused_per_address,
+                )
+            reset(writer.transport)
+            return
         self._conns.add(task)
         try:
             if len(self._conns) > self.max_connections:
@@ -163,6 +188,7 @@ class HttpServer:
             pass  # the server is closing
         finally:
             self._conns.discard(task)
+            self.per_address.release(key)
             if self._closing:
                 # A TLS close waits for the client's close_notify, which a client
                 # holding a keep-alive connection never sends: a stopping mirror
