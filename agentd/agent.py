@@ -21,6 +21,7 @@ from grpclib.client import Channel
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError, ProtocolError, StreamTerminatedError
 
+from agentd.door.setup import engine_doors
 from agentd.engine_provider import LocalEngines
 from agentd.heartbeat import build_heartbeat, foreign_gpu_bytes
 from agentd.live_settings import LiveSettings
@@ -113,6 +114,8 @@ class Agent:
             self.engines,
             engine_user=cfg.engine_user or None,
             engine_host=cfg.engines_listen,
+            # Engines on loopback; the gateway comes in through their doors (agentd/door).
+            doors=engine_doors(self.data_dir / "doors", cfg.engines_listen, ca, cert, key),
             # hf: weights come from a StartShard's mirrors, and from agent.yaml's
             # hub where there are none or the model may reach the internet.
             fetcher=WeightsFetcher(
@@ -424,6 +427,8 @@ class Agent:
                 AgentMessage(ack=CommandAck(command_id=msg.command_id, ok=True, lines=lines))
             )
             return
+        elif msg.shard_keys is not None:
+            ok, error = self.shards.set_keys(msg.shard_keys.shard_id, list(msg.shard_keys.keys))
         elif msg.install_engine is not None:
             # Accepted: progress and the outcome follow as EngineStatus reports.
             install = getattr(self.engines, "install", None)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import inspect
 import logging
 import math
@@ -20,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
+from agentd.door import Doors
 from agentd.engines import ShardSpec, adapter_for
 from agentd.engines.base import LOOPBACK
 from agentd.supervisor import LaunchSpec, ShardEvent, Supervisor
@@ -84,9 +86,12 @@ class ShardRunner:
         supervisor: Supervisor | None = None,
         engine_user: str | None = None,
         engine_host: str = LOOPBACK,
+        doors: Doors | None = None,
     ):
         # Where engines listen (agent.yaml engine_host; see AgentConfig.engines_listen).
+        # With doors (agentd/door), engines listen on loopback and their doors there.
         self.engine_host = engine_host
+        self.doors = doors
         self.fetcher = fetcher or WeightsFetcher(data_dir / "weights")
         self.supervisor = supervisor or Supervisor(
             data_dir / "shards", data_dir / "output", self._on_event, run_as=engine_user
@@ -100,6 +105,8 @@ class ShardRunner:
         self.probe_env: dict[str, str] = {}
         self.status: dict[str, ShardStatus] = {}
         self._starting: dict[str, asyncio.Task] = {}
+        # Keys a rotation gave a shard before its door was open (it opens with them).
+        self._keys_at_start: dict[str, list[str]] = {}
         self._send: Send | None = None
         self._adopted: set[str] = set()
         # shard id -> its hold on the weights cache (what it fetches, then runs on).
@@ -114,6 +121,14 @@ class ShardRunner:
     async def adopt(self) -> list[str]:
         """Engines that kept running while the agent was down become ours again."""
         self._adopted = set(await self.supervisor.adopt_all())
+        if self.doors is not None:
+            for shard_id in sorted(self._adopted):
+                record = self.doors.record(shard_id)
+                if record is None:
+                    continue  # started before doors: it is reached as it was
+                port = await self.doors.open(record)
+                if (status := self.status.get(shard_id)) is not None:
+                    status.port = port
         # Their first reports went out while adopt_all ran, before the set
         # was known: mark them now, so Register says they were adopted.
         for shard_id in self._adopted:
@@ -160,9 +175,23 @@ class ShardRunner:
             with contextlib.suppress(BaseException):
                 await task
         await self.supervisor.stop(msg.shard_id, grace_s=msg.grace_s or 10)
+        if self.doors is not None:
+            await self.doors.close(msg.shard_id)
         status = self.status.get(msg.shard_id) or ShardStatus(shard_id=msg.shard_id)
         self._weights.pop(msg.shard_id, None)
         self._set(status, "stopped", msg.reason or "stopped")
+
+    def set_keys(self, shard_id: str, keys: list[str]) -> tuple[bool, str]:
+        """The replica keys a shard's door takes from now on: (done, why not).
+
+        A shard still fetching or installing has no door yet: it opens with these.
+        """
+        if self.doors is not None and self.doors.set_keys(shard_id, keys):
+            return True, ""
+        if self.doors is not None and shard_id in self._starting:
+            self._keys_at_start[shard_id] = list(keys)
+            return True, ""
+        return False, f"shard {shard_id} has no engine door on this node"
 
     async def _start(self, msg: StartShard) -> None:
         status = ShardStatus(
@@ -183,11 +212,25 @@ class ShardRunner:
                 self._weights[msg.shard_id] = Use(msg.replica_id, model_path)
             self._set(status, "installing", f"getting {msg.engine} ready")
             executable, engine_env = await self._ensure_engine(msg, status)
-            port = msg.port or free_port(self.engine_host)
             adapter = adapter_for(msg.engine, executable)
-            cmd = adapter.command(self.shard_spec(msg, model_path, port))
-            status.port = port
-            self._set(status, "starting", f"starting {msg.engine} on port {port}")
+            if self.doors is not None:
+                # The engine on loopback with a key of this node's; the door takes the replica's.
+                port = free_port(LOOPBACK)
+                keys = self._keys_at_start.pop(msg.shard_id, None) or (
+                    [msg.engine_key] if msg.engine_key else []
+                )
+                record = self.doors.prepare(msg.shard_id, port, keys)
+                spec = self.shard_spec(msg, model_path, port)
+                spec = dataclasses.replace(spec, host=LOOPBACK, engine_key=record.engine_key)
+                cmd = adapter.command(spec)
+                status.port = await self.doors.open(record)
+                where = f"port {port}, its door on {self.doors.host}:{status.port}"
+            else:
+                port = msg.port or free_port(self.engine_host)
+                cmd = adapter.command(self.shard_spec(msg, model_path, port))
+                status.port = port
+                where = f"port {port}"
+            self._set(status, "starting", f"starting {msg.engine} on {where}")
             await self.supervisor.start(
                 LaunchSpec(
                     shard_id=msg.shard_id,
@@ -329,7 +372,9 @@ class ShardRunner:
         if ev.pid:
             status.pid = ev.pid
         if ev.port:
-            status.port = ev.port
+            record = self.doors.record(ev.shard_id) if self.doors is not None else None
+            # Where the gateway reaches it: the door, where it has one.
+            status.port = record.port if record is not None and record.port else ev.port
         if ev.exit_code is not None:
             status.exit_code = ev.exit_code
         self._set(status, ev.state, ev.reason)
@@ -356,3 +401,5 @@ class ShardRunner:
             task.cancel()
         # The agent's own shutdown leaves engines running: they are adopted on return.
         await self.supervisor.close(leave_running=True)
+        if self.doors is not None:
+            await self.doors.close_all()

@@ -45,6 +45,8 @@ from gatewayd.gateway.protocol.responses import mount as mount_responses
 from gatewayd.gateway.proxy import FREE, Gateway
 from gatewayd.gateway.routing.demand import Demand
 from gatewayd.gateway.routing.endpoints import Endpoints
+from gatewayd.gateway.routing.engine_access import EngineAccess
+from gatewayd.gateway.routing.engine_access import client_context as engine_client_context
 from gatewayd.gateway.routing.router import Router
 from gatewayd.http.app import make_app
 from gatewayd.http.guard import ConnectionBudget, PortGuard
@@ -147,6 +149,12 @@ class GatewayServer:
             mirrors=self.mirrors,
             fence=self._leading,
         )
+        # Each replica's own key, and TLS to the doors of replicas on other machines.
+        self.engine_access = EngineAccess(
+            self.reconciler.engine_key,
+            tls=engine_client_context(self.paths, ca, self.control_plane_id),
+        )
+        self.reconciler.access = self.engine_access
         await self.reconciler.load()
         self.keys = KeyCache(self.store)
         await self.keys.refresh()
@@ -158,10 +166,15 @@ class GatewayServer:
         await self._replay_usage()
         budgets = BudgetTable()
         budgets.load(await spent_so_far(self.store))
-        self.endpoints = Endpoints(self.reconciler, self.registry, self.catalog)
+        self.endpoints = Endpoints(
+            self.reconciler,
+            self.registry,
+            self.catalog,
+            access=self.engine_access,
+        )
         self.metrics = GatewayMetrics(known=self.endpoints.known)
         self._refusals_seen: dict[str, int] = {}
-        self.scraper = Scraper(self.endpoints.scraped, engine_key=self.reconciler.engine_key)
+        self.scraper = Scraper(self.endpoints.scraped, tls=self.engine_access.tls)
         self.router = Router(self.endpoints.ready, self.scraper.stats)
         self.reconciler.scaler.reconfigure(self.cfg.scaling)
         self.reconciler.on_demand = self.cfg.on_demand
@@ -170,6 +183,7 @@ class GatewayServer:
             self.keys,
             self.router,
             engine_key=self.reconciler.engine_key,
+            engine_tls=self.engine_access.tls,
             models=self.endpoints.catalog_models,
             known=self.endpoints.known,
             metrics=self.metrics,

@@ -90,6 +90,8 @@ from proto.llmgw.v1 import (
     RevokeNodeReply,
     RevokeNodeRequest,
     RollbackSettingsRequest,
+    RotateEngineKeysReply,
+    RotateEngineKeysRequest,
     RotateKeyRequest,
     ScaleModelRequest,
     SetLimitsRequest,
@@ -275,6 +277,12 @@ class AdminClient(McpCalls):
         request = ReplicaLogsRequest(replica_id=replica_id, lines=lines)
         return await self._call(self._stub.replica_logs(request, timeout=self._timeout_s + 5))
 
+    async def rotate_engine_keys(self) -> RotateEngineKeysReply:
+        """Every replica's key replaced (the old refused a few seconds later)."""
+        return await self._call(
+            self._stub.rotate_engine_keys(RotateEngineKeysRequest(), timeout=self._timeout_s + 30)
+        )
+
     async def list_engines(self) -> ListEnginesReply:
         return await self._call(
             self._stub.list_engines(ListEnginesRequest(), timeout=self._timeout_s)
@@ -343,8 +351,11 @@ class AdminClient(McpCalls):
         request = RenameTenantRequest(kind=kind, path=path, new_name=new_name)
         return await self._call(self._stub.rename_tenant(request, timeout=self._timeout_s))
 
-    async def remove_tenant(self, kind: str, path: str) -> RemoveTenantReply:
-        request = TenantRequest(kind=kind, path=path)
+    async def remove_tenant(
+        self, kind: str, path: str, *, force: bool = False
+    ) -> RemoveTenantReply:
+        """Remove an empty level; with ``force``, the levels beneath and all they hold too."""
+        request = TenantRequest(kind=kind, path=path, force=force)
         return await self._call(self._stub.remove_tenant(request, timeout=self._timeout_s))
 
     # ---- usage ----------------------------------------------------------------

@@ -49,8 +49,10 @@ def _ours(proc: psutil.Process) -> bool:
         return False
     if run is not None:
         return run == RUN_ID
-    # An engine: started with only the few variables an agent passes on.
-    return str(ROOT) in cmdline
+    # An engine: started with only the few variables an agent passes on. Never
+    # a test run of its own (another pytest on this checkout, or the `timeout`
+    # wrapping one, orphaned by the shell that started it): that run is not ours.
+    return str(ROOT) in cmdline and "pytest" not in cmdline
 
 
 def leftovers(since: float) -> list[psutil.Process]:

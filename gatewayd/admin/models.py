@@ -7,6 +7,7 @@ from grpclib.exceptions import GRPCError
 
 from gatewayd.admin.views import layout_message, model_view, plan_reply, replica_view
 from gatewayd.catalog.catalog import Catalog, CatalogError
+from gatewayd.controller.key_rotation import rotate_engine_keys
 from gatewayd.controller.reconciler import Reconciler
 from gatewayd.nodes.registry import GONE, NodeRegistry
 from llmgw.catalog import Model, Profile
@@ -37,6 +38,8 @@ from proto.llmgw.v1 import (
     RemoveModelReply,
     ReplicaLogsReply,
     ReplicaLogsRequest,
+    RotateEngineKeysReply,
+    RotateEngineKeysRequest,
     ScaleModelRequest,
     SetModelContextRequest,
     SetModelResourcesRequest,
@@ -263,6 +266,11 @@ class ModelAdmin:
         if not ack.ok:
             raise GRPCError(Status.UNAVAILABLE, ack.error)
         return ReplicaLogsReply(replica_id=r.replica_id, lines=list(ack.lines))
+
+    async def rotate_engine_keys(
+        self, message: RotateEngineKeysRequest
+    ) -> RotateEngineKeysReply:
+        return await rotate_engine_keys(self._reconciler)
 
     async def list_engines(self, message: ListEnginesRequest) -> ListEnginesReply:
         # First the recipes in force (no node): which one, and where it came from.

@@ -6,6 +6,7 @@ from datetime import datetime
 
 from gatewayd.controller import replica as rs
 from gatewayd.controller.replica import Replica
+from gatewayd.gateway.routing.engine_access import EngineAccess
 from gatewayd.store import ModelRecord
 from llmgw.catalog import Model
 from llmgw.modelplan.types import Layout as PlanLayout
@@ -79,7 +80,10 @@ def model_view(
 def replica_view(r: Replica, node_address: str = "") -> ReplicaView:
     endpoint = ""
     if r.state == rs.READY and r.port:
-        endpoint = f"http://{node_address or '127.0.0.1'}:{r.port}"
+        # Its engine door: plain HTTP on this machine, TLS from any other.
+        host = node_address or "127.0.0.1"
+        url_host = f"[{host}]" if ":" in host else host
+        endpoint = f"{EngineAccess.scheme(host)}://{url_host}:{r.port}"
     return ReplicaView(
         replica_id=r.replica_id,
         model=r.model,

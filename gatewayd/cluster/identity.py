@@ -41,6 +41,7 @@ LEADER_ONLY = frozenset(
         "RevokeNode",
         "RestartReplica",
         "CancelBatch",
+        "RotateEngineKeys",
     }
 )
 

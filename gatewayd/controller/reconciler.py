@@ -84,6 +84,9 @@ class Reconciler(Lifecycle, Draining, Priorities):
         self._registry = registry
         self._catalog = catalog
         self.engine_key = engine_key
+        # Each replica's own key (gatewayd/gateway/routing/engine_access.py); None:
+        # every replica gets engine_key (tests that build a reconciler alone).
+        self.access = None
         self._lost_grace_s = lost_grace_s
         self._engines = list(engines)
         # llmgw's own vLLM/SGLang recipes, for an engine server.yaml names none of.
@@ -496,7 +499,7 @@ class Reconciler(Lifecycle, Draining, Priorities):
         await self._save(r)
         engine_version = await self._engine_for(p.node_id, profile.engine, profile.engine_version)
         msg = start_message(
-            model, r, p.layout, engine_version, self.engine_key, **self._mirror_args()
+            model, r, p.layout, engine_version, self.replica_key(r), **self._mirror_args()
         )
         ack = await self._registry.command(p.node_id, msg)
         if not ack.ok:
@@ -533,6 +536,20 @@ class Reconciler(Lifecycle, Draining, Priorities):
                     ack.error,
                 )
         return recipe.version
+
+    @property
+    def registry(self) -> NodeRegistry:
+        return self._registry
+
+    async def save(self, r: Replica) -> None:
+        """Write a replica's record (the leader's; raises NotLeading on a standby)."""
+        await self._save(r)
+
+    def replica_key(self, r: Replica) -> str:
+        """The key a start of ``r`` is given: its own, where the access is known."""
+        if self.access is None:
+            return self.engine_key
+        return self.access.key(r.replica_id, r.restarts, r.key_epoch)
 
     def _mirror_args(self) -> dict:
         """The mirrors a node fetches from (the up ones first) and the read token they take."""

@@ -60,6 +60,8 @@ class Replica(BaseModel):
     since: datetime = Field(default_factory=utcnow)
     deadline: datetime | None = None
     restarts: int = 0
+    # Which rotation of the engine keys its key is of (ctl engines rotate-key).
+    key_epoch: int = 0
     # When to try again after a failure (backoff); None: not waiting.
     retry_at: datetime | None = None
     fetch_done_bytes: int = 0

@@ -132,14 +132,16 @@ class Gateway:
         budgets: BudgetTable | None = None,
         bands: BandPools | None = None,
         usage: UsageWriter | None = None,
+        engine_tls=None,
     ):
+        """``engine_tls``: the client side of the nodes' engine doors (None: loopback only)."""
         self._keys = keys
         self._router = router
         self._engine_key = engine_key
         # (name, loaded) of every catalog model; whether a name is in the catalog.
         self._models = models
         self._known = known
-        self._forwarder = Forwarder(router, engine_key)
+        self._forwarder = Forwarder(router, engine_key, tls=engine_tls)
         self._limits = LimitTable()
         self.metrics = metrics
         self._prices = prices or (lambda _model: FREE)
@@ -556,6 +558,7 @@ def _usage_row(req: _Request, status: int, total_s: float) -> UsageRow:
     return UsageRow(
         key_id=req.key.key_id,
         project=req.key.project,
+        project_id=req.key.project_id,
         model=req.model,
         served_model=(target.upstream_model or req.served or req.model)
         if target is not None

@@ -347,8 +347,9 @@ async def _serve_starter(paths: Paths, cfg: ServerConfig, home_note: str) -> Non
                 ready = [r for r in replicas if r.state == "ready" and r.endpoint]
                 if ready:
                     console.print(
-                        f"[bold green]{model.name} is ready[/bold green] at "
-                        f"{ready[0].endpoint}/v1 (key: {paths.secrets_dir / 'engine-key'})"
+                        f"[bold green]{model.name} is ready[/bold green] (its engine "
+                        f"behind {ready[0].endpoint}, which takes the gateway alone): ask it "
+                        f"through the API above with a key from {home_note}llmgw ctl keys create"
                     )
                     return
                 await asyncio.sleep(1)

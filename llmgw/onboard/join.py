@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import yaml
+from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from llmgw.config import AgentConfig, AgentPki, dump_yaml
 from llmgw.errors import PkiError
@@ -108,6 +109,8 @@ def _sound_local_bundle(paths: Paths, node_id: str, ca: pki.CertKey) -> tuple[by
         return None
     if pki.cert_not_after(pair.cert_pem) - dt.datetime.now(dt.UTC) < RENEW_BEFORE:
         return None
+    if not pki.has_usage(pair.cert_pem, ExtendedKeyUsageOID.SERVER_AUTH):
+        return None  # issued before engine doors: it cannot serve the node's doors
     return pair.cert_pem, pair.key_pem
 
 

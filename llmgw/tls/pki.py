@@ -94,17 +94,55 @@ def issue_server_cert(
     return _issue_leaf(
         ca,
         cn,
-        ExtendedKeyUsageOID.SERVER_AUTH,
+        [ExtendedKeyUsageOID.SERVER_AUTH],
         sans=sans,
         valid_days=valid_days,
     )
 
 
 def issue_node_cert(ca: CertKey, node_id: str, *, valid_days: int = LEAF_VALID_DAYS) -> CertKey:
-    """A node's client certificate: its CN is the node id the control plane trusts."""
+    """A node's certificate: its CN is the node id the control plane trusts.
+
+    A client's when the agent dials the control plane, and a server's for the
+    node's engine doors (agentd/door), where the gateway checks the CN.
+    """
     # No SAN: the control plane identifies a node by its CN alone, and a node
     # id may hold '_', which is no valid DNS name.
-    return _issue_leaf(ca, node_id, ExtendedKeyUsageOID.CLIENT_AUTH, sans=[], valid_days=valid_days)
+    return _issue_leaf(
+        ca,
+        node_id,
+        [ExtendedKeyUsageOID.CLIENT_AUTH, ExtendedKeyUsageOID.SERVER_AUTH],
+        sans=[],
+        valid_days=valid_days,
+    )
+
+
+# The CN of a control plane's certificate at the nodes' engine doors: ':' is in
+# no node id (check_name), so no node's certificate can pass for one.
+CONTROL_PLANE_CN_PREFIX = "control-plane:"
+
+
+def issue_control_plane_client_cert(
+    ca: CertKey, control_plane_id: str, *, valid_days: int = LEAF_VALID_DAYS
+) -> CertKey:
+    """What a control plane's gateway presents at the nodes' engine doors."""
+    return _issue_leaf(
+        ca,
+        CONTROL_PLANE_CN_PREFIX + control_plane_id,
+        [ExtendedKeyUsageOID.CLIENT_AUTH],
+        sans=[],
+        valid_days=valid_days,
+    )
+
+
+def has_usage(cert_pem: bytes, usage: x509.ObjectIdentifier) -> bool:
+    """Whether a certificate may be used for ``usage`` (an extended key usage)."""
+    cert = _parse_cert(cert_pem)
+    try:
+        ekus = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    except x509.ExtensionNotFound:
+        return True
+    return usage in ekus
 
 
 def server_hosts(hosts: list[str]) -> list[str]:
@@ -207,7 +245,7 @@ def keys_match(pair: CertKey) -> bool:
 def _issue_leaf(
     ca: CertKey,
     common_name: str,
-    usage: x509.ObjectIdentifier,
+    usages: list[x509.ObjectIdentifier],
     *,
     sans: list[x509.GeneralName],
     valid_days: int,
@@ -227,7 +265,7 @@ def _issue_leaf(
         _base(subject, ca_cert.subject, key.public_key(), valid_days)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(_key_usage(digital_signature=True), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .add_extension(aki, critical=False)
     )

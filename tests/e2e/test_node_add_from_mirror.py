@@ -26,6 +26,7 @@ import pytest
 
 from llmgw.onboard.layout import NodeLayout
 from llmgw.onboard.mirror_source import LLAMACPP_WHEELS, requirement_project
+from tests.e2e.capture import capture
 from tests.e2e.netns_host import (
     LLMGW,
     NODE_ADD_STEPS,
@@ -40,6 +41,7 @@ from tests.e2e.netns_host import (
 )
 from tests.e2e.test_node_add_netns import wait_until
 from tests.e2e.wheelhouse import REPO_ROOT, ensure_wheelhouse, warm_wheelhouse  # noqa: F401
+from tests.engine_access import replica_headers
 
 NODE_ID = "netns-mirror-1"
 # Bounds on waits for something that must happen, never timing assertions.
@@ -234,10 +236,21 @@ def test_node_add_without_pypi_installs_llmgw_and_llama_cpp_from_the_mirror_and_
             what="gemma-on-node ready on the node",
         )
         assert replica["node_id"] == NODE_ID
-        # Asked through the gateway, as a user would: it reaches the engine at the
-        # node's address (engines of a node whose control plane is elsewhere
-        # listen on every interface and take only the engine key).
-        assert replica["endpoint"].startswith(f"http://{node_host.node_address}:"), replica
+        # Asked through the gateway, as a user would: it reaches the engine through
+        # the door the node opens for it on its address, TLS with the control
+        # plane's certificate; the engine itself listens on the node's loopback.
+        assert replica["endpoint"].startswith(f"https://{node_host.node_address}:"), replica
+        door_port = int(replica["endpoint"].rsplit(":", 1)[1])
+        listening = node_host.exec("ss", "-Hltnp").stdout
+        engine_lines = [ln for ln in listening.splitlines() if f"pid={replica['pid']}," in ln]
+        assert engine_lines and all(" 127.0.0.1:" in ln for ln in engine_lines), listening
+        # Guards: engines listened on every interface and took one cluster-wide key
+        # in clear; from off the node the door takes TLS and a control plane's
+        # certificate, nothing else.
+        with pytest.raises(httpx.TransportError):
+            httpx.post(f"http://{node_host.node_address}:{door_port}/v1/models", timeout=10)
+        with pytest.raises(httpx.TransportError):
+            httpx.post(f"{replica['endpoint']}/v1/models", verify=False, timeout=10)
         for made in (
             ("org", "create", "acme"),
             ("team", "create", "acme/ml"),
@@ -249,12 +262,21 @@ def test_node_add_without_pypi_installs_llmgw_and_llama_cpp_from_the_mirror_and_
         assert created.returncode == 0, created.stderr
         secret = json.loads(created.stdout)["secret"]
         status = json.loads(plane.llmgw("ctl", "status", "--json").stdout)
-        answer = httpx.post(
-            f"{status['gateway_url']}/chat/completions",
-            headers={"Authorization": f"Bearer {secret}"},
-            json={"model": "gemma-on-node", "max_tokens": 4,
-                  "messages": [{"role": "user", "content": "Hi"}]},
-            timeout=120,
-        )  # fmt: skip
+        # The wire between the control plane and the node, captured during a chat:
+        # it carries TLS to the door, and neither the prompt nor any key in clear.
+        prompt = "the-prompt-nobody-on-the-lan-may-read-7fd2"
+        with capture(node_host.veth_host) as wire:
+            answer = httpx.post(
+                f"{status['gateway_url']}/chat/completions",
+                headers={"Authorization": f"Bearer {secret}"},
+                json={"model": "gemma-on-node", "max_tokens": 4,
+                      "messages": [{"role": "user", "content": prompt}]},
+                timeout=120,
+            )  # fmt: skip
         assert answer.status_code == 200, answer.text
         assert answer.json()["usage"]["completion_tokens"] > 0
+        assert door_port in wire.tcp_ports(), sorted(wire.tcp_ports())
+        engine_secret = (plane.home / "etc" / "secrets" / "engine-key").read_text().strip()
+        replica_key = replica_headers(plane.home / "etc" / "secrets", replica)["authorization"]
+        for secret_text in (prompt, engine_secret, replica_key.removeprefix("Bearer "), secret):
+            assert secret_text.encode() not in wire.data, secret_text

@@ -36,6 +36,7 @@ from agentd.supervisor.ownership import owns
 from proto.llmgw.v1 import GpuNeed, ModelProfile, ModelSpec
 from tests.agentd.tiny_gguf import write_tiny_llama_gguf
 from tests.cluster_fixture import running_cluster, wait_for
+from tests.engine_access import replica_headers
 
 GIB = 2**30
 
@@ -143,11 +144,12 @@ async def test_a_real_card_serves_a_replica_holding_its_memory_and_its_discovery
         }  # fmt: skip
         assert held == {unit}
 
-        key = (cluster.paths.secrets_dir / "engine-key").read_text().strip()
+        # In through the replica's door, with the replica's own key (as the gateway goes).
+        door_headers = replica_headers(cluster.paths.secrets_dir, r)
         async with httpx.AsyncClient(base_url=r.endpoint, timeout=60) as http:
             answer = await http.post(
                 "/v1/completions",
-                headers={"authorization": f"Bearer {key}"},
+                headers=door_headers,
                 json={"model": "tiny-on-gpu", "prompt": "hello", "max_tokens": 4},
             )
         assert answer.status_code == 200, answer.text

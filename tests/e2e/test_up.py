@@ -17,6 +17,7 @@ from tests.e2e.helpers import (
     start,
     wait_until,
 )
+from tests.engine_access import replica_headers
 
 
 def _only_node(home, state=None, reason_prefix=""):
@@ -85,10 +86,11 @@ def test_up_runs_a_cluster_whose_node_goes_not_ready_when_frozen_and_is_restarte
 
         # The starter model is served by real llama.cpp on this CPU.
         replica = wait_until(lambda: _ready_replica(home), timeout_s=180)
-        key = (home / "etc/secrets/engine-key").read_text().strip()
+        # In through the replica's door, with the replica's own key (as the gateway goes).
+        door_headers = replica_headers(home / "etc/secrets", replica)
         answer = httpx.post(
             f"{replica['endpoint']}/v1/chat/completions",
-            headers={"authorization": f"Bearer {key}"},
+            headers=door_headers,
             json={
                 "model": replica["model"],
                 "max_tokens": 4,

@@ -132,7 +132,10 @@ async def test_ctl_model_serve_runs_the_engine_on_the_nvlink_pair_and_the_sdk_ge
             share = float(flag(argv, "--mem-fraction-static"))
             model_path = flag(argv, "--model-path")
             assert flag(argv, "--context-length") == str(planned.context)
-        assert (flag(argv, "--host"), flag(argv, "--port")) == ("127.0.0.1", str(r.port))
+        # The engine on loopback; the replica's port is its door's (agentd/door).
+        door = door_record(cluster, r.replica_id)
+        assert (flag(argv, "--host"), flag(argv, "--port")) == ("127.0.0.1", str(door["engine_port"]))
+        assert door["port"] == r.port
         # The plan's bytes on each card as the engine's share of it, never less.
         assert share >= per_card / A100_BYTES and share - per_card / A100_BYTES < 0.011
         # The weights the agent fetched and checked, and the cache as the download dir.
@@ -141,10 +144,12 @@ async def test_ctl_model_serve_runs_the_engine_on_the_nvlink_pair_and_the_sdk_ge
             os.path.join(model_path, "config.json")
         )
         assert flag(argv, "--download-dir") == str(weights)
-        # The key is in the engine's environment only, and it is kept off the hub.
-        key = (cluster.paths.secrets_dir / "engine-key").read_text().strip()
-        assert key not in " ".join(argv)
+        # The key is in the engine's environment only (the node's own, not the
+        # replica's the gateway shows at the door), and it is kept off the hub.
+        key = door["engine_key"]
+        assert key not in " ".join(argv) and door["keys"] and door["keys"][0] not in " ".join(argv)
         environ = proc_file(r.pid, "environ")
+        assert any(e.endswith(f"={key}".encode()) for e in environ)
         assert b"HF_HUB_OFFLINE=1" in environ and b"TRANSFORMERS_OFFLINE=1" in environ
         assert b"CUDA_VISIBLE_DEVICES=0,1" in environ
 
@@ -170,6 +175,12 @@ async def test_ctl_model_serve_runs_the_engine_on_the_nvlink_pair_and_the_sdk_ge
         await cluster_cm.__aexit__(None, None, None)
 
 
+def door_record(cluster, shard_id: str) -> dict:
+    """The agent's record of a shard's engine door: its port, the engine's port and key."""
+    path = cluster.paths.agent_data_dir / "a100-pair" / "doors" / f"{shard_id}.json"
+    return json.loads(path.read_text())
+
+
 async def test_the_key_sglang_prints_at_launch_is_redacted_in_logs_reasons_and_admin_tools(
     tmp_path, hub, stand_ins
 ):
@@ -179,8 +190,9 @@ async def test_the_key_sglang_prints_at_launch_is_redacted_in_logs_reasons_and_a
     redacted = "api_key='[redacted]'"
     cluster_cm, cluster = await serve_on_the_a100_pair(tmp_path, hub, stand_ins, "sglang")
     try:
-        key = (cluster.paths.secrets_dir / "engine-key").read_text().strip()
         ready = await ready_replica(cluster)
+        # What the engine was given and printed: the node's own key for it (its door's record).
+        key = door_record(cluster, ready.replica_id)["engine_key"]
         rc, printed, err = await cluster.ctl("logs", ready.replica_id)
         assert rc == 0, err
         assert redacted in printed and key not in printed
@@ -198,6 +210,7 @@ async def test_the_key_sglang_prints_at_launch_is_redacted_in_logs_reasons_and_a
             return None
 
         failed = await wait_for(failed_with_the_banner, attempts=600, interval_s=0.1)
+        key = door_record(cluster, failed.replica_id)["engine_key"]  # the failed start's
         assert redacted in failed.reason and key not in failed.reason
         rc, table, err = await cluster.ctl("replicas")
         assert rc == 0, err

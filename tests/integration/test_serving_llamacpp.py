@@ -11,6 +11,7 @@ import pytest
 from gatewayd.admin.views import model_spec
 from llmgw.setup import starter
 from tests.cluster_fixture import running_cluster, wait_for
+from tests.engine_access import replica_headers
 
 
 @pytest.fixture
@@ -40,11 +41,12 @@ async def test_the_starter_model_is_served_on_cpu_by_llama_cpp_and_answers(
 
     r = await wait_for(ready, attempts=1200, interval_s=0.1)
     assert r.node_id == "cpu-node" and not r.gpu_indexes and r.endpoint
-    key = (cluster.paths.secrets_dir / "engine-key").read_text().strip()
+    # In through the replica's door, with the replica's own key (as the gateway goes).
+    door_headers = replica_headers(cluster.paths.secrets_dir, r)
     async with httpx.AsyncClient(base_url=r.endpoint, timeout=60) as http:
         answer = await http.post(
             "/v1/chat/completions",
-            headers={"authorization": f"Bearer {key}"},
+            headers=door_headers,
             json={
                 "model": model.name,
                 "max_tokens": 8,

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 
 import httpx
+import openai
 import pytest
 
 from proto.llmgw.v1 import GpuNeed, ModelProfile, ModelSpec
 from tests.cluster_fixture import running_cluster, wait_for
+from tests.engine_access import replica_headers
 
 
 @pytest.fixture
@@ -50,7 +53,8 @@ async def test_a_sim_model_is_placed_started_and_answers(cluster):
     assert r.node_id == "cpu-node" and r.gpu_indexes == [] and r.endpoint
     states = [e.state for e in r.history]
     assert states[0] == "pending" and "placed" in states and states[-1] == "ready"
-    key = (cluster.paths.secrets_dir / "engine-key").read_text().strip()
+    # In through the replica's door, with the replica's own key (as the gateway goes).
+    door_headers = replica_headers(cluster.paths.secrets_dir, r)
     async with httpx.AsyncClient(base_url=r.endpoint) as http:
         answer = await http.post(
             "/v1/chat/completions",
@@ -59,7 +63,7 @@ async def test_a_sim_model_is_placed_started_and_answers(cluster):
                 "messages": [{"role": "user", "content": "hi"}],
                 "max_tokens": 5,
             },
-            headers={"authorization": f"Bearer {key}"},
+            headers=door_headers,
         )
         assert answer.status_code == 200
         assert answer.json()["usage"]["completion_tokens"] == 5
@@ -239,3 +243,61 @@ async def test_replicas_of_a_node_lost_past_the_grace_are_placed_elsewhere(tmp_p
         r = await wait_for(moved, attempts=600)
         reasons = " ".join(e.reason for e in r.history)
         assert "node node-a lost" in reasons
+
+
+async def test_a_key_rotation_refuses_the_old_key_and_no_answer_under_way_fails(cluster):
+    # Guards: one cluster-wide engine key, never rotated, opened every engine to
+    # whoever saw one request; now each replica has its own, and it can be replaced.
+    await cluster.start_agent("cpu-node")
+    spec = sim_model("sim-rotate")
+    # 250 tokens 40 ms apart: a 10 s answer, beside a rotation's 3 s grace.
+    spec.profiles[0].args = ["--itl-ms", "40", "--tokens", "250"]
+    async with cluster.admin() as admin:
+        await admin.put_model(spec, create_only=True)
+        await admin.create_tenant("project", "acme/ml/rotate", parents=True)
+        api_key = await admin.create_key("acme/ml/rotate", name="rotate")
+    r = await wait_for(lambda: ready_replica(cluster, "sim-rotate"), attempts=400)
+    old = replica_headers(cluster.paths.secrets_dir, r)
+    ask = {"model": "sim-rotate", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
+    async with httpx.AsyncClient(base_url=r.endpoint, timeout=30) as door:
+        assert (await door.post("/v1/chat/completions", json=ask, headers=old)).status_code == 200
+
+        # A long answer streams through the gateway while the keys change under it.
+        base = f"http://127.0.0.1:{cluster.server.ports['http']}/v1"
+        async with openai.AsyncOpenAI(base_url=base, api_key=api_key.secret, max_retries=0) as sdk:
+            stream = await sdk.chat.completions.create(
+                model="sim-rotate",
+                messages=[{"role": "user", "content": "a long one"}],
+                max_tokens=250,
+                stream=True,
+            )
+            chunks = stream.__aiter__()
+            first = await chunks.__anext__()
+
+            async def rest() -> list:
+                return [first] + [c async for c in chunks]
+
+            reading = asyncio.create_task(rest())
+            async with cluster.admin() as admin:
+                rotated = await admin.rotate_engine_keys()
+            assert list(rotated.rotated) == [r.replica_id] and rotated.epoch == 1, rotated
+            assert not reading.done()  # the old key is refused by now, the answer still coming
+            got = await reading
+            assert not reading.exception()
+            words = [
+                c.choices[0].delta.content for c in got if c.choices and c.choices[0].delta.content
+            ]
+            assert len(words) == 250
+            assert got[-1].choices[0].finish_reason == "length"
+
+            # The old key is refused at the door; the new one, and the gateway, go on.
+            refused = await door.post("/v1/chat/completions", json=ask, headers=old)
+            assert refused.status_code == 401
+            new = replica_headers(cluster.paths.secrets_dir, r, epoch=1)
+            assert (
+                await door.post("/v1/chat/completions", json=ask, headers=new)
+            ).status_code == 200
+            after = await sdk.chat.completions.create(
+                model="sim-rotate", messages=[{"role": "user", "content": "hi"}], max_tokens=3
+            )
+            assert after.usage.completion_tokens == 3

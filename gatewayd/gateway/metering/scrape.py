@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import ssl
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -111,8 +112,10 @@ class Scraper:
     """Asks every ready replica for its metrics each ``interval_s``; the router reads ``stats``.
 
     ``targets`` gives the replicas to ask (outside providers are not asked).
-    ``engine_key`` is sent as engines with a key demand it (llama.cpp's
-    server asks it of ``/metrics`` too).
+    Each replica is asked with its own key (its target's authorization; a
+    target without one gets ``engine_key``), as engines with a key demand it
+    (llama.cpp's server asks it of ``/metrics`` too); ``tls`` is the client
+    side of the nodes' engine doors, for replicas on other machines.
     """
 
     def __init__(
@@ -120,6 +123,7 @@ class Scraper:
         targets: Callable[[], Iterable[Target]],
         *,
         engine_key: str = "",
+        tls: ssl.SSLContext | None = None,
         interval_s: float = INTERVAL_S,
         timeout_s: float = TIMEOUT_S,
         keep_s: float = KEEP_S,
@@ -127,6 +131,7 @@ class Scraper:
     ) -> None:
         self._targets = targets
         self._headers = {"authorization": f"Bearer {engine_key}"} if engine_key else {}
+        self._tls = tls
         self._interval_s = interval_s
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._keep_s = keep_s
@@ -163,8 +168,16 @@ class Scraper:
     async def _scrape(self, http: aiohttp.ClientSession, target: Target) -> None:
         rid = target.replica_id
         try:
+            headers = self._headers
+            if target.authorization:
+                headers = {"authorization": target.authorization}
+            if target.base_url.startswith("https://") and self._tls is None:
+                raise OSError("no certificate for the nodes' engine doors")
             async with http.get(
-                target.base_url + "/metrics", headers=self._headers, timeout=self._timeout
+                target.base_url + "/metrics",
+                headers=headers,
+                timeout=self._timeout,
+                ssl=self._tls if target.base_url.startswith("https://") else True,
             ) as resp:
                 if resp.status != 200:
                     raise aiohttp.ClientResponseError(

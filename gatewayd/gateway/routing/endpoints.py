@@ -6,6 +6,7 @@ import time
 
 from gatewayd.catalog.catalog import Catalog
 from gatewayd.controller.reconciler import Reconciler
+from gatewayd.gateway.routing.engine_access import EngineAccess
 from gatewayd.gateway.routing.external import ExternalEndpoints
 from gatewayd.gateway.routing.router import Target
 from gatewayd.nodes.registry import NodeRegistry
@@ -19,8 +20,17 @@ FACTS_RECHECK_S = 30.0
 class Endpoints:
     """The controller's replicas and the catalog, read at each request (no copies to go stale)."""
 
-    def __init__(self, reconciler: Reconciler, registry: NodeRegistry, catalog: Catalog):
+    def __init__(
+        self,
+        reconciler: Reconciler,
+        registry: NodeRegistry,
+        catalog: Catalog,
+        *,
+        access: EngineAccess | None = None,
+    ):
         self._reconciler = reconciler
+        # Each replica's key and the TLS to its door (None: no key is sent).
+        self.access = access or EngineAccess("")
         self._registry = registry
         self._catalog = catalog
         self.external = ExternalEndpoints()
@@ -57,12 +67,16 @@ class Endpoints:
             if (model is None or r.model == model) and r.state in states and r.port:
                 live = self._registry.live(r.node_id)
                 host = (live.record.address if live else "") or "127.0.0.1"
+                scheme = self.access.scheme(host)
+                url_host = f"[{host}]" if ":" in host else host
                 out.append(
                     Target(
                         r.replica_id,
-                        f"http://{host}:{r.port}",
+                        f"{scheme}://{url_host}:{r.port}",
+                        authorization=self.access.authorization(r.replica_id, r.restarts, r.key_epoch),
                         engine=self._engine_of(r.model, r.profile),
                         vocab_size=self.vocab_size(r.model),
+                        peer_name=r.node_id if scheme == "https" else "",
                     )
                 )
         return out

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import logging
+import ssl
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -150,16 +151,25 @@ class _Bodies:
         return data
 
 
+def _external_headers(target: Target) -> dict[str, str]:
+    headers = {"content-type": "application/json"}
+    if target.authorization:
+        headers["authorization"] = target.authorization
+    return headers
+
+
 class Forwarder:
-    def __init__(self, router: Router, engine_key: str):
+    def __init__(self, router: Router, engine_key: str, *, tls: ssl.SSLContext | None = None):
+        """``engine_key``: sent to a replica whose target names no key of its own (a
+        bench upstream); ``tls``: the client side of the nodes' engine doors."""
         self._router = router
         self._engine_key = engine_key
-        self._headers = {
-            "content-type": "application/json",
-            "authorization": f"Bearer {engine_key}",
-        }
         self._http: aiohttp.ClientSession | None = None
-        self._local = HttpClient(f"Bearer {engine_key}", connect_timeout_s=CONNECT_TIMEOUT_S)
+        self._local = HttpClient(
+            f"Bearer {engine_key}" if engine_key else "",
+            connect_timeout_s=CONNECT_TIMEOUT_S,
+            tls=tls,
+        )
         self._makes: dict[tuple[str, str, str], Make] = {}
 
     async def start(self) -> None:
@@ -242,10 +252,18 @@ class Forwarder:
         Raises OSError (or aiohttp's errors) when it cannot be reached.
         """
         data = json.dumps(payload).encode()
-        if target.base_url.startswith("http://") and not target.external:
-            resp = await self._local.post(target.base_url, path, data)
+        if not target.external:
+            resp = await self._local.post(
+                target.base_url,
+                path,
+                data,
+                authorization=target.authorization,
+                peer_name=target.peer_name,
+            )
         else:
-            resp = await self._http.post(target.base_url + path, data=data, headers=self._headers)
+            resp = await self._http.post(
+                target.base_url + path, data=data, headers=_external_headers(target)
+            )
         async with resp:
             return resp.status, await resp.read()
 
@@ -325,18 +343,19 @@ class Forwarder:
         router = self._router
         started = clock.upstream_begin()
         try:
-            if target.external or not target.base_url.startswith("http://"):
-                headers = self._headers
-                if target.external:
-                    headers = {"content-type": "application/json"}
-                    if target.authorization:
-                        headers["authorization"] = target.authorization
+            if target.external:
                 resp = await self._http.post(
-                    target.base_url + bodies.path, data=bodies.for_target(target), headers=headers
+                    target.base_url + bodies.path,
+                    data=bodies.for_target(target),
+                    headers=_external_headers(target),
                 )
             else:
                 resp = await self._local.post(
-                    target.base_url, bodies.path, bodies.for_target(target)
+                    target.base_url,
+                    bodies.path,
+                    bodies.for_target(target),
+                    authorization=target.authorization,
+                    peer_name=target.peer_name,
                 )
         except _NET_ERRORS as e:
             clock.upstream_end(started)
@@ -421,7 +440,9 @@ class Forwarder:
     def _judge(self, target: Target, resp: Response) -> bool:
         """Tell the target's breaker how it answered; False if it failed (pass it over)."""
         status = resp.status
-        refused = target.external and status == 401
+        # An outside provider refusing its key, or a replica's door refusing the
+        # replica's (a rotation not seen here yet): passed over, never relayed.
+        refused = status == 401
         if status < 500 and status != 429 and not refused:
             self._router.succeeded(target)
             return True

@@ -63,7 +63,7 @@ class Target:
     base_url: str
     # Outside providers: the provider's name of the model, sent in the body.
     upstream_model: str = ""
-    # Outside providers: the whole authorization header value; engines get the engine key.
+    # The whole authorization header value: an outside provider's key, or the replica's own.
     authorization: str = field(default="", repr=False)
     # Share of the traffic beside the model's other targets (outside keys).
     weight: int = 1
@@ -72,6 +72,8 @@ class Target:
     engine: str = ""
     # The model's vocabulary size (0: not known): token ids past it are refused.
     vocab_size: int = 0
+    # A replica behind a TLS door: the CN its node's certificate must carry (its node id).
+    peer_name: str = ""
 
 
 def parse_profile(value: str) -> str:

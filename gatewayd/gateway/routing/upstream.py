@@ -16,6 +16,10 @@ pool only once its answer was read to the end from the socket and the server
 did not ask to close it; one that erred, was closed, or was let go with its
 answer still coming is closed.
 
+``https://`` is a replica behind its node's engine door (agentd/door): TLS
+with the client context given, the door's certificate checked against the
+cluster CA and its CN against the node the caller names (``peer_name``).
+
 Every failure is an ``UpstreamError`` (an ``OSError``):
 
     UpstreamError
@@ -29,11 +33,14 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import ssl
 import time
 from typing import Self
 from urllib.parse import urlsplit
 
 import httptools
+
+from llmgw.tls.tlsconf import peer_common_name
 
 log = logging.getLogger(__name__)
 
@@ -325,9 +332,20 @@ class _Connection(asyncio.Protocol):
 class _Pool:
     """The idle connections to one (host, port), the most recently used last."""
 
-    def __init__(self, host: str, port: int, *, connect_timeout_s: float, max_idle: int) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        connect_timeout_s: float,
+        max_idle: int,
+        tls: ssl.SSLContext | None = None,
+        peer_name: str = "",
+    ) -> None:
         self.host, self.port = host, port
         self.name = f"{host}:{port}"
+        self._tls = tls
+        self._peer_name = peer_name
         self._connect_timeout_s = connect_timeout_s
         self._max_idle = max_idle
         self._idle: collections.deque[_Connection] = collections.deque()
@@ -367,8 +385,8 @@ class _Pool:
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(self._connect_timeout_s):
-                _, conn = await loop.create_connection(
-                    lambda: _Connection(self), self.host, self.port
+                transport, conn = await loop.create_connection(
+                    lambda: _Connection(self), self.host, self.port, ssl=self._tls
                 )
         except TimeoutError as e:
             raise ConnectError(
@@ -376,6 +394,14 @@ class _Pool:
             ) from e
         except OSError as e:
             raise ConnectError(f"could not connect to {self.name}: {e.strerror or e}") from e
+        if self._tls is not None and self._peer_name:
+            cn = peer_common_name(transport.get_extra_info("peercert"))
+            if cn != self._peer_name:
+                conn.close()
+                raise ConnectError(
+                    f"the engine door at {self.name} showed the certificate of {cn!r}, "
+                    f"not of node {self._peer_name!r}"
+                )
         return conn
 
     def close(self) -> None:
@@ -406,21 +432,36 @@ class HttpClient:
         *,
         connect_timeout_s: float = CONNECT_TIMEOUT_S,
         max_idle_per_host: int = MAX_IDLE_PER_HOST,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
-        self._auth = authorization.encode("latin-1")
+        self._auth = authorization
         self._connect_timeout_s = connect_timeout_s
         self._max_idle = max_idle_per_host
-        self._pools: dict[tuple[str, int], _Pool] = {}
-        self._routes: dict[tuple[str, str], _Route] = {}
+        self.tls = tls
+        self._pools: dict[tuple[str, int, str], _Pool] = {}
+        self._routes: dict[tuple[str, str, str], _Route] = {}
 
-    async def post(self, base_url: str, path: str, body: bytes) -> Response:
+    async def post(
+        self,
+        base_url: str,
+        path: str,
+        body: bytes,
+        *,
+        authorization: str = "",
+        peer_name: str = "",
+    ) -> Response:
         """POST ``body`` (JSON) to ``base_url + path``; the answer once its head is in.
 
-        ``base_url`` is ``http://host[:port][/prefix]``. Raises UpstreamError
-        when no answer came: nothing was sent to anyone else, so the caller
-        may try another replica.
+        ``base_url`` is ``http[s]://host[:port][/prefix]``; ``authorization``
+        this request's header value (the client's own when empty);
+        ``peer_name`` the CN an https door's certificate must carry. Raises
+        UpstreamError when no answer came: nothing was sent to anyone else,
+        so the caller may try another replica.
         """
-        route = self._routes.get((base_url, path)) or self._route(base_url, path)
+        auth = authorization or self._auth
+        route = self._routes.get((base_url, path, auth)) or self._route(
+            base_url, path, auth, peer_name
+        )
         data = b"%b%d\r\n\r\n%b" % (route.head, len(body), body)
         pool = route.pool
         conn = pool.take()
@@ -443,25 +484,37 @@ class HttpClient:
         self._pools.clear()
         self._routes.clear()
 
-    def _route(self, base_url: str, path: str) -> _Route:
+    def _route(self, base_url: str, path: str, auth: str, peer_name: str) -> _Route:
         url = urlsplit(base_url)
-        if url.scheme != "http" or not url.hostname:
-            raise ValueError(f"{base_url!r} is not an http://host[:port] URL")
-        port = url.port or 80
-        pool = self._pools.get((url.hostname, port))
+        if url.scheme not in ("http", "https") or not url.hostname:
+            raise ValueError(f"{base_url!r} is not an http[s]://host[:port] URL")
+        tls = None
+        if url.scheme == "https":
+            tls = self.tls
+            if tls is None:
+                raise ConnectError(
+                    f"{url.netloc} is reached over TLS and this control plane has no certificate "
+                    "for the engine doors (see its log)"
+                )
+        port = url.port or (443 if tls else 80)
+        if len(self._routes) > 8192:
+            self._routes.clear()  # keys rotated and replicas gone: made again as used
+        pool = self._pools.get((url.hostname, port, peer_name))
         if pool is None:
-            pool = self._pools[(url.hostname, port)] = _Pool(
+            pool = self._pools[(url.hostname, port, peer_name)] = _Pool(
                 url.hostname,
                 port,
                 connect_timeout_s=self._connect_timeout_s,
                 max_idle=self._max_idle,
+                tls=tls,
+                peer_name=peer_name,
             )
         host = url.netloc.rpartition("@")[2]
         target = url.path.rstrip("/") + path
         host_bytes = host.encode("ascii") if host.isascii() else host.encode("idna")
         head = b"POST %b HTTP/1.1\r\nHost: %b\r\n" % (target.encode(), host_bytes)
-        if self._auth:
-            head += b"Authorization: %b\r\n" % self._auth
+        if auth:
+            head += b"Authorization: %b\r\n" % auth.encode("latin-1")
         head += b"Content-Type: application/json\r\nContent-Length: "
-        route = self._routes[(base_url, path)] = _Route(pool, head)
+        route = self._routes[(base_url, path, auth)] = _Route(pool, head)
         return route

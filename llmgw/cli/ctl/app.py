@@ -57,7 +57,7 @@ COMMANDS = {
         "Move a node's replicas elsewhere, then stop them there.",
     ),
     "engines": Lazy(
-        "llmgw.cli.ctl.models:engines",
+        "llmgw.cli.ctl.models:engines_app",
         "The recipes in force (and where each came from), then engines on every node:\n"
         "installed, installing, failed (in the node's words).",
     ),

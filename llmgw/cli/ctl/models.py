@@ -264,7 +264,29 @@ def drain(node_id: str = typer.Argument(...), json: bool = JsonOpt) -> None:
     )
 
 
-def engines(json: bool = JsonOpt) -> None:
+engines_app = typer.Typer(
+    help="The recipes in force (and where each came from), then engines on every node:\n"
+    "installed, installing, failed (in the node's words). `rotate-key` gives every replica\n"
+    "a new key."
+)
+
+
+@engines_app.callback(invoke_without_command=True)
+def engines(ctx: typer.Context, json: bool = JsonOpt) -> None:
     """The recipes in force (and where each came from), then engines on every node:
     installed, installing, failed (in the node's words)."""
+    if ctx.invoked_subcommand is not None:
+        return
     call(lambda c: c.list_engines(), json=json)
+
+
+@engines_app.command("rotate-key")
+def rotate_key(json: bool = JsonOpt) -> None:
+    """Give every replica a new engine key; the old one is refused seconds later.
+
+    Every control plane moves to the new key first; answers under way go on."""
+    call(
+        lambda c: c.rotate_engine_keys(),
+        json=json,
+        next_step="Check it: llmgw ctl replicas",
+    )

@@ -124,6 +124,8 @@ __all__ = (
     "RevokeNodeReply",
     "RevokeNodeRequest",
     "RollbackSettingsRequest",
+    "RotateEngineKeysReply",
+    "RotateEngineKeysRequest",
     "RotateKeyRequest",
     "ScaleModelRequest",
     "SetLimitsRequest",
@@ -140,6 +142,7 @@ __all__ = (
     "SettingsReply",
     "SettingsVersionView",
     "SettingsWritten",
+    "ShardKeys",
     "ShardStatus",
     "StartShard",
     "StatusReply",
@@ -470,6 +473,10 @@ class ControlMessage(betterproto2.Message):
 
     remove_weights: "RemoveWeights | None" = betterproto2.field(
         9, betterproto2.TYPE_MESSAGE, optional=True, group="msg"
+    )
+
+    shard_keys: "ShardKeys | None" = betterproto2.field(
+        10, betterproto2.TYPE_MESSAGE, optional=True, group="msg"
     )
 
 
@@ -1430,6 +1437,14 @@ class McpServerView(betterproto2.Message):
     grants: "list[McpGrantView]" = betterproto2.field(17, betterproto2.TYPE_MESSAGE, repeated=True)
     """
     Grants that name this server: scope (org:A, team:A/t, project:A/t/p, key:key_…) and target.
+    """
+
+    sealed_headers_dropped: "list[str]" = betterproto2.field(
+        18, betterproto2.TYPE_STRING, repeated=True
+    )
+    """
+    PutMcpServer's reply only: the sealed headers this change dropped because the address
+    moved to another origin (scheme, host or port) and no new ones were given with it.
     """
 
 
@@ -2416,6 +2431,26 @@ class RemoveTenantReply(betterproto2.Message):
 
     removed: "bool" = betterproto2.field(2, betterproto2.TYPE_BOOL)
 
+    id: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+
+    levels: "list[str]" = betterproto2.field(4, betterproto2.TYPE_STRING, repeated=True)
+    """
+    The paths removed: the level's own, then those beneath it (with force).
+    """
+
+    keys_removed: "int" = betterproto2.field(5, betterproto2.TYPE_INT32)
+    """
+    What went with them. Keys: every key of theirs (with force, working ones too).
+    """
+
+    files_removed: "int" = betterproto2.field(6, betterproto2.TYPE_INT32)
+
+    batches_removed: "int" = betterproto2.field(7, betterproto2.TYPE_INT32)
+
+    grants_removed: "int" = betterproto2.field(8, betterproto2.TYPE_INT32)
+
+    responses_removed: "int" = betterproto2.field(9, betterproto2.TYPE_INT32)
+
 
 default_message_pool.register_message("llmgw.v1", "RemoveTenantReply", RemoveTenantReply)
 
@@ -2665,6 +2700,42 @@ class RollbackSettingsRequest(betterproto2.Message):
 
 default_message_pool.register_message(
     "llmgw.v1", "RollbackSettingsRequest", RollbackSettingsRequest
+)
+
+
+@dataclass(eq=False, repr=False)
+class RotateEngineKeysReply(betterproto2.Message):
+    rotated: "list[str]" = betterproto2.field(1, betterproto2.TYPE_STRING, repeated=True)
+    """
+    Replicas whose doors now take only their new key.
+    """
+
+    skipped: "list[str]" = betterproto2.field(2, betterproto2.TYPE_STRING, repeated=True)
+    """
+    Replicas left as they were, each with why ("node gpu-2 is not connected: …").
+    """
+
+    epoch: "int" = betterproto2.field(3, betterproto2.TYPE_INT32)
+    """
+    The key epoch now in force.
+    """
+
+
+default_message_pool.register_message("llmgw.v1", "RotateEngineKeysReply", RotateEngineKeysReply)
+
+
+@dataclass(eq=False, repr=False)
+class RotateEngineKeysRequest(betterproto2.Message):
+    """
+    Every replica's key replaced: the doors take old and new while every
+    control plane moves to the new, then the new alone.
+    """
+
+    pass
+
+
+default_message_pool.register_message(
+    "llmgw.v1", "RotateEngineKeysRequest", RotateEngineKeysRequest
 )
 
 
@@ -2968,6 +3039,21 @@ default_message_pool.register_message("llmgw.v1", "SettingsWritten", SettingsWri
 
 
 @dataclass(eq=False, repr=False)
+class ShardKeys(betterproto2.Message):
+    """
+    The replica keys a shard's engine door takes from now on (agentd/door): a
+    rotation sends the old and the new, then the new alone.
+    """
+
+    shard_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    keys: "list[str]" = betterproto2.field(2, betterproto2.TYPE_STRING, repeated=True)
+
+
+default_message_pool.register_message("llmgw.v1", "ShardKeys", ShardKeys)
+
+
+@dataclass(eq=False, repr=False)
 class ShardStatus(betterproto2.Message):
     shard_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
 
@@ -3178,6 +3264,12 @@ class TenantRequest(betterproto2.Message):
     CreateTenant: make the levels above too when missing.
     """
 
+    force: "bool" = betterproto2.field(4, betterproto2.TYPE_BOOL)
+    """
+    RemoveTenant: remove the levels beneath too, and all they hold (keys, files,
+    batches, stored responses, MCP grants); usage is kept, under the last path.
+    """
+
 
 default_message_pool.register_message("llmgw.v1", "TenantRequest", TenantRequest)
 
@@ -3198,6 +3290,11 @@ class TenantView(betterproto2.Message):
     """
     Projects only: how long /v1/responses answers are kept when a client
     asks to store them; 0 = never kept (the default).
+    """
+
+    id: "str" = betterproto2.field(7, betterproto2.TYPE_STRING)
+    """
+    The level's id (ten_…): it never changes; what the level holds refers to it.
     """
 
 
@@ -3838,6 +3935,27 @@ class AdminServiceStub(betterproto2_grpclib.ServiceStub):
             "/llmgw.v1.AdminService/ListEngines",
             message,
             ListEnginesReply,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def rotate_engine_keys(
+        self,
+        message: "RotateEngineKeysRequest | None" = None,
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "RotateEngineKeysReply":
+
+        if message is None:
+            message = RotateEngineKeysRequest()
+
+        return await self._unary_unary(
+            "/llmgw.v1.AdminService/RotateEngineKeys",
+            message,
+            RotateEngineKeysReply,
             timeout=timeout,
             deadline=deadline,
             metadata=metadata,
@@ -4765,6 +4883,12 @@ class AdminServiceBase(betterproto2_grpclib.ServiceBase):
 
         raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
 
+    async def rotate_engine_keys(
+        self, message: "RotateEngineKeysRequest"
+    ) -> "RotateEngineKeysReply":
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
     async def create_key(self, message: "CreateKeyRequest") -> "KeyView":
 
         raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
@@ -5106,6 +5230,14 @@ class AdminServiceBase(betterproto2_grpclib.ServiceBase):
         request = await stream.recv_message()
         assert request is not None
         response = await self.list_engines(request)
+        await stream.send_message(response)
+
+    async def __rpc_rotate_engine_keys(
+        self, stream: "grpclib.server.Stream[RotateEngineKeysRequest, RotateEngineKeysReply]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.rotate_engine_keys(request)
         await stream.send_message(response)
 
     async def __rpc_create_key(
@@ -5580,6 +5712,12 @@ class AdminServiceBase(betterproto2_grpclib.ServiceBase):
                 grpclib.const.Cardinality.UNARY_UNARY,
                 ListEnginesRequest,
                 ListEnginesReply,
+            ),
+            "/llmgw.v1.AdminService/RotateEngineKeys": grpclib.const.Handler(
+                self.__rpc_rotate_engine_keys,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                RotateEngineKeysRequest,
+                RotateEngineKeysReply,
             ),
             "/llmgw.v1.AdminService/CreateKey": grpclib.const.Handler(
                 self.__rpc_create_key,

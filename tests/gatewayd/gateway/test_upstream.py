@@ -241,7 +241,7 @@ async def test_a_kept_connection_reset_as_it_is_reused_is_retried_on_a_fresh_one
     async with Engine(ok()).running() as engine, client() as c:
         async with await c.post(engine.url, "/v1/completions", b"{}") as resp:
             await resp.read()
-        conn = c._pools[("127.0.0.1", int(engine.url.rsplit(":", 1)[1]))]._idle[-1]
+        conn = c._pools[("127.0.0.1", int(engine.url.rsplit(":", 1)[1]), "")]._idle[-1]
         sock = conn._transport.get_extra_info("socket")
         sock.shutdown(2)  # as if the engine had gone: nothing will answer on it
         async with await c.post(engine.url, "/v1/completions", b"{}") as resp:
@@ -414,7 +414,10 @@ async def test_a_request_given_up_while_waiting_closes_its_connection():
     assert engine.connections == 2
 
 
-def test_only_plain_http_urls_are_taken():
+def test_only_http_urls_are_taken_and_https_only_with_the_engine_doors_tls():
     c = HttpClient()
     with pytest.raises(ValueError, match="not an http"):
-        asyncio.run(c.post("https://api.example.com", "/v1/completions", b"{}"))
+        asyncio.run(c.post("ftp://api.example.com", "/v1/completions", b"{}"))
+    # A replica behind a TLS door, and no certificate for it: never in clear instead.
+    with pytest.raises(ConnectError, match="no certificate for the engine doors"):
+        asyncio.run(c.post("https://10.0.0.5:9000", "/v1/completions", b"{}"))

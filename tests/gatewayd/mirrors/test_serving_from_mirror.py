@@ -13,6 +13,7 @@ from gatewayd.admin.views import model_spec
 from llmgw.setup import starter
 from proto.llmgw.v1 import PlanModelRequest
 from tests.cluster_fixture import running_cluster, wait_for
+from tests.engine_access import replica_headers
 
 REPO = "google/gemma-3-270m-gguf"
 FILE = "gemma-3-270m-Q4_K_M.gguf"
@@ -53,11 +54,12 @@ async def test_an_hf_gguf_on_the_mirror_is_planned_and_served_from_it(
                 return rs[0] if rs and rs[0].state == "ready" else None
 
             r = await wait_for(ready, attempts=1200, interval_s=0.1)
-            key = (cluster.paths.secrets_dir / "engine-key").read_text().strip()
+            # In through the replica's door, with the replica's own key (as the gateway goes).
+            door_headers = replica_headers(cluster.paths.secrets_dir, r)
             async with httpx.AsyncClient(base_url=r.endpoint, timeout=60) as http:
                 answer = await http.post(
                     "/v1/chat/completions",
-                    headers={"authorization": f"Bearer {key}"},
+                    headers=door_headers,
                     json={
                         "model": "gemma",
                         "max_tokens": 4,
