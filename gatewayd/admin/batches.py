@@ -8,6 +8,7 @@ from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
 from gatewayd.batches.book import BatchBook, BatchRefused
+from gatewayd.gateway.policy.keys import KeyCache
 from gatewayd.store.batch_records import BATCH_STATUSES, BatchRecord
 from proto.llmgw.v1 import (
     BatchCounts,
@@ -25,10 +26,11 @@ def _iso(t: datetime | None) -> str:
     return "" if t is None else t.astimezone(UTC).isoformat(timespec="seconds")
 
 
-def batch_view(rec: BatchRecord) -> BatchView:
+def batch_view(rec: BatchRecord, project: str = "") -> BatchView:
+    """The batch as the admin API shows it; ``project``: its project's path now."""
     return BatchView(
         id=rec.batch_id,
-        project=rec.project,
+        project=project or rec.project,
         key_id=rec.key_id,
         endpoint=rec.endpoint,
         status=rec.status,
@@ -61,6 +63,11 @@ class BatchAdmin:
     """Mixed into AdminService."""
 
     _batches: BatchBook | None
+    _keys: KeyCache
+
+    def _view(self, rec: BatchRecord) -> BatchView:
+        # The path now: a batch held by the runner keeps the one it was read with.
+        return batch_view(rec, self._keys.tenancy.path_of(rec.project_id, rec.project))
 
     def _book(self) -> BatchBook:
         if self._batches is None:
@@ -76,8 +83,16 @@ class BatchAdmin:
         if message.limit < 0:
             raise GRPCError(Status.INVALID_ARGUMENT, "limit must be 0 (the default) or more")
         limit = min(message.limit or DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT)
-        recs = await self._book().list(message.project, status=message.status, limit=limit)
-        return ListBatchesReply(batches=[batch_view(r) for r in recs])
+        book = self._book()
+        if message.project:
+            # A project's batches are its id's: those of a removed one of that name are not.
+            project = self._keys.tenancy.get(message.project)
+            if project is None:
+                return ListBatchesReply()
+            recs = await book.list(project.id, status=message.status, limit=limit)
+        else:
+            recs = await book.list(status=message.status, limit=limit)
+        return ListBatchesReply(batches=[self._view(r) for r in recs])
 
     async def get_batch(self, message: GetBatchRequest) -> BatchView:
         rec = await self._book().get(message.id)
@@ -85,7 +100,7 @@ class BatchAdmin:
             raise GRPCError(
                 Status.NOT_FOUND, f"no batch {message.id!r}; see: llmgw ctl batches list"
             )
-        return batch_view(rec)
+        return self._view(rec)
 
     async def cancel_batch(self, message: GetBatchRequest) -> BatchView:
         try:
@@ -96,4 +111,4 @@ class BatchAdmin:
                     Status.NOT_FOUND, f"no batch {message.id!r}; see: llmgw ctl batches list"
                 ) from None
             raise GRPCError(Status.FAILED_PRECONDITION, e.message) from None
-        return batch_view(rec)
+        return self._view(rec)

@@ -23,7 +23,7 @@ class BatchesApi:
 
     async def handle(self, call) -> None:
         parts = call.path.removeprefix("/v1/batches").strip("/").split("/")
-        method, project = call.method, call.key.project
+        method, project_id = call.method, call.key.project_id
         try:
             if parts == [""] and method == "POST":
                 body = await call.body(MAX_CREATE_BYTES)
@@ -31,17 +31,17 @@ class BatchesApi:
                     request = json.loads(body)
                 except ValueError:
                     raise ApiError(400, "the body is not JSON", code="invalid_json") from None
-                rec = await self._book.create(project, call.key.key_id, request)
+                rec = await self._book.create(project_id, call.key.key_id, request)
                 return await call.json(200, batch_object(rec))
             if parts == [""] and method == "GET":
                 return await self._list(call)
             if len(parts) == 1 and method == "GET":
-                rec = await self._book.get(parts[0], project)
+                rec = await self._book.get(parts[0], project_id)
                 if rec is None:
                     raise BatchRefused(404, f"no batch {parts[0]!r}", code="batch_not_found")
                 return await call.json(200, batch_object(rec))
             if len(parts) == 2 and parts[1] == "cancel" and method == "POST":
-                rec = await self._book.cancel(parts[0], project)
+                rec = await self._book.cancel(parts[0], project_id)
                 return await call.json(200, batch_object(rec))
         except BatchRefused as e:
             raise _api_error(e) from None
@@ -50,7 +50,7 @@ class BatchesApi:
     async def _list(self, call) -> None:
         q = query(call)
         limit = int_param(q, "limit", 20, 1, 100)
-        recs = await self._book.list(call.key.project, after=q.get("after", ""), limit=limit + 1)
+        recs = await self._book.list(call.key.project_id, after=q.get("after", ""), limit=limit + 1)
         data = [batch_object(r) for r in recs[:limit]]
         page = {"object": "list", "data": data, "has_more": len(recs) > limit}
         if data:

@@ -113,7 +113,7 @@ class BatchBook:
             self.active.setdefault(rec.batch_id, Active(rec))
         self.wake.set()
 
-    async def create(self, project: str, key_id: str, request: dict) -> BatchRecord:
+    async def create(self, project_id: str, key_id: str, request: dict) -> BatchRecord:
         """A new batch of ``request`` (OpenAI's CreateBatchRequest); BatchRefused as OpenAI
         refuses at create. The input file's lines are checked by the runner next."""
         if not isinstance(request, dict):
@@ -137,7 +137,7 @@ class BatchBook:
             )
         metadata = check_metadata(request.get("metadata"))
         f = await self._store.get_file(file_id)
-        if f is None or f.project != project:
+        if f is None or f.project_id != project_id:
             raise BatchRefused(
                 404, f"no file {file_id!r}", param="input_file_id", code="file_not_found"
             )
@@ -151,7 +151,8 @@ class BatchBook:
         now = _now()
         rec = BatchRecord(
             batch_id=new_id("batch_"),
-            project=project,
+            project_id=project_id,
+            project=f.project,
             key_id=key_id,
             endpoint=endpoint,
             status="validating",
@@ -166,19 +167,19 @@ class BatchBook:
         self.wake.set()
         return rec
 
-    async def get(self, batch_id: str, project: str = "") -> BatchRecord | None:
+    async def get(self, batch_id: str, project_id: str = "") -> BatchRecord | None:
         """The batch as it stands now (a running one as the runner has it); None when there
-        is none, or it is another project's (``project`` "" for any)."""
+        is none, or it is another project's (``project_id`` "" for any)."""
         held = self.active.get(batch_id)
         rec = held.rec if held is not None else await self._store.get_batch(batch_id)
-        if rec is None or (project and rec.project != project):
+        if rec is None or (project_id and rec.project_id != project_id):
             return None
         return rec.model_copy()
 
     async def list(
-        self, project: str = "", *, status: str = "", after: str = "", limit: int = 100
+        self, project_id: str = "", *, status: str = "", after: str = "", limit: int = 100
     ) -> list[BatchRecord]:
-        recs = await self._store.list_batches(project, status=status, after=after, limit=limit)
+        recs = await self._store.list_batches(project_id, status=status, after=after, limit=limit)
         out = []
         for rec in recs:
             held = self.active.get(rec.batch_id)
@@ -187,10 +188,10 @@ class BatchBook:
             out.append(rec)
         return out
 
-    async def cancel(self, batch_id: str, project: str = "") -> BatchRecord:
+    async def cancel(self, batch_id: str, project_id: str = "") -> BatchRecord:
         """Stop sending the batch's requests; it is ``cancelled`` once those in flight are
         answered. Cancelling one already cancelling or cancelled changes nothing."""
-        rec = await self.get(batch_id, project)
+        rec = await self.get(batch_id, project_id)
         if rec is None:
             raise BatchRefused(404, f"no batch {batch_id!r}", code="batch_not_found")
         held = self.active.get(batch_id)

@@ -92,18 +92,19 @@ class FilesApi:
                 return await self._list(call)
             raise ApiError(405, "/v1/files takes GET or POST", code="method_not_allowed")
         if len(parts) == 1 and method in ("GET", "DELETE"):
-            rec = await self.owned(call.key.project, parts[0])
+            rec = await self.owned(call.key.project_id, parts[0])
             if method == "GET":
                 return await call.json(200, file_object(rec))
             return await self._delete(call, rec)
         if len(parts) == 2 and parts[1] == "content" and method == "GET":
-            return await self._content(call, await self.owned(call.key.project, parts[0]))
+            return await self._content(call, await self.owned(call.key.project_id, parts[0]))
         raise ApiError(404, f"no route for {method} {call.path}", code="unknown_route")
 
-    async def owned(self, project: str, file_id: str) -> FileRecord:
-        """The project's file ``file_id``; 404 when it is none, another's, or expired."""
+    async def owned(self, project_id: str, file_id: str) -> FileRecord:
+        """The project's file ``file_id`` (by the project's id); 404 when it is none,
+        another's, or expired."""
         rec = await self._store.get_file(file_id) if is_file_id(file_id) else None
-        if rec is None or rec.project != project:
+        if rec is None or rec.project_id != project_id:
             raise no_file(file_id)
         if rec.expires_at is not None and rec.expires_at <= datetime.now(UTC):
             raise no_file(file_id)
@@ -116,7 +117,7 @@ class FilesApi:
             raise ApiError(400, "order must be asc or desc", param="order")
         limit = int_param(q, "limit", 10_000, 1, 10_000)
         recs = await self._store.list_files(
-            call.key.project,
+            call.key.project_id,
             purpose=q.get("purpose", ""),
             after=q.get("after", ""),
             limit=limit + 1,
@@ -242,9 +243,8 @@ class FilesApi:
             )
         if filename is None:
             raise ApiError(400, "the form has no file part", param="file")
-        project = call.key.project
         quota = self._cfg.max_project_bytes
-        if await self._store.project_file_bytes(project) + size > quota:
+        if await self._store.project_file_bytes(call.key.project_id) + size > quota:
             raise ApiError(
                 413,
                 f"the project's files would be over its {size_words(quota)} cap"
@@ -268,7 +268,8 @@ class FilesApi:
         now = datetime.now(UTC)
         return FileRecord(
             file_id=new_id("file-"),
-            project=project,
+            project_id=call.key.project_id,
+            project=call.key.project,
             key_id=call.key.key_id,
             filename=(filename.replace("/", "_").replace("\\", "_") or "file")[:FILENAME_MAX],
             purpose=purpose,

@@ -249,7 +249,7 @@ class BatchRunner:
             await self._store.put_file(
                 FileRecord(
                     file_id=file_id,
-                    project=rec.project,
+                    project_id=rec.project_id,
                     key_id=rec.key_id,
                     filename=f"{rec.batch_id}_{kind}.jsonl",
                     purpose="batch_output",

@@ -24,6 +24,7 @@ from gatewayd.store.records import (
 from gatewayd.store.response_records import StoredResponse
 from gatewayd.store.revoked_records import RevokedCert
 from gatewayd.store.settings_records import SettingsVersion
+from gatewayd.store.tenant_records import TenantHoldings, TenantRemoval
 from gatewayd.store.usage_records import UsageFields, UsageRecord, UsageSum
 
 
@@ -89,16 +90,20 @@ class Store(Protocol):
     async def put_key(self, rec: KeyRecord) -> None:
         """Add a key, or update its name, models, expiry, revocation and last use."""
 
-    async def list_keys(self, project: str = "") -> list[KeyRecord]:
-        """Keys (of one project when given), oldest first."""
+    async def list_keys(self, project_id: str = "") -> list[KeyRecord]:
+        """Keys (of the project with that id when given), oldest first, each with its
+        project's path now (or last)."""
 
     async def touch_keys(self, used: dict[str, datetime]) -> None:
         """Record when keys were last used, in one batch."""
 
     # ---- tenancy: organizations, teams, projects -----------------------------
 
+    # Everything a level holds refers to its id (TenantRecord.id), never its path.
+
     async def put_tenant(self, rec: TenantRecord) -> None:
-        """Add an org, team or project, or replace its limits (its kind and created_at stay)."""
+        """Add an org, team or project, or replace its limits (its id, kind and created_at
+        stay)."""
 
     async def create_tenant(self, rec: TenantRecord) -> bool:
         """Add an org, team or project; False when that path already exists."""
@@ -107,12 +112,23 @@ class Store(Protocol):
         """Every org, team and project, ordered by path."""
 
     async def rename_tenant(self, path: str, new_path: str) -> int:
-        """Rename a level and everything beneath it (keys' projects too), in one transaction.
+        """Give a level and every level beneath it the new path, in one transaction; what
+        they hold follows, as it refers to their ids.
 
         Returns how many tenants were renamed (0: no such path)."""
 
-    async def delete_tenant(self, path: str) -> bool:
-        """Remove one level; the caller has checked that nothing is beneath it."""
+    async def tenant_holdings(self, path: str, now: datetime) -> TenantHoldings:
+        """What the level and every level beneath it hold (keys working at ``now``)."""
+
+    async def remove_tenant(self, path: str, *, force: bool, now: datetime) -> TenantRemoval | None:
+        """In one transaction: remove the level, the levels beneath it and everything they
+        hold (keys, MCP grants, batches, stored responses; files expire at ``now``, so the
+        sweep deletes their bytes), keeping each level's id and last path for its usage.
+        Without ``force`` nothing is removed while it holds anything but spent keys and
+        stored responses (``TenantRemoval.removed`` False). None: no such level."""
+
+    async def tenant_path(self, tenant_id: str) -> str:
+        """The path the level has, or had last when removed; "" for an unknown id."""
 
     # ---- usage: a row per request, and its 5-minute, hourly and daily sums ----
 
@@ -169,7 +185,7 @@ class Store(Protocol):
 
     async def list_files(
         self,
-        project: str,
+        project_id: str,
         *,
         purpose: str = "",
         after: str = "",
@@ -184,7 +200,7 @@ class Store(Protocol):
     async def expired_files(self, now: datetime, limit: int = 1000) -> list[FileRecord]:
         """Files whose expiry is at or before ``now``, soonest first."""
 
-    async def project_file_bytes(self, project: str) -> int:
+    async def project_file_bytes(self, project_id: str) -> int:
         """The bytes of all the project's files together."""
 
     async def create_batch(self, rec: BatchRecord) -> None: ...
@@ -196,9 +212,10 @@ class Store(Protocol):
     async def get_batch(self, batch_id: str) -> BatchRecord | None: ...
 
     async def list_batches(
-        self, project: str = "", *, status: str = "", after: str = "", limit: int = 100
+        self, project_id: str = "", *, status: str = "", after: str = "", limit: int = 100
     ) -> list[BatchRecord]:
-        """Batches newest first (ids sort by time), those older than ``after``."""
+        """Batches (of the project with that id when given) newest first (ids sort by
+        time), those older than ``after``."""
 
     async def active_batches(self) -> list[BatchRecord]:
         """Batches not yet at an end (validating, in_progress, finalizing, cancelling)."""
@@ -214,25 +231,25 @@ class Store(Protocol):
 
     # ---- stored responses (/v1/responses) ---------------------------------------
 
-    async def set_retention(self, path: str, retain_s: int) -> bool:
+    async def set_retention(self, tenant_id: str, retain_s: int) -> bool:
         """How long the project keeps stored responses (0: never, and those kept are
         forgotten); False when no such level exists."""
 
     async def retentions(self) -> dict[str, int]:
-        """Project path → seconds, for every project that keeps responses."""
+        """Project id → seconds, for every project that keeps responses."""
 
-    async def retention_of(self, path: str) -> int:
+    async def retention_of(self, tenant_id: str) -> int:
         """The project's retention in seconds; 0 when off or no such project."""
 
     async def put_response(self, rec: StoredResponse) -> None:
         """Keep a response (again: replace it)."""
 
     async def get_response(
-        self, project: str, response_id: str, now: datetime
+        self, project_id: str, response_id: str, now: datetime
     ) -> StoredResponse | None:
         """The project's response, unless expired by ``now``; another project's is None."""
 
-    async def delete_response(self, project: str, response_id: str) -> bool:
+    async def delete_response(self, project_id: str, response_id: str) -> bool:
         """Forget one of the project's responses; False when it had none by that id."""
 
     async def expire_responses(self, now: datetime) -> int:
@@ -261,13 +278,15 @@ class Store(Protocol):
         """Every sealed secret's ref, ordered."""
 
     async def add_mcp_grant(self, scope: str, target: str, at: datetime) -> bool:
-        """Let ``scope`` call ``target``; False when that grant was there already."""
+        """Let ``scope`` (``key:key_…``, or a level by path: ``team:Acme/ml``) call ``target``;
+        False when that grant was there already, or no such level exists. A level's grant
+        is kept by its id: it follows a rename and goes with a removal."""
 
     async def remove_mcp_grant(self, scope: str, target: str) -> bool:
         """False when there was no such grant."""
 
     async def list_mcp_grants(self) -> list[McpGrantRecord]:
-        """Every grant, ordered by scope, then target."""
+        """Every grant (a level's scope by its path now), ordered by scope, then target."""
 
     async def record_mcp_calls(self, rows: Sequence[McpCallRow]) -> None:
         """Write a batch of call rows in one transaction."""

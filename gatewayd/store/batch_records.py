@@ -29,8 +29,10 @@ class FileRecord(BaseModel):
     """An uploaded file (purpose batch) or a batch's output or error file (batch_output)."""
 
     file_id: str
-    # The owning project's path (Org/team/project).
-    project: str
+    # The owning project's id (ten_…): no other project sees the file.
+    project_id: str
+    # Its path as the store read it, for people (ignored when written).
+    project: str = ""
     key_id: str = ""
     filename: str
     purpose: str
@@ -44,7 +46,9 @@ class BatchRecord(BaseModel):
     """A batch: its request, its state and how far it got."""
 
     batch_id: str
-    project: str
+    # The owning project's id, and its path as the store read it (ignored when written).
+    project_id: str
+    project: str = ""
     key_id: str
     endpoint: str
     status: str

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 from datetime import datetime
 from typing import Any
 
@@ -66,7 +67,11 @@ class KeyRecord(BaseModel):
     """An API key as stored: a hash of its secret, never the secret."""
 
     key_id: str
-    project: str
+    # The project's id (ten_…): what the key belongs to, whatever the project is called.
+    project_id: str = ""
+    # The project's path as the store read it (its last path, if it was removed);
+    # for people only: written, it is ignored.
+    project: str = ""
     name: str = ""
     secret_sha256: str
     prefix: str
@@ -86,11 +91,21 @@ class KeyRecord(BaseModel):
     rotated_to: str = ""
 
 
+def new_tenant_id() -> str:
+    """A fresh tenant id: ``ten_`` and 16 hex digits, never reused."""
+    return "ten_" + secrets.token_hex(8)
+
+
 class TenantRecord(BaseModel):
-    """An organization, team or project: its path (``Acme/ml/search``) and its own limits."""
+    """An organization, team or project: its id, its path (``Acme/ml/search``) and its own limits.
+
+    The id never changes: everything that belongs to a level refers to it, so a
+    rename changes only ``path``, and a level made again under an old path is a
+    new id that sees nothing of the old one."""
 
     kind: str  # org, team or project
     path: str
+    id: str = Field(default_factory=new_tenant_id)
     # Limits of this level: {"rpm", "tpm", "budget_day_micros", "budget_month_micros"}.
     limits: dict[str, Any] = Field(default_factory=dict)
     created_at: datetime

@@ -15,7 +15,9 @@ class StoredResponse(BaseModel):
     and the conversation before them (``previous_response_id``'s chain)."""
 
     id: str
-    project: str
+    # The owning project's id (ten_…), and its path as the store read it (ignored when written).
+    project_id: str
+    project: str = ""
     key_id: str = ""
     created_at: datetime
     expires_at: datetime

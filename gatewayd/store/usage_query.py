@@ -56,10 +56,19 @@ _ROW_EXPRESSIONS = (
     "CASE WHEN ttft_ms IS NULL THEN 0 ELSE 1 END",
 )
 # What a sum is kept per, besides its bucket.
-SUM_KEY_COLUMNS = ("key_id", "project", "model", "served_model", "replica", "status")
+SUM_KEY_COLUMNS = (
+    "key_id",
+    "project_id",
+    "project",
+    "model",
+    "served_model",
+    "replica",
+    "status",
+)
 ROW_COLUMNS = (
     "at",
     "key_id",
+    "project_id",
     "project",
     "model",
     "served_model",
@@ -74,17 +83,21 @@ ROW_COLUMNS = (
     "profile",
     "batch_id",
 )
-# The column a dimension is read from; team and org come off the project's path.
-_DIMENSION_COLUMN = {
-    "project": "project",
-    "team": "project",
-    "org": "project",
-    "key": "key_id",
-    "model": "model",
-    "served_model": "served_model",
-    "replica": "replica",
-    "status": "status",
+# The columns a dimension is read from; team and org come off the project's path,
+# which is the path of its id now (or last), else the path the row was recorded under.
+_PROJECT = ("project_id", "project")
+_DIMENSION_COLUMNS = {
+    "project": _PROJECT,
+    "team": _PROJECT,
+    "org": _PROJECT,
+    "key": ("key_id",),
+    "model": ("model",),
+    "served_model": ("served_model",),
+    "replica": ("replica",),
+    "status": ("status",),
 }
+# Every tenant id with its path now, or its last (a removed level's).
+NAMES_SQL = "SELECT id, path FROM tenant_names"
 
 
 def check_dimensions(by: Iterable[str]) -> list[str]:
@@ -146,7 +159,8 @@ def batch_sums(rows: Iterable[UsageFields]) -> list[tuple]:
     """
     sums: dict[tuple, list] = {}
     for r in rows:
-        key = (r.key_id, r.project, r.model, r.served_model, r.replica, r.status)
+        project_id = getattr(r, "project_id", "")
+        key = (r.key_id, project_id, r.project, r.model, r.served_model, r.replica, r.status)
         has_ttft = r.ttft_ms is not None
         for width in BUCKET_WIDTHS_S:
             acc = sums.get((width, floor_to(r.at, width), *key))
@@ -186,10 +200,13 @@ def filters(p: Params, project: str, key_id: str) -> list[str]:
     out = []
     if project:
         path = project.strip("/")
+        n = len(path) + 1
         # substr, not LIKE: SQLite's LIKE ignores case, and paths may hold '_' or '%'.
-        out.append(
-            f"(project = {p(path)} OR substr(project, 1, {len(path) + 1}) = {p(path + '/')})"
-        )
+        # A row with an id is found by the id's path now (or last): a rename takes its
+        # usage along; one without, by the path it was recorded under.
+        ids = f"SELECT id FROM tenant_names WHERE path = {p(path)} OR substr(path, 1, {n}) = {p(path + '/')}"
+        recorded = f"project = {p(path)} OR substr(project, 1, {n}) = {p(path + '/')}"
+        out.append(f"(project_id IN ({ids}) OR (project_id = '' AND ({recorded})))")
     if key_id:
         out.append(f"key_id = {p(key_id)}")
     return out
@@ -197,7 +214,7 @@ def filters(p: Params, project: str, key_id: str) -> list[str]:
 
 def group_columns(by: Sequence[str]) -> list[str]:
     """The stored columns a grouping by ``by`` needs, each once."""
-    return list(dict.fromkeys(_DIMENSION_COLUMN[d] for d in by))
+    return list(dict.fromkeys(c for d in by for c in _DIMENSION_COLUMNS[d]))
 
 
 def groups_sql(
@@ -226,23 +243,36 @@ def groups_sql(
     return sql + (f" GROUP BY {', '.join(columns)}" if columns else "")
 
 
-def _dimension_value(dimension: str, row: Mapping[str, Any]) -> str:
-    if dimension in ("team", "org"):
-        parts = str(row["project"]).split("/")
+def project_path(row: Mapping[str, Any], names: Mapping[str, str]) -> str:
+    """The path a row is shown under: its id's path now (or last), else the path recorded."""
+    return names.get(row["project_id"]) or str(row["project"])
+
+
+def _dimension_value(dimension: str, row: Mapping[str, Any], names: Mapping[str, str]) -> str:
+    if dimension in ("project", "team", "org"):
+        path = project_path(row, names)
+        if dimension == "project":
+            return path
+        parts = path.split("/")
         return "/".join(parts[:2] if dimension == "team" else parts[:1])
-    return str(row[_DIMENSION_COLUMN[dimension]])
+    return str(row[_DIMENSION_COLUMNS[dimension][0]])
 
 
-def regroup(by: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> list[UsageSum]:
+def regroup(
+    by: Sequence[str], rows: Iterable[Mapping[str, Any]], names: Mapping[str, str] | None = None
+) -> list[UsageSum]:
     """Sum rows grouped by stored columns into groups of ``by``; most requests first.
 
-    Needed because team and org are not columns: several projects' rows make one team.
+    Needed because team and org are not columns: several projects' rows make one team;
+    and a project's rows recorded under several paths (renamed since) make one project.
+    ``names``: tenant id → its path now (or last).
     """
+    names = names or {}
     merged: dict[tuple[str, ...], UsageSum] = {}
     for row in rows:
         if not row["requests"]:
             continue  # no rows at all: SUM over nothing is NULL
-        group = {d: _dimension_value(d, row) for d in by}
+        group = {d: _dimension_value(d, row, names) for d in by}
         acc = merged.setdefault(tuple(group.values()), UsageSum(group=group))
         for c in SUM_COLUMNS:
             value = row[c] or 0
@@ -309,7 +339,14 @@ class UsageQueries:
             return []
         p = self._usage_params()
         sql = groups_sql(group_columns(dims), segments, p, project, key_id)
-        return regroup(dims, await self._usage_fetch(sql, p.args, "sum usage"))
+        rows = await self._usage_fetch(sql, p.args, "sum usage")
+        by_path = any(d in ("project", "team", "org") for d in dims)
+        return regroup(dims, rows, await self._tenant_names() if by_path else None)
+
+    async def _tenant_names(self) -> dict[str, str]:
+        """Tenant id → its path now, or its last (a removed level's)."""
+        rows = await self._usage_fetch(NAMES_SQL, [], "read the names of the tenants")
+        return {r["id"]: r["path"] for r in rows}
 
     async def usage_series(
         self, start: datetime, end: datetime, step_s: int, project: str = "", key_id: str = ""
@@ -368,6 +405,7 @@ class UsageQueries:
         # Page by (at, id) instead of one long cursor: the store is not held
         # while a slow reader takes its time over a month of rows.
         after: tuple[Any, Any] | None = None
+        names = await self._tenant_names()
         while True:
             p = self._usage_params()
             where = [f"at < {p.time(_aware(end))}", *filters(p, project, key_id)]
@@ -384,7 +422,8 @@ class UsageQueries:
             rows = await self._usage_fetch(sql, p.args, "read usage rows")
             for r in rows:
                 yield UsageRecord(
-                    at=self._usage_time(r["at"]), **{c: r[c] for c in ROW_COLUMNS[1:]}
+                    at=self._usage_time(r["at"]),
+                    **({c: r[c] for c in ROW_COLUMNS[1:]} | {"project": project_path(r, names)}),
                 )
             if len(rows) < EXPORT_PAGE_ROWS:
                 return

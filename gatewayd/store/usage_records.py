@@ -26,7 +26,10 @@ class UsageFields(Protocol):
 
     at: datetime
     key_id: str
+    # The project's path when the request was made, and its id ("" when unknown):
+    # reports show a row under the id's path now (or last), else under this path.
     project: str
+    project_id: str
     model: str
     served_model: str
     replica: str
@@ -47,8 +50,11 @@ class UsageRecord(BaseModel):
 
     at: datetime
     key_id: str = ""
-    # The project's path: Org/team/project.
+    # The project's path (Org/team/project): as the store read it, the id's path now
+    # (or last); as written, the path the request was made under.
     project: str = ""
+    # The project's id (ten_…); "" when none was known.
+    project_id: str = ""
     # The model the client asked for, and the one that answered.
     model: str = ""
     served_model: str = ""

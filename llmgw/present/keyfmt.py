@@ -18,7 +18,7 @@ from rich.text import Text
 
 from llmgw.catalog.price import format_micros
 from llmgw.errors import UsageError
-from proto.llmgw.v1 import KeyView, LimitsView, TenantView
+from proto.llmgw.v1 import KeyView, LimitsView, RemoveTenantReply, TenantView
 
 KEY_COLUMNS = (
     "KEY",
@@ -209,6 +209,25 @@ def tenant_line(v: TenantView) -> str:
         f"{NOUNS.get(v.kind, v.kind).capitalize()} {v.path} — limits: {describe_limits(v.limits)};"
         f" {v.keys} working {'key' if v.keys == 1 else 'keys'}{kept}"
     )
+
+
+def removed_line(r: RemoveTenantReply) -> str:
+    """What a removal took: the levels, and what they held; usage stays."""
+    beneath = len(r.levels) - 1
+    took = [
+        f"{n} {one if n == 1 else many}"
+        for n, one, many in (
+            (beneath, "level beneath", "levels beneath"),
+            (r.keys_removed, "key", "keys"),
+            (r.files_removed, "file", "files"),
+            (r.batches_removed, "batch", "batches"),
+            (r.grants_removed, "MCP grant", "MCP grants"),
+            (r.responses_removed, "stored response", "stored responses"),
+        )
+        if n > 0
+    ]
+    held = f" with {', '.join(took)}" if took else ""
+    return f"Removed {r.path}{held}; its usage is kept, under that path."
 
 
 def retention_text(seconds: int) -> str:

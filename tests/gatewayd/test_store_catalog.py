@@ -63,7 +63,7 @@ async def test_keys_keep_only_a_hash_and_note_their_last_use(store: Store):
 
     rec = KeyRecord(
         key_id="k1",
-        project="acme/ml/search",
+        project_id="ten_000000000000search",
         name="ci",
         secret_sha256="ab" * 32,
         prefix="llmgw-abcd",
@@ -73,14 +73,14 @@ async def test_keys_keep_only_a_hash_and_note_their_last_use(store: Store):
     await store.put_key(rec)
     await store.put_key(
         rec.model_copy(
-            update={"key_id": "k2", "secret_sha256": "cd" * 32, "project": "acme/ml/other"}
+            update={"key_id": "k2", "secret_sha256": "cd" * 32, "project_id": "ten_0000000000other"}
         )
     )
     assert [k.key_id for k in await store.list_keys()] == ["k1", "k2"]
-    (only,) = await store.list_keys("acme/ml/search")
+    (only,) = await store.list_keys("ten_000000000000search")
     assert only.models == ["m"] and only.revoked_at is None
     await store.put_key(only.model_copy(update={"revoked_at": T0 + timedelta(hours=1)}))
     await store.touch_keys({"k1": T0 + timedelta(hours=2)})
-    (again,) = await store.list_keys("acme/ml/search")
+    (again,) = await store.list_keys("ten_000000000000search")
     assert again.revoked_at == T0 + timedelta(hours=1)
     assert again.last_used_at == T0 + timedelta(hours=2)

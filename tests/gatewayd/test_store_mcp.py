@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gatewayd.store import McpCallRow, McpServerRecord, Store, connect_store
+from gatewayd.store import McpCallRow, McpServerRecord, Store, TenantRecord, connect_store
 from llmgw.config import StoreConfig
 from llmgw.paths import Paths
 
@@ -29,6 +29,12 @@ def _server(name: str = "hr", **changes) -> McpServerRecord:
         "updated_at": T0,
     }
     return McpServerRecord(**(fields | changes))
+
+
+async def _tree(store: Store) -> None:
+    """The levels the grants name: a grant is kept by its level's id, so the level must exist."""
+    for kind, path in (("org", "Acme"), ("team", "Acme/ml"), ("project", "Acme/ml/search")):
+        await store.create_tenant(TenantRecord(kind=kind, path=path, created_at=T0))
 
 
 def _call(minute: int, **changes) -> McpCallRow:
@@ -83,6 +89,7 @@ async def test_a_sealed_secret_no_server_refers_to_any_more_is_removed_on_change
 
 
 async def test_removing_a_server_removes_its_grants_and_its_sealed_secrets(store: Store):
+    await _tree(store)
     await store.put_mcp_server(_server(), {"mcp/hr/00000000000000a1": b"sealed"})
     await store.put_mcp_server(_server("hr_2", secret_refs={}), {})
     await store.add_mcp_grant("project:Acme/ml/search", "hr", T0)
@@ -115,6 +122,8 @@ async def test_sealed_secrets_are_read_by_ref_and_unknown_refs_are_left_out(stor
 
 
 async def test_a_grant_given_twice_is_kept_once(store: Store):
+    await _tree(store)
+    assert await store.add_mcp_grant("team:Acme/nope", "hr", T0) is False  # no such team
     assert await store.add_mcp_grant("team:Acme/ml", "hr", T0) is True
     assert await store.add_mcp_grant("team:Acme/ml", "hr", T0 + timedelta(hours=1)) is False
 
@@ -123,6 +132,7 @@ async def test_a_grant_given_twice_is_kept_once(store: Store):
 
 
 async def test_grants_are_listed_by_scope_then_target_and_revoked_one_at_a_time(store: Store):
+    await _tree(store)
     for scope, target in [
         ("project:Acme/ml/search", "wiki"),
         ("key:key_aa", "hr.lookup"),
@@ -187,6 +197,7 @@ async def test_call_rows_filter_by_time_server_key_and_project(store: Store):
 
 async def _same_story(store: Store) -> tuple:
     """One sequence of changes; what the store answers after it."""
+    await _tree(store)
     await store.put_mcp_server(_server(), {"mcp/hr/00000000000000a1": b"one"})
     await store.put_mcp_server(_server("wiki", transport="sse", secret_refs={}), {})
     await store.put_mcp_server(

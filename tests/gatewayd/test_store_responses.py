@@ -8,17 +8,20 @@ from gatewayd.store import Store, TenantRecord
 from gatewayd.store.response_records import StoredResponse
 
 T0 = datetime(2026, 12, 2, 0, 0, tzinfo=UTC)
-PROJECT = "Acme/ml/search"
+# Responses and retention belong to a project's id, not its path.
+PROJECT, OTHER = "ten_0000000000000001", "ten_0000000000000002"
+PATHS = {PROJECT: "Acme/ml/search", OTHER: OTHER}
 
 
-async def _project(store: Store, path: str = PROJECT) -> None:
-    await store.create_tenant(TenantRecord(path=path, kind="project", created_at=T0))
+async def _project(store: Store, tenant_id: str = PROJECT) -> None:
+    rec = TenantRecord(id=tenant_id, path=PATHS[tenant_id], kind="project", created_at=T0)
+    await store.create_tenant(rec)
 
 
 def _response(response_id: str = "resp_1", project: str = PROJECT, **changes) -> StoredResponse:
     fields = {
         "id": response_id,
-        "project": project,
+        "project_id": project,
         "key_id": "k1",
         "created_at": T0,
         "expires_at": T0 + timedelta(hours=24),
@@ -39,8 +42,8 @@ async def test_a_project_keeps_no_responses_until_retention_is_set(store: Store)
 
 
 async def test_setting_the_retention_of_an_unknown_project_returns_false(store: Store):
-    assert await store.set_retention("No/such/project", 3600) is False
-    assert await store.retention_of("No/such/project") == 0
+    assert await store.set_retention("ten_nosuchproject", 3600) is False
+    assert await store.retention_of("ten_nosuchproject") == 0
 
 
 async def test_a_stored_response_comes_back_whole_to_its_own_project_only(store: Store):
@@ -53,8 +56,8 @@ async def test_a_stored_response_comes_back_whole_to_its_own_project_only(store:
     assert got.response["output"] == [{"type": "message"}]
     assert got.input_items == [{"type": "message", "role": "user", "content": "hi"}]
     assert got.history[0]["content"] == "before"
-    assert got.created_at == T0 and got.key_id == "k1"
-    assert await store.get_response("Acme/ml/other", "resp_1", T0) is None
+    assert got.created_at == T0 and got.key_id == "k1" and got.project == PATHS[PROJECT]
+    assert await store.get_response(OTHER, "resp_1", T0) is None
 
 
 async def test_an_expired_response_is_not_read_and_is_forgotten(store: Store):
@@ -72,20 +75,20 @@ async def test_deleting_a_response_is_only_for_its_own_project(store: Store):
     await _project(store)
     await store.put_response(_response())
 
-    assert await store.delete_response("Acme/ml/other", "resp_1") is False
+    assert await store.delete_response(OTHER, "resp_1") is False
     assert await store.delete_response(PROJECT, "resp_1") is True
     assert await store.delete_response(PROJECT, "resp_1") is False
 
 
 async def test_turning_retention_off_forgets_the_projects_responses(store: Store):
     await _project(store)
-    await _project(store, "Acme/ml/other")
+    await _project(store, OTHER)
     await store.set_retention(PROJECT, 3600)
     await store.put_response(_response())
-    await store.put_response(_response("resp_2", project="Acme/ml/other"))
+    await store.put_response(_response("resp_2", project=OTHER))
 
     assert await store.set_retention(PROJECT, 0) is True
 
     assert await store.get_response(PROJECT, "resp_1", T0) is None
-    assert await store.get_response("Acme/ml/other", "resp_2", T0) is not None
+    assert await store.get_response(OTHER, "resp_2", T0) is not None
     assert await store.retentions() == {}

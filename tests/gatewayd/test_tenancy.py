@@ -24,7 +24,9 @@ async def test_tenants_round_trip_and_a_second_create_is_refused(store: Store):
     got = {t.path: t for t in await store.list_tenants()}
     assert list(got) == ["Acme", "Acme/ml"]
     assert got["Acme"].limits == {"rpm": 60} and got["Acme"].created_at == T0
-    assert await store.delete_tenant("Acme/ml") and not await store.delete_tenant("Acme/ml")
+    assert got["Acme"].id.startswith("ten_") and got["Acme"].id != got["Acme/ml"].id
+    assert (await store.remove_tenant("Acme/ml", force=False, now=T0)).removed
+    assert await store.remove_tenant("Acme/ml", force=False, now=T0) is None
 
 
 async def test_a_rename_moves_the_levels_beneath_and_their_keys_in_one_go(store: Store):
@@ -59,10 +61,15 @@ async def test_the_tree_refuses_what_it_cannot_hold(store: Store):
     with pytest.raises(TenancyRefused, match="already exists") as e:
         await tenancy.create("org", "Acme")
     assert e.value.kind == "conflict"
-    with pytest.raises(TenancyRefused, match="still holds 1 level"):
-        await tenancy.remove("org", "Acme", live_keys=0)
-    with pytest.raises(TenancyRefused, match="still has 2 API keys"):
-        await tenancy.remove("team", "Acme/ml", live_keys=2)
+    with pytest.raises(TenancyRefused, match="still holds 1 level .*remove it first"):
+        await tenancy.remove("org", "Acme")
+    keys = KeyCache(store, tenancy)
+    await tenancy.create("project", "Acme/ml/p")
+    await keys.create("Acme/ml/p", "a", [], 0)
+    await keys.create("Acme/ml/p", "b", [], 0)
+    with pytest.raises(TenancyRefused, match="still holds 2 API keys that work .*revoke them"):
+        await tenancy.remove("project", "Acme/ml/p")
+    await tenancy.remove("project", "Acme/ml/p", force=True)
     await tenancy.create("team", "Acme/ai")
     with pytest.raises(TenancyRefused, match="'Acme/ai' already exists"):
         await tenancy.rename("team", "Acme/ml", "ai")

@@ -102,13 +102,14 @@ def test_a_batch_becomes_one_sum_per_bucket_width_and_key():
         UsageRow(key_id="k", project="A/b/c", model="m", status=200, ttft_ms=5.0, at=at),
         UsageRow(key_id="k", project="A/b/c", model="m", status=503, latency_ms=2.5, at=at),
     ]
-    sums = {(s[0], s[7]): s[8:] for s in batch_sums(rows)}
+    # (width, start, key, project id, project, model, served, replica, status, *sums)
+    sums = {(s[0], s[8]): s[9:] for s in batch_sums(rows)}
     assert set(sums) == {(w, st_) for w in WIDTHS for st_ in (200, 503)}
     for w in WIDTHS:
         assert sums[(w, 200)] == (2, 0, 3, 0, 0, 0, 0.0, 5.0, 1)
         assert sums[(w, 503)] == (1, 1, 0, 0, 0, 0, 2.5, 0.0, 0)
     # Sorted by key: concurrent writers lock sum rows in the same order.
-    assert batch_sums(rows) == sorted(batch_sums(rows), key=lambda s: s[:8])
+    assert batch_sums(rows) == sorted(batch_sums(rows), key=lambda s: s[:9])
 
 
 def test_unknown_dimensions_are_named_and_the_known_ones_listed():

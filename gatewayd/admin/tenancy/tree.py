@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
 from gatewayd.admin.tenancy.keys import limits_view, refuse
+from gatewayd.batches.book import BatchBook
 from gatewayd.gateway.policy.keys import KeyCache
 from gatewayd.gateway.policy.tenancy import TenancyRefused, check_path
 from gatewayd.store import Store, TenantRecord
@@ -20,6 +23,9 @@ from proto.llmgw.v1 import (
     TenantView,
 )
 
+if TYPE_CHECKING:
+    from gatewayd.mcp.runtime import McpRuntime
+
 # The shortest retention worth keeping a response for (a turn or two of a conversation).
 MIN_RETAIN_S = 60
 
@@ -29,15 +35,16 @@ class TenancyAdmin:
 
     _keys: KeyCache
     _store: Store
+    _batches: BatchBook | None
+    _mcp: McpRuntime | None
 
     def _tenant_view(self, rec: TenantRecord, retain_s: int = 0) -> TenantView:
-        keys = sum(
-            1
-            for r in self._keys.records()
-            if r.revoked_at is None
-            and (r.project == rec.path or r.project.startswith(rec.path + "/"))
-        )
+        # The keys of the level and those beneath it, by id: a removed level's of the same
+        # name are not its own.
+        ids = {t.id for t in self._keys.tenancy.list(under=rec.path)}
+        keys = sum(1 for r in self._keys.records() if r.revoked_at is None and r.project_id in ids)
         return TenantView(
+            id=rec.id,
             kind=rec.kind,
             path=rec.path,
             created_at=rec.created_at.isoformat(timespec="seconds"),
@@ -62,25 +69,43 @@ class TenancyAdmin:
         except TenancyRefused as e:
             raise refuse(e) from None
         kept = await self._store.retentions()
-        return ListTenantsReply(tenants=[self._tenant_view(r, kept.get(r.path, 0)) for r in recs])
+        return ListTenantsReply(tenants=[self._tenant_view(r, kept.get(r.id, 0)) for r in recs])
 
     async def rename_tenant(self, message: RenameTenantRequest) -> TenantView:
         try:
             rec = await self._keys.tenancy.rename(message.kind, message.path, message.new_name)
         except TenancyRefused as e:
             raise refuse(e) from None
-        await self._keys.refresh()  # keys' projects moved with it
-        return self._tenant_view(rec, await self._store.retention_of(rec.path))
+        await self._keys.refresh()  # the keys' chains of limits take the new paths
+        if self._mcp is not None:
+            await self._mcp.registry.refresh()  # grants are matched by path on the hot path
+        return self._tenant_view(rec, await self._store.retention_of(rec.id))
 
     async def remove_tenant(self, message: TenantRequest) -> RemoveTenantReply:
+        tenancy = self._keys.tenancy
+        rec = tenancy.get(message.path)
         try:
-            await self._keys.tenancy.remove(
-                message.kind, message.path, live_keys=self._keys.live_keys(message.path)
-            )
+            gone = await tenancy.remove(message.kind, message.path, force=message.force)
         except TenancyRefused as e:
             raise refuse(e) from None
-        self._keys.rechain()
-        return RemoveTenantReply(path=message.path, removed=True)
+        await self._keys.refresh()  # its keys went with it
+        if self._mcp is not None and gone.grants:
+            await self._mcp.registry.refresh()
+        if self._batches is not None:
+            # A running batch of a removed project is dropped here; its row is gone.
+            for batch_id in gone.batches:
+                self._batches.active.pop(batch_id, None)
+        return RemoveTenantReply(
+            path=message.path,
+            removed=True,
+            id=rec.id if rec is not None else "",
+            levels=gone.levels,
+            keys_removed=len(gone.live_keys) + gone.spent_keys,
+            files_removed=len(gone.files),
+            batches_removed=len(gone.batches),
+            grants_removed=len(gone.grants),
+            responses_removed=gone.stored_responses,
+        )
 
     async def set_retention(self, message: SetRetentionRequest) -> TenantView:
         """How long a project keeps the responses its keys ask to store; 0 turns it off
@@ -97,7 +122,7 @@ class TenancyAdmin:
                 f" {MAX_RETAIN_S // 86400} days, or 0 (off)",
             )
         rec = self._keys.tenancy.get(path)
-        if rec is None or not await self._store.set_retention(path, retain_s):
+        if rec is None or not await self._store.set_retention(rec.id, retain_s):
             raise GRPCError(
                 Status.NOT_FOUND,
                 f"no project {path!r}; make it with: llmgw ctl project create --parents {path}",

@@ -41,8 +41,10 @@ class UsageRow:
     """One request's usage: counts, times and names, never its text."""
 
     key_id: str
-    # The project's path: Org/team/project.
+    # The project's path (Org/team/project) as the key had it, and its id: reports
+    # show the row under the id's path now, wherever the project was renamed to.
     project: str
+    project_id: str = ""
     # The model asked for, and the one that answered.
     model: str
     served_model: str = ""

@@ -56,6 +56,8 @@ class KeyInfo:
     # (scope, limits) of the key, its project, team and organization, the key first.
     scopes: tuple[tuple[str, Limits], ...] = ()
     band: str = ""
+    # The project's id (ten_…): what the key's files, batches and responses belong to.
+    project_id: str = ""
 
     def refusal(self, now: datetime) -> str:
         """Why the key may not be used now ("" when it may)."""
@@ -77,16 +79,19 @@ def _info(rec: KeyRecord, tenancy: Tenancy | None = None, defaults: Limits = UNL
             **(defaults.model_dump(exclude_none=True) | limits.model_dump(exclude_none=True))
         )
     own = (f"key:{rec.key_id}", limits)
-    chain = tenancy.chain(rec.project) if tenancy is not None else ()
+    # The project's path now, from the tree (the record's may be a refresh behind a rename).
+    project = tenancy.path_of(rec.project_id, rec.project) if tenancy is not None else rec.project
+    chain = tenancy.chain(project) if tenancy is not None else ()
     return KeyInfo(
         rec.key_id,
-        rec.project,
+        project,
         frozenset(rec.models),
         rec.expires_at,
         rec.revoked_at is not None,
         limits,
         (own, *chain),
         rec.band,
+        rec.project_id,
     )
 
 
@@ -119,17 +124,6 @@ class KeyCache:
     def _keep(self, rec: KeyRecord) -> None:
         self._records[rec.key_id] = rec
         self._by_hash[rec.secret_sha256] = _info(rec, self.tenancy, self.key_defaults)
-
-    def live_keys(self, path: str) -> int:
-        """How many keys at or beneath ``path`` still work (not revoked, not expired)."""
-        now = datetime.now(UTC)
-        return sum(
-            1
-            for r in self._records.values()
-            if (r.project == path or r.project.startswith(path + "/"))
-            and r.revoked_at is None
-            and (r.expires_at is None or r.expires_at > now)
-        )
 
     async def run(self) -> None:
         """Refresh from the store and write last use back, until cancelled."""
@@ -166,8 +160,20 @@ class KeyCache:
         return info
 
     def records(self, project: str = "") -> list[KeyRecord]:
+        """Keys (of the project at path ``project`` when given), oldest first, each with its
+        project's path now."""
+        want = ""
+        if project:
+            rec = self.tenancy.get(project)
+            if rec is None:
+                return []
+            want = rec.id
         recs = sorted(self._records.values(), key=lambda r: (r.created_at, r.key_id))
-        return [r for r in recs if not project or r.project == project]
+        return [
+            r.model_copy(update={"project": self.tenancy.path_of(r.project_id, r.project)})
+            for r in recs
+            if not want or r.project_id == want
+        ]
 
     async def create(
         self,
@@ -183,7 +189,7 @@ class KeyCache:
     ) -> tuple[KeyRecord, str]:
         check_project(project)
         try:
-            self.tenancy.require_project(project)
+            owner = self.tenancy.require_project(project)
         except TenancyRefused as e:
             raise KeyRefused(e.kind, e.message) from None
         if expires_in_s < 0 or rpm < 0 or tpm < 0 or (budget_month_micros or 0) < 0:
@@ -195,6 +201,7 @@ class KeyCache:
             limits["budget_month_micros"] = budget_month_micros
         rec = KeyRecord(
             key_id="key_" + secrets.token_hex(6),
+            project_id=owner.id,
             project=project,
             name=name,
             secret_sha256=secret_hash(secret),

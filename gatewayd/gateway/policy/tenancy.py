@@ -1,10 +1,13 @@
 """Organizations, teams and projects: the tree keys hang from, each level with its own limits.
 
 A level is named by its path: ``Acme`` (an organization), ``Acme/ml`` (a
-team), ``Acme/ml/search`` (a project). Paths are what the admin API, the
-store and the limit scopes (``project:Acme/ml/search``) all use. The tree is
-held in memory and refreshed from the store with the keys, so the hot path
-reads a project's chain of limits from a dict.
+team), ``Acme/ml/search`` (a project), and is its id (``ten_…``, never
+changed): keys, files, batches, stored responses, MCP grants and usage refer
+to the id, so a rename moves all of them, and a level made again under an old
+path sees nothing of the one removed. Paths are what people, the admin API and
+the limit scopes (``project:Acme/ml/search``) use. The tree is held in memory
+and refreshed from the store with the keys, so the hot path reads a project's
+chain of limits from a dict.
 """
 
 from __future__ import annotations
@@ -15,12 +18,15 @@ from datetime import UTC, datetime
 
 from gatewayd.gateway.policy.limits import UNLIMITED, Limits
 from gatewayd.store import Store, TenantRecord
+from gatewayd.store.tenant_records import TenantHoldings
 
 KINDS = ("org", "team", "project")
 DEPTH = {"org": 1, "team": 2, "project": 3}
 NOUN = {"org": "organization", "team": "team", "project": "project"}
 _ELEMENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 LIMIT_FIELDS = tuple(Limits.model_fields)
+# Names shown of each kind of thing a removal is refused over; the rest are counted.
+SHOWN_NAMES = 3
 
 
 class TenancyRefused(Exception):
@@ -84,6 +90,7 @@ class Tenancy:
     def __init__(self, store: Store):
         self._store = store
         self._by_path: dict[str, TenantRecord] = {}
+        self._by_id: dict[str, TenantRecord] = {}
         # project path -> ((scope, limits), …) for the project, its team and its org.
         self._chains: dict[str, tuple[tuple[str, Limits], ...]] = {}
 
@@ -92,6 +99,7 @@ class Tenancy:
 
     def _set(self, records: Iterable[TenantRecord]) -> None:
         self._by_path = {r.path: r for r in records}
+        self._by_id = {r.id: r for r in self._by_path.values()}
         self._chains = {}
 
     # ---- the hot path ----------------------------------------------------------
@@ -114,6 +122,11 @@ class Tenancy:
 
     def get(self, path: str) -> TenantRecord | None:
         return self._by_path.get(path)
+
+    def path_of(self, tenant_id: str, default: str = "") -> str:
+        """The level's path now; ``default`` when no level has that id (any more)."""
+        rec = self._by_id.get(tenant_id)
+        return rec.path if rec is not None else default
 
     def list(self, kind: str = "", under: str = "") -> list[TenantRecord]:
         if kind:
@@ -194,25 +207,19 @@ class Tenancy:
         await self.refresh()
         return self._by_path[new_path]
 
-    async def remove(self, kind: str, path: str, *, live_keys: int) -> None:
-        """Remove an empty level: no levels beneath it, no key that still works."""
+    async def remove(self, kind: str, path: str, *, force: bool = False) -> TenantHoldings:
+        """Remove a level that holds nothing, or with ``force`` the level, the levels beneath
+        it and all they hold; usage is kept, shown under the path it had last. What went."""
         self.require(kind, path)
-        below = self.children(path)
-        if below:
-            raise TenancyRefused(
-                "conflict",
-                f"{path} still holds {len(below)} "
-                f"{'level' if len(below) == 1 else 'levels'} ({', '.join(sorted(below)[:3])}"
-                f"{', …' if len(below) > 3 else ''}); remove {'it' if len(below) == 1 else 'them'} first",
-            )
-        if live_keys:
-            raise TenancyRefused(
-                "conflict",
-                f"{path} still has {live_keys} API {'key' if live_keys == 1 else 'keys'}"
-                " that work; revoke them first (llmgw ctl keys list --project " + path + ")",
-            )
-        await self._store.delete_tenant(path)
+        outcome = await self._store.remove_tenant(path, force=force, now=datetime.now(UTC))
         await self.refresh()
+        if outcome is None:
+            raise TenancyRefused(
+                "not_found", f"no {NOUN[kind]} {path!r}; see: llmgw ctl {kind} list"
+            )
+        if not outcome.removed:
+            raise TenancyRefused("conflict", still_held(kind, path, outcome.held))
+        return outcome.held
 
     async def set_limits(self, path: str, limits: Limits) -> TenantRecord:
         rec = self.require(kind_of(path), path)
@@ -221,3 +228,50 @@ class Tenancy:
         self._by_path[path] = rec
         self._chains = {}
         return rec
+
+
+def _some(names: list[str]) -> str:
+    shown = ", ".join(names[:SHOWN_NAMES])
+    return shown + (", …" if len(names) > SHOWN_NAMES else "")
+
+
+def _counted(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
+def still_held(kind: str, path: str, held: TenantHoldings) -> str:
+    """Why a level is not removed, naming what it holds, and what to do about it."""
+    parts: list[str] = []
+    steps: list[str] = []
+    for names, one, many, step in (
+        (held.beneath, "level", "levels", "remove {it} first"),
+        (
+            held.live_keys,
+            "API key that works",
+            "API keys that work",
+            f"revoke {{it}} first (llmgw ctl keys list --project {path})",
+        ),
+        (
+            held.files,
+            "file",
+            "files",
+            "delete {it} first (DELETE /v1/files/ID with a key of the project)",
+        ),
+        (held.batches, "batch", "batches", ""),
+        (
+            held.grants,
+            "MCP grant",
+            "MCP grants",
+            f"revoke {{it}} first (llmgw ctl mcp grants {path})",
+        ),
+    ):
+        if not names:
+            continue
+        parts.append(f"{_counted(len(names), one, many)} ({_some(names)})")
+        if step:
+            steps.append(step.format(it="it" if len(names) == 1 else "them"))
+    return (
+        f"{path} still holds {', '.join(parts)}: {'; '.join(steps) or 'nothing removes it'}"
+        f"; or remove {path} with all it holds (its usage is kept):"
+        f" llmgw ctl {kind} rm {path} --force"
+    )

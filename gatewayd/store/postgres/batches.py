@@ -8,9 +8,12 @@ from datetime import datetime
 from gatewayd.store.batch_records import ACTIVE_STATUSES, BatchProgress, BatchRecord, FileRecord
 from gatewayd.store.postgres.catalog import _aware
 from gatewayd.store.postgres.usage import _write_usage
+from gatewayd.store.tenant_sql import PROJECT_PATH
 from gatewayd.store.usage_records import UsageFields
 
-_FILE_COLUMNS = "file_id, project, key_id, filename, purpose, bytes, created_at, expires_at"
+_FILE_COLUMNS = "file_id, project_id, key_id, filename, purpose, bytes, created_at, expires_at"
+# What a file is read back with: its columns and its project's path now.
+_FILE_READ = f"{_FILE_COLUMNS}, {PROJECT_PATH}"
 _TIMES = (
     "in_progress_at",
     "finalizing_at",
@@ -33,7 +36,7 @@ _STATE_COLUMNS = (
 )
 _BATCH_COLUMNS = (
     "batch_id",
-    "project",
+    "project_id",
     "key_id",
     "endpoint",
     "input_file_id",
@@ -49,7 +52,8 @@ _BATCH_COLUMNS = (
     "completion_tokens",
     *_STATE_COLUMNS,
 )
-_BATCH_SELECT = f"SELECT {', '.join(_BATCH_COLUMNS)} FROM batches"
+# A batch is read back with its project's path now.
+_BATCH_SELECT = f"SELECT {', '.join(_BATCH_COLUMNS)}, {PROJECT_PATH} FROM batches"
 
 
 def _value(rec: BatchRecord, column: str):
@@ -69,7 +73,7 @@ class PostgresBatches:
                 " ON CONFLICT (file_id) DO UPDATE SET bytes = EXCLUDED.bytes,"
                 " expires_at = EXCLUDED.expires_at",
                 rec.file_id,
-                rec.project,
+                rec.project_id,
                 rec.key_id,
                 rec.filename,
                 rec.purpose,
@@ -81,20 +85,20 @@ class PostgresBatches:
     async def get_file(self, file_id: str) -> FileRecord | None:
         with self._mapped(f"read file {file_id}"):
             row = await self._conn.fetchrow(
-                f"SELECT {_FILE_COLUMNS} FROM files WHERE file_id = $1", file_id
+                f"SELECT {_FILE_READ} FROM files WHERE file_id = $1", file_id
             )
         return None if row is None else FileRecord(**dict(row))
 
     async def list_files(
         self,
-        project: str,
+        project_id: str,
         *,
         purpose: str = "",
         after: str = "",
         limit: int = 10_000,
         ascending: bool = False,
     ) -> list[FileRecord]:
-        sql, args = f"SELECT {_FILE_COLUMNS} FROM files WHERE project = $1", [project]
+        sql, args = f"SELECT {_FILE_READ} FROM files WHERE project_id = $1", [project_id]
         if purpose:
             args.append(purpose)
             sql += f" AND purpose = ${len(args)}"
@@ -115,17 +119,17 @@ class PostgresBatches:
     async def expired_files(self, now: datetime, limit: int = 1000) -> list[FileRecord]:
         with self._mapped("list expired files"):
             rows = await self._conn.fetch(
-                f"SELECT {_FILE_COLUMNS} FROM files WHERE expires_at IS NOT NULL"
+                f"SELECT {_FILE_READ} FROM files WHERE expires_at IS NOT NULL"
                 " AND expires_at <= $1 ORDER BY expires_at LIMIT $2",
                 _aware(now),
                 limit,
             )
         return [FileRecord(**dict(r)) for r in rows]
 
-    async def project_file_bytes(self, project: str) -> int:
-        with self._mapped(f"sum the files of {project}"):
+    async def project_file_bytes(self, project_id: str) -> int:
+        with self._mapped(f"sum the files of {project_id}"):
             n = await self._conn.fetchval(
-                "SELECT COALESCE(SUM(bytes), 0) FROM files WHERE project = $1", project
+                "SELECT COALESCE(SUM(bytes), 0) FROM files WHERE project_id = $1", project_id
             )
         return int(n)
 
@@ -154,11 +158,11 @@ class PostgresBatches:
         return None if row is None else BatchRecord(**dict(row))
 
     async def list_batches(
-        self, project: str = "", *, status: str = "", after: str = "", limit: int = 100
+        self, project_id: str = "", *, status: str = "", after: str = "", limit: int = 100
     ) -> list[BatchRecord]:
         where, args = [], []
         for column, value, op in (
-            ("project", project, "="),
+            ("project_id", project_id, "="),
             ("status", status, "="),
             ('batch_id COLLATE "C"', after, "<"),
         ):

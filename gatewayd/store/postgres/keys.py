@@ -6,9 +6,10 @@ from datetime import datetime
 
 from gatewayd.store.postgres.catalog import _aware
 from gatewayd.store.records import KeyRecord
+from gatewayd.store.tenant_sql import PROJECT_PATH
 
 _COLUMNS = (
-    "key_id, project, name, secret_sha256, prefix, models, limits, created_at, expires_at,"
+    "key_id, project_id, name, secret_sha256, prefix, models, limits, created_at, expires_at,"
     " revoked_at, last_used_at, band, kind, rotated_from, rotated_to"
 )
 
@@ -26,7 +27,7 @@ class PostgresKeys:
                 " band = EXCLUDED.band, kind = EXCLUDED.kind, rotated_from = EXCLUDED.rotated_from,"
                 " rotated_to = EXCLUDED.rotated_to",
                 rec.key_id,
-                rec.project,
+                rec.project_id,
                 rec.name,
                 rec.secret_sha256,
                 rec.prefix,
@@ -42,11 +43,11 @@ class PostgresKeys:
                 rec.rotated_to,
             )
 
-    async def list_keys(self, project: str = "") -> list[KeyRecord]:
-        sql = f"SELECT {_COLUMNS} FROM api_keys"
+    async def list_keys(self, project_id: str = "") -> list[KeyRecord]:
+        sql = f"SELECT {_COLUMNS}, {PROJECT_PATH} FROM api_keys"
         args: list = []
-        if project:
-            sql, args = sql + " WHERE project = $1", [project]
+        if project_id:
+            sql, args = sql + " WHERE project_id = $1", [project_id]
         with self._mapped("list keys"):
             rows = await self._conn.fetch(sql + ' ORDER BY created_at, key_id COLLATE "C"', *args)
         return [KeyRecord(**dict(r)) for r in rows]

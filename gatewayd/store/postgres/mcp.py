@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 
 from gatewayd.store.mcp_records import McpCallRow, McpGrantRecord, McpServerRecord
 from gatewayd.store.postgres.catalog import _aware
+from gatewayd.store.tenant_sql import GRANTS_BY_PATH
 
 _SERVER_COLUMNS = (
     "name, url, transport, description, enabled, headers, secret_refs, timeout_s,"
@@ -102,10 +103,13 @@ class PostgresMcp:
 
     async def add_mcp_grant(self, scope: str, target: str, at: datetime) -> bool:
         with self._mapped(f"grant {target} to {scope}"):
+            stored = await self._grant_scope(scope)
+            if stored is None:
+                return False
             added = await self._conn.fetchval(
                 "INSERT INTO mcp_grants (scope, target, created_at) VALUES ($1, $2, $3)"
                 " ON CONFLICT (scope, target) DO NOTHING RETURNING true",
-                scope,
+                stored,
                 target,
                 _aware(at),
             )
@@ -113,20 +117,19 @@ class PostgresMcp:
 
     async def remove_mcp_grant(self, scope: str, target: str) -> bool:
         with self._mapped(f"revoke {target} from {scope}"):
+            stored = await self._grant_scope(scope) or scope
             found = await self._conn.fetchval(
                 "DELETE FROM mcp_grants WHERE scope = $1 AND target = $2 RETURNING true",
-                scope,
+                stored,
                 target,
             )
         return bool(found)
 
     async def list_mcp_grants(self) -> list[McpGrantRecord]:
         with self._mapped("list MCP grants"):
-            rows = await self._conn.fetch(
-                "SELECT scope, target, created_at FROM mcp_grants"
-                ' ORDER BY scope COLLATE "C", target COLLATE "C"'
-            )
-        return [McpGrantRecord(**dict(r)) for r in rows]
+            rows = await self._conn.fetch(GRANTS_BY_PATH)
+        grants = [McpGrantRecord(**dict(r)) for r in rows]
+        return sorted(grants, key=lambda g: (g.scope, g.target))
 
     async def record_mcp_calls(self, rows: Sequence[McpCallRow]) -> None:
         if not rows:

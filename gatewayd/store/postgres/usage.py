@@ -21,7 +21,7 @@ _SUM_ALL = ("bucket_s", "bucket_start", *SUM_KEY_COLUMNS, *SUM_COLUMNS)
 _SUM_TYPES = (
     "int",
     "timestamptz",
-    *("text",) * 5,
+    *("text",) * 6,
     "int",
     *("bigint",) * 6,
     "float8",
@@ -32,7 +32,7 @@ _SUM_TYPES = (
 # journaled); a row id already stored is skipped, and RETURNING says which went in.
 _ROW_TYPES = (
     "timestamptz",
-    *("text",) * 5,
+    *("text",) * 6,
     *("bigint",) * 4,
     "float8",
     "float8",
@@ -94,6 +94,7 @@ async def _write_usage(conn, rows: Sequence[UsageFields]) -> int:
         (
             _aware(r.at),
             r.key_id,
+            getattr(r, "project_id", ""),
             r.project,
             r.model,
             r.served_model,

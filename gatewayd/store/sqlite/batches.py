@@ -10,9 +10,12 @@ from datetime import datetime
 from gatewayd.store.batch_records import ACTIVE_STATUSES, BatchProgress, BatchRecord, FileRecord
 from gatewayd.store.sqlite.codec import _from_text, _json, _to_text
 from gatewayd.store.sqlite.usage import _write_usage
+from gatewayd.store.tenant_sql import PROJECT_PATH
 from gatewayd.store.usage_records import UsageFields
 
-_FILE_COLUMNS = "file_id, project, key_id, filename, purpose, bytes, created_at, expires_at"
+_FILE_COLUMNS = "file_id, project_id, key_id, filename, purpose, bytes, created_at, expires_at"
+# What a file is read back with: its columns and its project's path now.
+_FILE_READ = f"{_FILE_COLUMNS}, {PROJECT_PATH}"
 _TIMES = (
     "in_progress_at",
     "finalizing_at",
@@ -35,7 +38,7 @@ _STATE_COLUMNS = (
 )
 _BATCH_COLUMNS = (
     "batch_id",
-    "project",
+    "project_id",
     "key_id",
     "endpoint",
     "input_file_id",
@@ -51,6 +54,8 @@ _BATCH_COLUMNS = (
     "completion_tokens",
     *_STATE_COLUMNS,
 )
+# What a batch is read back with: its columns and its project's path now.
+_BATCH_READ = f"{', '.join(_BATCH_COLUMNS)}, {PROJECT_PATH}"
 
 
 def _opt(dt: datetime | None) -> str | None:
@@ -60,6 +65,7 @@ def _opt(dt: datetime | None) -> str | None:
 def _file(row: sqlite3.Row) -> FileRecord:
     return FileRecord(
         file_id=row["file_id"],
+        project_id=row["project_id"],
         project=row["project"],
         key_id=row["key_id"],
         filename=row["filename"],
@@ -80,7 +86,7 @@ def _batch_value(rec: BatchRecord, column: str):
 
 
 def _batch(row: sqlite3.Row) -> BatchRecord:
-    values = {c: row[c] for c in _BATCH_COLUMNS}
+    values = {c: row[c] for c in _BATCH_COLUMNS} | {"project": row["project"]}
     for c in ("metadata", "errors", "models"):
         values[c] = json.loads(values[c])
     for c in ("created_at", "expires_at", *_TIMES):
@@ -102,7 +108,7 @@ class SqliteBatches:
                     " expires_at = excluded.expires_at",
                     (
                         rec.file_id,
-                        rec.project,
+                        rec.project_id,
                         rec.key_id,
                         rec.filename,
                         rec.purpose,
@@ -116,21 +122,21 @@ class SqliteBatches:
         async with self._lock:
             with self._mapped(f"read file {file_id}"):
                 async with self._conn.execute(
-                    f"SELECT {_FILE_COLUMNS} FROM files WHERE file_id = ?", (file_id,)
+                    f"SELECT {_FILE_READ} FROM files WHERE file_id = ?", (file_id,)
                 ) as cur:
                     row = await cur.fetchone()
         return None if row is None else _file(row)
 
     async def list_files(
         self,
-        project: str,
+        project_id: str,
         *,
         purpose: str = "",
         after: str = "",
         limit: int = 10_000,
         ascending: bool = False,
     ) -> list[FileRecord]:
-        sql, args = f"SELECT {_FILE_COLUMNS} FROM files WHERE project = ?", [project]
+        sql, args = f"SELECT {_FILE_READ} FROM files WHERE project_id = ?", [project_id]
         if purpose:
             sql, args = sql + " AND purpose = ?", [*args, purpose]
         if after:
@@ -160,18 +166,19 @@ class SqliteBatches:
         async with self._lock:
             with self._mapped("list expired files"):
                 async with self._conn.execute(
-                    f"SELECT {_FILE_COLUMNS} FROM files WHERE expires_at IS NOT NULL"
+                    f"SELECT {_FILE_READ} FROM files WHERE expires_at IS NOT NULL"
                     " AND expires_at <= ? ORDER BY expires_at LIMIT ?",
                     (_to_text(now), limit),
                 ) as cur:
                     rows = await cur.fetchall()
         return [_file(r) for r in rows]
 
-    async def project_file_bytes(self, project: str) -> int:
+    async def project_file_bytes(self, project_id: str) -> int:
         async with self._lock:
-            with self._mapped(f"sum the files of {project}"):
+            with self._mapped(f"sum the files of {project_id}"):
                 async with self._conn.execute(
-                    "SELECT COALESCE(SUM(bytes), 0) AS n FROM files WHERE project = ?", (project,)
+                    "SELECT COALESCE(SUM(bytes), 0) AS n FROM files WHERE project_id = ?",
+                    (project_id,),
                 ) as cur:
                     row = await cur.fetchone()
         return int(row["n"])
@@ -201,23 +208,23 @@ class SqliteBatches:
         async with self._lock:
             with self._mapped(f"read batch {batch_id}"):
                 async with self._conn.execute(
-                    f"SELECT {', '.join(_BATCH_COLUMNS)} FROM batches WHERE batch_id = ?",
+                    f"SELECT {_BATCH_READ} FROM batches WHERE batch_id = ?",
                     (batch_id,),
                 ) as cur:
                     row = await cur.fetchone()
         return None if row is None else _batch(row)
 
     async def list_batches(
-        self, project: str = "", *, status: str = "", after: str = "", limit: int = 100
+        self, project_id: str = "", *, status: str = "", after: str = "", limit: int = 100
     ) -> list[BatchRecord]:
         where, args = [], []
-        if project:
-            where, args = [*where, "project = ?"], [*args, project]
+        if project_id:
+            where, args = [*where, "project_id = ?"], [*args, project_id]
         if status:
             where, args = [*where, "status = ?"], [*args, status]
         if after:
             where, args = [*where, "batch_id < ?"], [*args, after]
-        sql = f"SELECT {', '.join(_BATCH_COLUMNS)} FROM batches"
+        sql = f"SELECT {_BATCH_READ} FROM batches"
         if where:
             sql += " WHERE " + " AND ".join(where)
         async with self._lock:
@@ -233,7 +240,7 @@ class SqliteBatches:
         async with self._lock:
             with self._mapped("list the batches still running"):
                 async with self._conn.execute(
-                    f"SELECT {', '.join(_BATCH_COLUMNS)} FROM batches"
+                    f"SELECT {_BATCH_READ} FROM batches"
                     f" WHERE status IN ({marks}) ORDER BY batch_id",
                     ACTIVE_STATUSES,
                 ) as cur:

@@ -7,9 +7,10 @@ from datetime import datetime
 
 from gatewayd.store.records import KeyRecord
 from gatewayd.store.sqlite.codec import _from_text, _json, _to_text
+from gatewayd.store.tenant_sql import PROJECT_PATH
 
 _COLUMNS = (
-    "key_id, project, name, secret_sha256, prefix, models, limits, created_at, expires_at,"
+    "key_id, project_id, name, secret_sha256, prefix, models, limits, created_at, expires_at,"
     " revoked_at, last_used_at, band, kind, rotated_from, rotated_to"
 )
 
@@ -33,7 +34,7 @@ class SqliteKeys:
                     " rotated_to = excluded.rotated_to",
                     (
                         rec.key_id,
-                        rec.project,
+                        rec.project_id,
                         rec.name,
                         rec.secret_sha256,
                         rec.prefix,
@@ -50,11 +51,11 @@ class SqliteKeys:
                     ),
                 )
 
-    async def list_keys(self, project: str = "") -> list[KeyRecord]:
-        sql = f"SELECT {_COLUMNS} FROM api_keys"
+    async def list_keys(self, project_id: str = "") -> list[KeyRecord]:
+        sql = f"SELECT {_COLUMNS}, {PROJECT_PATH} FROM api_keys"
         args: tuple = ()
-        if project:
-            sql, args = sql + " WHERE project = ?", (project,)
+        if project_id:
+            sql, args = sql + " WHERE project_id = ?", (project_id,)
         async with self._lock:
             with self._mapped("list keys"):
                 async with self._conn.execute(sql + " ORDER BY created_at, key_id", args) as cur:
@@ -62,6 +63,7 @@ class SqliteKeys:
         return [
             KeyRecord(
                 key_id=r["key_id"],
+                project_id=r["project_id"],
                 project=r["project"],
                 name=r["name"],
                 secret_sha256=r["secret_sha256"],

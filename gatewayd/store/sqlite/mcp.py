@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 
 from gatewayd.store.mcp_records import McpCallRow, McpGrantRecord, McpServerRecord
 from gatewayd.store.sqlite.codec import _from_text, _json, _to_text
+from gatewayd.store.tenant_sql import GRANTS_BY_PATH
 
 _SERVER_COLUMNS = (
     "name, url, transport, description, enabled, headers, secret_refs, timeout_s,"
@@ -113,29 +114,34 @@ class SqliteMcp:
     async def add_mcp_grant(self, scope: str, target: str, at: datetime) -> bool:
         async with self._lock:
             with self._mapped(f"grant {target} to {scope}"):
+                stored = await self._grant_scope(scope)
+                if stored is None:
+                    return False
                 cur = await self._conn.execute(
                     "INSERT INTO mcp_grants (scope, target, created_at) VALUES (?, ?, ?)"
                     " ON CONFLICT (scope, target) DO NOTHING",
-                    (scope, target, _to_text(at)),
+                    (stored, target, _to_text(at)),
                 )
                 return cur.rowcount == 1
 
     async def remove_mcp_grant(self, scope: str, target: str) -> bool:
         async with self._lock:
             with self._mapped(f"revoke {target} from {scope}"):
+                stored = await self._grant_scope(scope) or scope
                 cur = await self._conn.execute(
-                    "DELETE FROM mcp_grants WHERE scope = ? AND target = ?", (scope, target)
+                    "DELETE FROM mcp_grants WHERE scope = ? AND target = ?", (stored, target)
                 )
                 return cur.rowcount == 1
 
     async def list_mcp_grants(self) -> list[McpGrantRecord]:
         async with self._lock:
             with self._mapped("list MCP grants"):
-                async with self._conn.execute(
-                    "SELECT scope, target, created_at FROM mcp_grants ORDER BY scope, target"
-                ) as cur:
+                async with self._conn.execute(GRANTS_BY_PATH) as cur:
                     rows = await cur.fetchall()
-        return [McpGrantRecord(r["scope"], r["target"], _from_text(r["created_at"])) for r in rows]
+        grants = [
+            McpGrantRecord(r["scope"], r["target"], _from_text(r["created_at"])) for r in rows
+        ]
+        return sorted(grants, key=lambda g: (g.scope, g.target))
 
     async def record_mcp_calls(self, rows: Sequence[McpCallRow]) -> None:
         if not rows:

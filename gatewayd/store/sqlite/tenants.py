@@ -1,17 +1,34 @@
-"""SQLite: organizations, teams and projects."""
+"""SQLite: organizations, teams and projects (the SQL is gatewayd.store.tenant_sql's)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
 
+from gatewayd.store import tenant_sql as sql
 from gatewayd.store.records import TenantRecord
 from gatewayd.store.sqlite.codec import _from_text, _json, _to_text
+from gatewayd.store.tenant_records import TenantHoldings, TenantRemoval
+
+_INSERT = f"INSERT INTO tenants ({sql.TENANT_COLUMNS}) VALUES (?, ?, ?, ?, ?) ON CONFLICT (path) DO"
 
 
-def _under(path: str) -> str:
-    """A LIKE pattern for everything beneath ``path`` (its own wildcards escaped)."""
-    escaped = path.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    return escaped + "/%"
+class _Tx:
+    def __init__(self, db) -> None:
+        self._db = db
+
+    async def rows(self, text: str, args: Sequence[Any]) -> list[Mapping[str, Any]]:
+        async with self._db.execute(text, args) as cur:
+            return list(await cur.fetchall())
+
+    async def run(self, text: str, args: Sequence[Any]) -> None:
+        await self._db.execute(text, args)
+
+
+def _params(rec: TenantRecord) -> tuple:
+    return (rec.id, rec.path, rec.kind, _json(rec.limits), _to_text(rec.created_at))
 
 
 class SqliteTenants:
@@ -20,31 +37,24 @@ class SqliteTenants:
     async def create_tenant(self, rec: TenantRecord) -> bool:
         async with self._lock:
             with self._mapped(f"add {rec.kind} {rec.path}"):
-                cur = await self._conn.execute(
-                    "INSERT INTO tenants (path, kind, limits, created_at) VALUES (?, ?, ?, ?)"
-                    " ON CONFLICT (path) DO NOTHING",
-                    (rec.path, rec.kind, _json(rec.limits), _to_text(rec.created_at)),
-                )
+                cur = await self._conn.execute(_INSERT + " NOTHING", _params(rec))
                 return cur.rowcount == 1
 
     async def put_tenant(self, rec: TenantRecord) -> None:
         async with self._lock:
             with self._mapped(f"save {rec.kind} {rec.path}"):
                 await self._conn.execute(
-                    "INSERT INTO tenants (path, kind, limits, created_at) VALUES (?, ?, ?, ?)"
-                    " ON CONFLICT (path) DO UPDATE SET limits = excluded.limits",
-                    (rec.path, rec.kind, _json(rec.limits), _to_text(rec.created_at)),
+                    _INSERT + " UPDATE SET limits = excluded.limits", _params(rec)
                 )
 
     async def list_tenants(self) -> list[TenantRecord]:
         async with self._lock:
             with self._mapped("list organizations, teams and projects"):
-                async with self._conn.execute(
-                    "SELECT path, kind, limits, created_at FROM tenants ORDER BY path"
-                ) as cur:
+                async with self._conn.execute(sql.SELECT_TENANTS + " ORDER BY path") as cur:
                     rows = await cur.fetchall()
         return [
             TenantRecord(
+                id=r["id"],
                 path=r["path"],
                 kind=r["kind"],
                 limits=json.loads(r["limits"]),
@@ -54,25 +64,36 @@ class SqliteTenants:
         ]
 
     async def rename_tenant(self, path: str, new_path: str) -> int:
-        cut = len(path) + 1  # SQL strings count from 1
         async with self._lock:
             with self._mapped(f"rename {path} to {new_path}"):
                 async with self._transaction() as db:
-                    cur = await db.execute(
-                        "UPDATE tenants SET path = ? || substr(path, ?)"
-                        " WHERE path = ? OR path LIKE ? ESCAPE '\\'",
-                        (new_path, cut, path, _under(path)),
-                    )
-                    n = cur.rowcount
-                    await db.execute(
-                        "UPDATE api_keys SET project = ? || substr(project, ?)"
-                        " WHERE project = ? OR project LIKE ? ESCAPE '\\'",
-                        (new_path, cut, path, _under(path)),
-                    )
-        return n
+                    cur = await db.execute(sql.RENAME, sql.rename_args(path, new_path))
+                    return cur.rowcount
 
-    async def delete_tenant(self, path: str) -> bool:
+    async def tenant_holdings(self, path: str, now: datetime) -> TenantHoldings:
+        async with self._lock:
+            with self._mapped(f"read what {path} holds"):
+                return await sql.holdings(_Tx(self._conn), path, _to_text(now))
+
+    async def remove_tenant(self, path: str, *, force: bool, now: datetime) -> TenantRemoval | None:
         async with self._lock:
             with self._mapped(f"remove {path}"):
-                cur = await self._conn.execute("DELETE FROM tenants WHERE path = ?", (path,))
-                return cur.rowcount == 1
+                async with self._transaction() as db:
+                    return await sql.remove(_Tx(db), path, force=force, now=_to_text(now))
+
+    async def tenant_path(self, tenant_id: str) -> str:
+        async with self._lock:
+            with self._mapped(f"read the path of {tenant_id}"):
+                async with self._conn.execute(sql.PATH_OF_ID, (tenant_id,)) as cur:
+                    row = await cur.fetchone()
+        return row["path"] if row is not None else ""
+
+    async def _grant_scope(self, scope: str) -> str | None:
+        """How a grant's scope is kept (a level's by its id); None: no such level.
+        The caller holds the lock."""
+        level = sql.level_of(scope)
+        if level is None:
+            return scope
+        async with self._conn.execute(sql.STORED_SCOPE, level) as cur:
+            row = await cur.fetchone()
+        return row["scope"] if row is not None else None

@@ -90,6 +90,7 @@ async def _write_usage(db, rows: Sequence[UsageFields]) -> int:
         (
             _to_text(r.at),
             r.key_id,
+            getattr(r, "project_id", ""),
             r.project,
             r.model,
             r.served_model,

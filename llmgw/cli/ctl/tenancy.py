@@ -18,6 +18,7 @@ from llmgw.present.keyfmt import (
     SHAPES,
     TENANT_COLUMNS,
     parse_retention,
+    removed_line,
     tenant_cells,
     tenant_line,
 )
@@ -64,10 +65,22 @@ def _level_app(kind: str) -> typer.Typer:
     rename.__doc__ = f"Rename a {noun}; what is beneath it and its keys move with it."
 
     @sub.command("rm")
-    def remove(path: str = typer.Argument(..., help=shape), json: bool = JsonOpt) -> None:
-        call(lambda c: c.remove_tenant(kind, path), json=json)
+    def remove(
+        path: str = typer.Argument(..., help=shape),
+        force: bool = typer.Option(
+            False,
+            "--force",
+            help="Also remove the levels beneath and all they hold: keys, files, batches,"
+            " stored responses, MCP grants (usage is kept).",
+        ),
+        json: bool = JsonOpt,
+    ) -> None:
+        call(lambda c: c.remove_tenant(kind, path, force=force), json=json)
 
-    remove.__doc__ = f"Remove an empty {noun} (nothing beneath it, no working key)."
+    remove.__doc__ = (
+        f"Remove an empty {noun} (nothing beneath it, no working key, file, batch or MCP"
+        " grant), or with --force all of it."
+    )
     if kind == "project":
         sub.command("retention")(_retention)
     return sub
@@ -120,4 +133,4 @@ def _tenants(reply: ListTenantsReply):
 
 @renders(RemoveTenantReply)
 def _removed(reply: RemoveTenantReply):
-    return Text(f"Removed {reply.path}.")
+    return Text(removed_line(reply))

@@ -16,9 +16,13 @@ from tests.cluster_fixture import cluster  # noqa: F401  (a gatewayd per backend
 async def _made(cluster, project="local/default/default"):  # noqa: F811
     book = cluster.server.batches
     now = datetime.now(UTC)
+    tenancy = cluster.server.keys.tenancy
+    if tenancy.get(project) is None:
+        await tenancy.create("project", project, parents=True)
+    project_id = tenancy.get(project).id
     await cluster.server.store.put_file(
-        FileRecord(file_id="file-in", project=project, filename="in.jsonl", purpose="batch",
-                   bytes=0, created_at=now)
+        FileRecord(file_id="file-in", project_id=project_id, filename="in.jsonl",
+                   purpose="batch", bytes=0, created_at=now)
     )  # fmt: skip
     request = {
         "input_file_id": "file-in",
@@ -26,7 +30,7 @@ async def _made(cluster, project="local/default/default"):  # noqa: F811
         "completion_window": "24h",
         "metadata": {"job": "nightly"},
     }
-    return await book.create(project, "key_a", request)
+    return await book.create(project_id, "key_a", request)
 
 
 async def test_admin_lists_shows_and_cancels_a_batch(cluster):  # noqa: F811

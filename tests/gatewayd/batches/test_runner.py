@@ -69,19 +69,20 @@ async def _setup(store: Store, tmp_path, n: int, gateway: StandIn):
     await tenancy.create("project", PROJECT, parents=True)
     keys = KeyCache(store, tenancy)
     key, _ = await keys.create(PROJECT, "batch", [], 0)
+    project_id = tenancy.get(PROJECT).id
     files = FileStore(tmp_path / "files")
     files.ensure()
     file_id = new_id("file-")
     files.path(file_id).write_bytes(_input(n))
     now = datetime.now(UTC)
     await store.put_file(
-        FileRecord(file_id=file_id, project=PROJECT, filename="in.jsonl", purpose="batch",
+        FileRecord(file_id=file_id, project_id=project_id, filename="in.jsonl", purpose="batch",
                    bytes=len(_input(n)), created_at=now)
     )  # fmt: skip
     book = BatchBook(store)
     runner = BatchRunner(book, files, store, gateway, keys, BatchesConfig(), FilesConfig())
     request = {"input_file_id": file_id, "endpoint": "/v1/chat/completions"}
-    rec = await book.create(PROJECT, key.key_id, request | {"completion_window": "24h"})
+    rec = await book.create(project_id, key.key_id, request | {"completion_window": "24h"})
     return book, runner, files, keys, rec
 
 

@@ -14,12 +14,14 @@ from llmgw.errors import StoreError
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 # Usage rows carry the time they were made (now): read up to well past it.
 _LATER = datetime.now(UTC) + timedelta(days=1)
+# Files and batches belong to a project's id (its path may change).
+MINE, OTHER = "ten_00000000000000aa", "ten_00000000000000bb"
 
 
-def _file(file_id: str, project: str = "Acme/ml/search", **changes) -> FileRecord:
+def _file(file_id: str, project_id: str = MINE, **changes) -> FileRecord:
     fields = {
         "file_id": file_id,
-        "project": project,
+        "project_id": project_id,
         "key_id": "key_a",
         "filename": "in.jsonl",
         "purpose": "batch",
@@ -30,10 +32,10 @@ def _file(file_id: str, project: str = "Acme/ml/search", **changes) -> FileRecor
     return FileRecord(**(fields | changes))
 
 
-def _batch(batch_id: str, project: str = "Acme/ml/search", **changes) -> BatchRecord:
+def _batch(batch_id: str, project_id: str = MINE, **changes) -> BatchRecord:
     fields = {
         "batch_id": batch_id,
-        "project": project,
+        "project_id": project_id,
         "key_id": "key_a",
         "endpoint": "/v1/chat/completions",
         "status": "validating",
@@ -48,16 +50,16 @@ def _batch(batch_id: str, project: str = "Acme/ml/search", **changes) -> BatchRe
 async def test_files_are_listed_per_project_newest_first_and_expire(store: Store):
     for i in range(3):
         await store.put_file(_file(f"file-{i}", bytes=10 * (i + 1)))
-    await store.put_file(_file("file-x", project="Other/a/b"))
+    await store.put_file(_file("file-x", project_id=OTHER))
 
-    listed = await store.list_files("Acme/ml/search")
+    listed = await store.list_files(MINE)
     assert [f.file_id for f in listed] == ["file-2", "file-1", "file-0"]
-    page = await store.list_files("Acme/ml/search", after="file-2", limit=1)
+    page = await store.list_files(MINE, after="file-2", limit=1)
     assert [f.file_id for f in page] == ["file-1"]
-    up = await store.list_files("Acme/ml/search", ascending=True, after="file-0")
+    up = await store.list_files(MINE, ascending=True, after="file-0")
     assert [f.file_id for f in up] == ["file-1", "file-2"]
-    assert await store.list_files("Acme/ml/search", purpose="batch_output") == []
-    assert await store.project_file_bytes("Acme/ml/search") == 60
+    assert await store.list_files(MINE, purpose="batch_output") == []
+    assert await store.project_file_bytes(MINE) == 60
 
     got = await store.get_file("file-1")
     assert got == _file("file-1", bytes=20)
@@ -120,10 +122,10 @@ async def test_progress_and_its_usage_are_written_together_or_not_at_all(store: 
 async def test_batches_are_listed_newest_first_by_project_and_status(store: Store):
     await store.create_batch(_batch("batch_1"))
     await store.create_batch(_batch("batch_2", status="completed"))
-    await store.create_batch(_batch("batch_3", project="Other/a/b"))
+    await store.create_batch(_batch("batch_3", project_id=OTHER))
 
     assert [b.batch_id for b in await store.list_batches()] == ["batch_3", "batch_2", "batch_1"]
-    mine = await store.list_batches("Acme/ml/search")
+    mine = await store.list_batches(MINE)
     assert [b.batch_id for b in mine] == ["batch_2", "batch_1"]
     assert [b.batch_id for b in await store.list_batches(after="batch_2")] == ["batch_1"]
     done = await store.list_batches(status="completed")

@@ -13,7 +13,7 @@ import pytest_asyncio
 from gatewayd.gateway.policy.keys import KeyInfo
 from gatewayd.mcp.registry import McpRegistry
 from gatewayd.mcp.seal import Sealer, SealError
-from gatewayd.store import McpServerRecord, SqliteStore
+from gatewayd.store import McpServerRecord, SqliteStore, TenantRecord
 from llmgw.errors import NotFoundError, StoreError
 from llmgw.mcp.config import McpConfig
 
@@ -50,8 +50,16 @@ def registry(store: SqliteStore, sealer: Sealer) -> McpRegistry:
     return McpRegistry(store, sealer, McpConfig(refresh_interval_s=0.05))
 
 
+async def _level(store: SqliteStore, scope: str) -> None:
+    """The level a grant names (a grant is kept by the level's id, so it must exist)."""
+    kind, _, path = scope.partition(":")
+    if kind != "key":
+        await store.create_tenant(TenantRecord(kind=kind, path=path, created_at=T0))
+
+
 async def _grant(store: SqliteStore, registry: McpRegistry, *grants: tuple[str, str]) -> None:
     for scope, target in grants:
+        await _level(store, scope)
         await store.add_mcp_grant(scope, target, T0)
     await registry.refresh()
 
@@ -293,6 +301,7 @@ async def test_run_picks_up_a_grant_made_elsewhere(store, registry):
         await asyncio.wait_for(changed.wait(), 10)  # the first read: the server
         changed.clear()
         # Written straight to the store, as another control plane would.
+        await _level(store, "org:Acme")
         await store.add_mcp_grant("org:Acme", "hr", T0)
         await asyncio.wait_for(changed.wait(), 10)
     finally:

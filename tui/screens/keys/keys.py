@@ -233,8 +233,9 @@ class KeysScreen(Rereads, Screen[None]):
                 )
 
         question = (
-            f"Remove the {noun} {level.path}? Only an empty one can go: "
-            "nothing beneath it and no key that still works."
+            f"Remove the {noun} {level.path}? Only an empty one can go: nothing beneath it,"
+            " no key that still works, no file, batch or MCP grant"
+            f" (llmgw ctl {level.kind} rm {level.path} --force takes all of it)."
         )
         self.app.push_screen(Confirm(f"Remove {level.path}", question, "Remove"), remove)
 

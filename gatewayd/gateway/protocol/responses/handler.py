@@ -94,7 +94,7 @@ class Responses:
             await call.json(200, stored.response)
         elif not tail and method == "DELETE":
             await self._retention(call, "DELETE /v1/responses/{id}")
-            if not await self._store.delete_response(call.key.project, response_id):
+            if not await self._store.delete_response(call.key.project_id, response_id):
                 raise _not_found(response_id)
             await call.json(200, {"id": response_id, "object": "response", "deleted": True})
         else:
@@ -146,6 +146,7 @@ class Responses:
             await self._store.put_response(
                 StoredResponse(
                     id=envelope.id,
+                    project_id=call.key.project_id,
                     project=call.key.project,
                     key_id=call.key.key_id,
                     created_at=now,
@@ -161,14 +162,14 @@ class Responses:
     # ---- stored ------------------------------------------------------------
 
     async def _retention(self, call, param: str) -> int:
-        retain_s = await self._store.retention_of(call.key.project)
+        retain_s = await self._store.retention_of(call.key.project_id)
         if retain_s <= 0:
             raise retention_off(call.key.project, param)
         return retain_s
 
     async def _stored(self, call, response_id: str, param: str) -> StoredResponse:
         await self._retention(call, param)
-        stored = await self._store.get_response(call.key.project, response_id, datetime.now(UTC))
+        stored = await self._store.get_response(call.key.project_id, response_id, datetime.now(UTC))
         if stored is None:
             raise _not_found(response_id)
         return stored
