@@ -266,8 +266,7 @@ def drain(node_id: str = typer.Argument(...), json: bool = JsonOpt) -> None:
 
 engines_app = typer.Typer(
     help="The recipes in force (and where each came from), then engines on every node:\n"
-    "installed, installing, failed (in the node's words). `rotate-key` gives every replica\n"
-    "a new key."
+    "installed, installing, failed (in the node's words)."
 )
 
 
