@@ -95,7 +95,11 @@ class GatewayServer:
         # and fetched through them. Tokens are read from their files as they change.
         self.mirrors = MirrorSet.from_config(cfg.mirror, paths, admin_token=paths.admin_token_file)
         self.catalog = Catalog(
-            self.store, self.registry.watch, hub_url=cfg.hub_url, mirrors=self.mirrors
+            self.store,
+            self.registry.watch,
+            hub_url=cfg.hub_url,
+            mirrors=self.mirrors,
+            provider_keys_dir=paths.provider_keys_dir,
         )
         self.reconciler: Reconciler | None = None
         self.ports: dict[str, int] = {}
@@ -170,6 +174,7 @@ class GatewayServer:
             self.reconciler,
             self.registry,
             self.catalog,
+            provider_keys_dir=self.paths.provider_keys_dir,
             access=self.engine_access,
         )
         self.metrics = GatewayMetrics(known=self.endpoints.known)

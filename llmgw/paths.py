@@ -51,6 +51,12 @@ class Paths:
         return self.config_dir / "secrets"
 
     @property
+    def provider_keys_dir(self) -> Path:
+        """Where outside providers' API keys live: the only files an external model's
+        api_key_files may name (gatewayd reads nothing else of the secrets dir for them)."""
+        return self.secrets_dir / "providers"
+
+    @property
     def admin_token_file(self) -> Path:
         return self.secrets_dir / "admin-token"
 

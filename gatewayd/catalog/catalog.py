@@ -24,6 +24,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from gatewayd.catalog.key_files import refused_key_file
 from gatewayd.mirrors.hub import read_through
 from gatewayd.mirrors.set import MirrorSet
 from gatewayd.nodes.watch import Broadcaster
@@ -56,8 +57,11 @@ class Catalog:
         *,
         hub_url: str = HF_BASE_URL,
         mirrors: MirrorSet | None = None,
+        provider_keys_dir: Path | None = None,
     ):
         self._store = store
+        # Where an external model's api_key_files must lie (None: nowhere, none is taken).
+        self.provider_keys_dir = provider_keys_dir
         self._watch = watch
         self.hub_url = hub_url
         # With mirrors configured, hf: sources are pinned through them (the hub only
@@ -123,11 +127,21 @@ class Catalog:
                 f"a model named {model.name!r} exists; change it with llmgw ctl model scale/context,"
                 f" or remove it first (llmgw ctl model rm {model.name})",
             )
-        if not model.is_external:
+        if model.is_external:
+            self._check_key_files(model)
+        else:
             await asyncio.to_thread(_check_local, model)
             model = await self._pin(model, self.get(model.name))
         await self._save(model)
         return model
+
+    def _check_key_files(self, model: Model) -> None:
+        """Key files outside the providers' directory are refused, naming it: gatewayd
+        would send what they hold to the model's url (gatewayd.catalog.key_files)."""
+        for key in model.external.api_key_files:
+            why = refused_key_file(key.file, self.provider_keys_dir)
+            if why is not None:
+                raise CatalogError("invalid", f"model {model.name}: {why}")
 
     async def _pin(self, model: Model, prev: Model | None) -> Model:
         """An hf: model with the commit its revision names now, checked on the hub.

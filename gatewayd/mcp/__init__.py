@@ -32,6 +32,7 @@ async def mount(server) -> McpRuntime | None:
     from gatewayd.mcp.builtin_admin import AdminTools
     from gatewayd.mcp.endpoint.asgi import McpEndpoint
     from gatewayd.mcp.protect import Breakers, RateBuckets
+    from gatewayd.mcp.rebind import bind_origins
     from gatewayd.mcp.registry import McpRegistry
     from gatewayd.mcp.runtime import McpRuntime
     from gatewayd.mcp.seal import Sealer
@@ -52,6 +53,8 @@ async def mount(server) -> McpRuntime | None:
     await journal.open()
     writer = McpCallWriter(server.store, journal=journal)
     await _replay(writer)
+    # Credentials sealed before origins were bound are sealed for theirs before any is opened.
+    await bind_origins(server.store, sealer)
     registry = McpRegistry(server.store, sealer, cfg)
     await registry.refresh()
     admin_tools = AdminTools()

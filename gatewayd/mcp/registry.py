@@ -25,7 +25,7 @@ from gatewayd.mcp.seal import Sealer, SealError
 from gatewayd.store.mcp_records import McpGrantRecord, McpServerRecord
 from llmgw.errors import NotFoundError
 from llmgw.mcp.config import McpConfig
-from llmgw.mcp.names import ADMIN_SERVER
+from llmgw.mcp.names import ADMIN_SERVER, McpNameRefused, origin_of
 
 if TYPE_CHECKING:
     from gatewayd.gateway.policy.keys import KeyInfo
@@ -76,8 +76,10 @@ class McpRegistry:
         self._by_scope: dict[str, Granted] = {}
         # (key id, project) -> the merged grants of its chain; filled on demand.
         self._merged: dict[tuple[str, str], Granted] = {}
-        # ref -> opened value; a ref's value never changes (new value, new ref).
-        self._unsealed: dict[str, str] = {}
+        # (ref, origin) -> opened value; a ref's value never changes (new value, new ref),
+        # and it opens only for the origin it was sealed for: an address moved in the
+        # store must not find its old credential opened here already.
+        self._unsealed: dict[tuple[str, str], str] = {}
         self._callbacks: list[Callable[[], None]] = []
         # Two refreshes at once (the loop, an admin RPC) would let the one that
         # read the store first apply last and undo a change for a round.
@@ -115,7 +117,7 @@ class McpRegistry:
         self._servers = by_name
         self._grants = grants
         referenced = {ref for s in servers for ref in s.secret_refs.values()}
-        self._unsealed = {r: v for r, v in self._unsealed.items() if r in referenced}
+        self._unsealed = {k: v for k, v in self._unsealed.items() if k[0] in referenced}
         self.tools_seen = {
             name: tools
             for name, tools in self.tools_seen.items()
@@ -166,7 +168,8 @@ class McpRegistry:
         rec = self._servers.get(name)
         if rec is None:
             raise NotFoundError(f"there is no MCP server {name!r}", hint="llmgw ctl mcp list")
-        missing = [ref for ref in rec.secret_refs.values() if ref not in self._unsealed]
+        origin = _origin(rec) if rec.secret_refs else ""
+        missing = [r for r in rec.secret_refs.values() if (r, origin) not in self._unsealed]
         if missing:
             sealed = await self._store.get_sealed_secrets(missing)
             for ref in missing:
@@ -177,10 +180,10 @@ class McpRegistry:
                         hint=f"set it again: llmgw ctl mcp change {name} --bearer-file FILE"
                         " (or --header-file NAME=FILE)",
                     )
-                self._unsealed[ref] = self._sealer.open(blob, ref)
+                self._unsealed[ref, origin] = self._sealer.open(blob, ref, origin)
         headers = dict(rec.headers)
         for header, ref in rec.secret_refs.items():
-            headers[header] = self._unsealed[ref]
+            headers[header] = self._unsealed[ref, origin]
         return headers
 
     # ---- grants -----------------------------------------------------------------
@@ -208,3 +211,14 @@ class McpRegistry:
     def granted_servers(self, key: KeyInfo) -> list[str]:
         """Servers any of whose tools ``key`` may call: llmgw:admin first, then by name."""
         return sorted(self._granted(key), key=lambda s: (s != ADMIN_SERVER, s))
+
+
+def _origin(rec: McpServerRecord) -> str:
+    """The origin a server's credentials must have been sealed for: its address's now."""
+    try:
+        return origin_of(rec.url)
+    except McpNameRefused as e:  # an address edited in the store by hand
+        raise SealError(
+            f"the credentials of MCP server {rec.name} are not opened: {e}",
+            hint=f"give its address again: llmgw ctl mcp change {rec.name} --url URL",
+        ) from None

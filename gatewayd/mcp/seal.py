@@ -4,8 +4,15 @@ A credential (a bearer token, an API key header) is sealed with AES-256-GCM
 under a 32-byte key that lives only on the control plane's disk
 (``secrets/mcp-seal.key``, 0600), so a copy of the store (a backup, a
 PostgreSQL another team runs) holds no usable credential. The secret's ref
-(``mcp/hr/3f9a…``) is bound in as associated data: a sealed value moved to
-another ref, or another server, does not open. A blob is nonce ‖ ciphertext.
+(``mcp/hr/3f9a…``) and the origin of the server's address
+(``https://hr.internal:443``, llmgw.mcp.names.origin_of) are bound in as
+associated data: a sealed value moved to another ref, another server, or the
+same server pointed somewhere else (its address edited in the store) does not
+open. A blob is nonce ‖ ciphertext.
+
+Values sealed before the origin was bound (associated data: the ref alone)
+are sealed again for their server's origin when gatewayd starts
+(gatewayd.mcp.rebind); ``open_unbound`` exists for that alone.
 """
 
 from __future__ import annotations
@@ -38,6 +45,12 @@ class SealError(LlmgwError):
     """A sealed credential cannot be opened, or the seal key cannot be used."""
 
 
+def _bound(ref: str, origin: str) -> bytes:
+    """The associated data of a value sealed as ``ref`` for ``origin``: neither holds a
+    newline (a ref is ``mcp/NAME/HEX``, an origin ``scheme://host:port``)."""
+    return f"{ref}\n{origin}".encode()
+
+
 def new_ref(server: str) -> str:
     """A fresh ref for one sealed value of ``server``: ``mcp/SERVER/<16 hex>``.
 
@@ -60,11 +73,34 @@ class Sealer:
 
     new_ref = staticmethod(new_ref)
 
-    def seal(self, value: str, ref: str) -> bytes:
+    def seal(self, value: str, ref: str, origin: str) -> bytes:
+        """``value`` sealed for the server whose address has ``origin`` (origin_of)."""
         nonce = os.urandom(NONCE_BYTES)
-        return nonce + self._cipher().encrypt(nonce, value.encode(), ref.encode())
+        return nonce + self._cipher().encrypt(nonce, value.encode(), _bound(ref, origin))
 
-    def open(self, blob: bytes, ref: str) -> str:
+    def open(self, blob: bytes, ref: str, origin: str) -> str:
+        """The value sealed as ``ref`` for ``origin``; SealError for any other origin."""
+        return self._open(
+            blob,
+            ref,
+            _bound(ref, origin),
+            f"the sealed credential {ref} does not open for {origin} with the key in"
+            f" {self.key_path}: the server's address was moved to {origin} in the store"
+            " without new credentials, the key was replaced, or the store was sealed by"
+            " another control plane",
+        )
+
+    def open_unbound(self, blob: bytes, ref: str) -> str:
+        """A value sealed before origins were bound (its ref alone as associated data)."""
+        return self._open(
+            blob,
+            ref,
+            ref.encode(),
+            f"the sealed credential {ref} does not open with the key in {self.key_path}:"
+            " the key was replaced, or the store was sealed by another control plane",
+        )
+
+    def _open(self, blob: bytes, ref: str, aad: bytes, refused: str) -> str:
         if len(blob) < NONCE_BYTES + TAG_BYTES:
             raise SealError(
                 f"the sealed credential {ref} is {len(blob)} bytes: too short to be one",
@@ -72,13 +108,9 @@ class Sealer:
             )
         nonce, sealed = blob[:NONCE_BYTES], blob[NONCE_BYTES:]
         try:
-            plain = self._cipher().decrypt(nonce, sealed, ref.encode())
+            plain = self._cipher().decrypt(nonce, sealed, aad)
         except InvalidTag as e:
-            raise SealError(
-                f"the sealed credential {ref} does not open with the key in {self.key_path}:"
-                " the key was replaced, or the store was sealed by another control plane",
-                hint=_RESEAL_HINT,
-            ) from e
+            raise SealError(refused, hint=_RESEAL_HINT) from e
         return plain.decode()
 
     def _cipher(self) -> AESGCM:

@@ -72,7 +72,33 @@ def check_address(url: str) -> str:
             f"{parts.scheme}://…@{parts.hostname}: an address may not carry a user or password;"
             " give the credential with --bearer-file or --header-file instead"
         )
+    origin_of(url)  # a port that is no number is refused here, not at the first call
     return url
+
+
+# The port an address without one is reached on.
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def origin_of(url: str) -> str:
+    """Where an address's credentials belong: ``scheme://host:port``, the port always written.
+
+    ``https://HR.internal/mcp`` and ``https://hr.internal:443/other`` are one origin;
+    ``http://hr.internal/mcp`` and ``https://hr.internal:8443/mcp`` are two others. A
+    company server's sealed credentials are bound to it (gatewayd.mcp.seal).
+    """
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    try:
+        port = parts.port
+    except ValueError:
+        raise McpNameRefused(f"{url!r}: its port is not a number from 0 to 65535") from None
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"  # an IPv6 address, as an address writes it
+    if port is None:
+        port = _DEFAULT_PORTS.get(scheme, 0)
+    return f"{scheme}://{host}:{port}"
 
 
 def transport_of(url: str) -> str:

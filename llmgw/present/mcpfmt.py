@@ -55,6 +55,18 @@ def headers_text(v: McpServerView) -> str:
     return ", ".join(names) or "-"
 
 
+def dropped_text(v: McpServerView) -> str:
+    """What a change of address did to the sealed headers: "" when it dropped none."""
+    if not v.sealed_headers_dropped:
+        return ""
+    names = ", ".join(v.sealed_headers_dropped)
+    return (
+        f"Dropped the sealed {names}: they were sealed for the old address, and {v.url} is"
+        " another origin (scheme, host or port). Give them again if it should have them:"
+        f" llmgw ctl mcp change {v.name} --bearer-file FILE (or --header-file NAME=FILE)"
+    )
+
+
 def rate_text(v: McpServerView) -> str:
     return f"{v.rate_per_minute}/min" if v.rate_per_minute else "-"
 

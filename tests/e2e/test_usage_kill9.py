@@ -73,7 +73,9 @@ def test_every_request_answered_before_a_kill_9_of_gatewayd_is_in_the_usage_tabl
     init_on_free_ports(home, "--no-node", "--no-starter")
     paths = Paths.under(home)
     port = int(load_server_config(paths.server_yaml).listen.http.rsplit(":", 1)[1])
-    (tmp_path / "provider.key").write_text("sk-provider\n")
+    provider_key = paths.provider_keys_dir / "provider.key"  # where gatewayd reads such keys
+    provider_key.parent.mkdir(parents=True, exist_ok=True)
+    provider_key.write_text("sk-provider\n")
     sim, url = _sim("sk-provider")
     log = tmp_path / "gatewayd.log"
     gatewayd = _gatewayd(home, log, port)
@@ -82,7 +84,7 @@ def test_every_request_answered_before_a_kill_9_of_gatewayd_is_in_the_usage_tabl
         spec.write_text(
             "name: outside\nsource: external\nslots: 16\n"
             f"external:\n  url: {url}/v1\n  model: provider-model\n"
-            f"  api_key_files:\n    - file: {tmp_path / 'provider.key'}\n"
+            f"  api_key_files:\n    - file: {provider_key}\n"
         )
         for args in (("model", "add", str(spec)), ("project", "create", "--parents", "a/b/c")):
             done = llmgw(home, "ctl", *args)

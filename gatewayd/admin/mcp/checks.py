@@ -15,7 +15,7 @@ from grpclib.exceptions import GRPCError
 
 from gatewayd.store.mcp_records import McpCallRow, McpGrantRecord, McpServerRecord
 from llmgw.errors import LlmgwError
-from llmgw.mcp.names import McpNameRefused
+from llmgw.mcp.names import McpNameRefused, origin_of
 from proto.llmgw.v1 import McpGrantView, McpUsageGroup
 
 # What PutMcpServerRequest.set may name on a change.
@@ -106,6 +106,16 @@ def check_headers(headers: dict[str, str], *, secret: bool) -> dict[str, str]:
             raise GRPCError(Status.INVALID_ARGUMENT, f"the header {name} is given twice")
         out[name] = value
     return out
+
+
+def moved_credentials(old: McpServerRecord, new: McpServerRecord, fields: set[str]) -> list[str]:
+    """The sealed headers a change must drop: all of them where the address moved to
+    another origin (scheme, host, port) and no new ones were given with it."""
+    if "url" not in fields or "secret_headers" in fields or not new.secret_refs:
+        return []
+    if origin_of(old.url) == origin_of(new.url):
+        return []
+    return sorted(new.secret_refs)
 
 
 def check_limits(timeout_s: float, rate_per_minute: int) -> None:

@@ -28,6 +28,7 @@ from gatewayd.admin.mcp.checks import (
     failure_words,
     grant_view,
     iso,
+    moved_credentials,
     refused,
     server_of,
     usage_groups,
@@ -48,6 +49,7 @@ from llmgw.mcp.names import (
     check_address,
     check_server_name,
     grant_target,
+    origin_of,
     parse_what,
     parse_who,
     transport_of,
@@ -234,9 +236,17 @@ class McpAdmin:
                 raise GRPCError(Status.INVALID_ARGUMENT, "say what to change")
             base = existing
         rec, new_secrets = self._changed(base, message, fields, rt)
+        dropped = moved_credentials(base, rec, fields)
+        if dropped:
+            # Credentials are the old origin's: a new host (or port, or scheme) is not
+            # given them unless they are given again in the same change.
+            rec = replace(rec, secret_refs={})
+            fields = fields | {"secret_headers"}
         await self._store.put_mcp_server(replace(rec, updated_at=now), new_secrets)
         await self._applied(name, fields)
-        return self._server_view(await self._record(name), await self._store.list_mcp_grants())
+        view = self._server_view(await self._record(name), await self._store.list_mcp_grants())
+        view.sealed_headers_dropped = dropped
+        return view
 
     def _changed(
         self, base: McpServerRecord, message: PutMcpServerRequest, fields: set[str], rt
@@ -266,7 +276,10 @@ class McpAdmin:
                 # A new ref each time: a replaced credential's old ref is left unused and
                 # the store removes it in the same transaction.
                 ref = rt.sealer.new_ref(base.name)
-                new_secrets[ref] = rt.sealer.seal(value, ref)
+                # Sealed for the address it is given with (the new one, when both change).
+                new_secrets[ref] = rt.sealer.seal(
+                    value, ref, origin_of(update.get("url", base.url))
+                )
                 refs[header] = ref
             update["secret_refs"] = refs
         rec = replace(base, **update)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from gatewayd.catalog.catalog import Catalog
 from gatewayd.controller.reconciler import Reconciler
@@ -26,6 +27,7 @@ class Endpoints:
         registry: NodeRegistry,
         catalog: Catalog,
         *,
+        provider_keys_dir: Path | None = None,
         access: EngineAccess | None = None,
     ):
         self._reconciler = reconciler
@@ -33,7 +35,8 @@ class Endpoints:
         self.access = access or EngineAccess("")
         self._registry = registry
         self._catalog = catalog
-        self.external = ExternalEndpoints()
+        # None: no outside provider's key file is read (gatewayd passes its secrets').
+        self.external = ExternalEndpoints(keys_dir=provider_keys_dir)
         # model -> (its catalog record, profile name -> engine): read once per record.
         self._engines: dict[str, tuple[object, dict[str, str]]] = {}
         # model -> (its catalog record, vocabulary size, when it was looked at).

@@ -5,20 +5,23 @@ into router targets — ``external:MODEL#1``, ``#2`` … — each with the
 provider's URL, its own ``authorization`` header and the provider's name of
 the model. Key files are read here, by the control plane: again when they
 change (looked at every ``RECHECK_S``, a stat each), so a rotated key takes
-effect without a restart. A file that cannot be read is left out with a
-warning naming the file, never its content; the others keep answering.
+effect without a restart. Only files in the providers' key directory are
+read (gatewayd.catalog.key_files; a catalog kept from before that rule may
+name others). A file that cannot be read is left out with a warning naming
+the file, never its content; the others keep answering.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from pydantic import ValidationError
 
+from gatewayd.catalog.key_files import key_file_mark, read_key_file
 from gatewayd.gateway.routing.router import Target
 from llmgw.catalog.external import External
 
@@ -46,8 +49,14 @@ class ExternalEndpoints:
     """Targets of external models, rebuilt when the spec changes or ``recheck_s`` passes."""
 
     def __init__(
-        self, *, recheck_s: float = RECHECK_S, clock: Callable[[], float] = time.monotonic
+        self,
+        *,
+        keys_dir: Path | None,
+        recheck_s: float = RECHECK_S,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        # Paths.provider_keys_dir: the only place key files are read from (None: nowhere).
+        self._keys_dir = keys_dir
         self._recheck_s = recheck_s
         self._clock = clock
         self._files: dict[str, _KeyFile] = {}
@@ -101,12 +110,11 @@ class ExternalEndpoints:
         """The key in ``path``, read again only if the file changed; "" if it cannot be."""
         held = self._files.get(path)
         try:
-            st = os.stat(path)
-            mark = (st.st_ino, st.st_size, st.st_mtime_ns)
+            mark = key_file_mark(path, self._keys_dir)
             if held is not None and held.mark == mark:
                 return held.key
-            with open(path, encoding="utf-8") as f:
-                key = f.read().strip()
+            mark, text = read_key_file(path, self._keys_dir)
+            key = text.strip()
             problem = "" if key else "it is empty"
         except (OSError, UnicodeDecodeError) as e:
             mark, key = None, ""

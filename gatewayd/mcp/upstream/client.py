@@ -35,13 +35,13 @@ from gatewayd.mcp.upstream.errors import (
 )
 from gatewayd.mcp.upstream.events import (
     CLIENT_INFO,
-    NO_AIOHTTP_TIMEOUT,
     answer_to_server_request,
     cancelled,
     dumps,
     loads,
     read_events,
 )
+from gatewayd.mcp.upstream.redirects import exchange
 from gatewayd.mcp.upstream.sse import SseWire
 
 log = logging.getLogger(__name__)
@@ -210,9 +210,7 @@ class Upstream:
         if params is not None:
             msg["params"] = params
         headers = self._modern_headers(method, params) if self._modern else self._call_headers
-        async with self.http.post(
-            self.url, data=dumps(msg), headers=headers, timeout=NO_AIOHTTP_TIMEOUT
-        ) as resp:
+        async with exchange(self.http, "POST", self.url, headers=headers, data=dumps(msg)) as resp:
             await resp.read()
 
     async def close(self) -> None:
@@ -230,12 +228,10 @@ class Upstream:
             await self._sse.close()
         elif self._session_id is not None:
             # A server keeps a forgotten session until its idle timeout; tell it now.
-            with contextlib.suppress(aiohttp.ClientError, OSError, TimeoutError):
+            with contextlib.suppress(aiohttp.ClientError, OSError, TimeoutError, UpstreamError):
                 async with asyncio.timeout(min(self.timeout_s, 2.0)):
                     headers = {k: v for k, v in self._call_headers.items() if k != "Content-Type"}
-                    async with self.http.delete(
-                        self.url, headers=headers, timeout=NO_AIOHTTP_TIMEOUT
-                    ) as resp:
+                    async with exchange(self.http, "DELETE", self.url, headers=headers) as resp:
                         await resp.read()
 
     # -- negotiation ------------------------------------------------------------------
@@ -353,9 +349,7 @@ class Upstream:
         self, payload: bytes, headers: dict, rid: object, on_note: Notify | None = None
     ):
         """POST one request: (status, the answer message or None, the raw body, the headers)."""
-        async with self.http.post(
-            self.url, data=payload, headers=headers, timeout=NO_AIOHTTP_TIMEOUT
-        ) as resp:
+        async with exchange(self.http, "POST", self.url, headers=headers, data=payload) as resp:
             if resp.content_type == "text/event-stream":
                 answer = await self._answer_in_events(resp, rid, on_note)
                 return resp.status, answer, b"", resp.headers
@@ -423,8 +417,8 @@ class Upstream:
         if self._sse is not None:
             await self._sse.send(answer)
             return
-        async with self.http.post(
-            self.url, data=dumps(answer), headers=self._call_headers, timeout=NO_AIOHTTP_TIMEOUT
+        async with exchange(
+            self.http, "POST", self.url, headers=self._call_headers, data=dumps(answer)
         ) as resp:
             await resp.read()
 
@@ -448,18 +442,14 @@ class Upstream:
         }
         headers = self._modern_headers("subscriptions/listen", params)
         await self._keep_streaming(
-            lambda: self.http.post(
-                self.url, data=dumps(msg), headers=headers, timeout=NO_AIOHTTP_TIMEOUT
-            )
+            lambda: exchange(self.http, "POST", self.url, headers=headers, data=dumps(msg))
         )
 
     async def _get_stream(self, session: str) -> None:
         """Legacy: the session's GET stream (a server may refuse it with 405: it then sends nothing)."""
         headers = {k: v for k, v in self._call_headers.items() if k != "Content-Type"}
         headers["Accept"] = "text/event-stream"
-        await self._keep_streaming(
-            lambda: self.http.get(self.url, headers=headers, timeout=NO_AIOHTTP_TIMEOUT)
-        )
+        await self._keep_streaming(lambda: exchange(self.http, "GET", self.url, headers=headers))
 
     async def _keep_streaming(self, open_stream) -> None:
         """Read a notification stream; reopen it when it ends while the connection lives.
@@ -487,6 +477,9 @@ class Upstream:
                         # A listen stream opens with its acknowledgement: nothing to relay.
                         if msg is not None and msg.get("method") not in _NOT_RELAYED:
                             self._deliver(_without_subscription_id(msg))
+            except UpstreamError as exc:  # a redirect it was not followed to
+                log.info("MCP server %s offers no notification stream: %s", self.name, exc)
+                return
             except (aiohttp.ClientError, OSError, ValueError) as exc:
                 log.debug("the notification stream of MCP server %s failed: %s", self.name, exc)
             await asyncio.sleep(retry_s)

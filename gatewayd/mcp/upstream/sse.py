@@ -26,12 +26,12 @@ from gatewayd.mcp.upstream.errors import (
 )
 from gatewayd.mcp.upstream.events import (
     CLIENT_INFO,
-    NO_AIOHTTP_TIMEOUT,
     cancelled,
     dumps,
     loads,
     read_events,
 )
+from gatewayd.mcp.upstream.redirects import exchange, send
 
 log = logging.getLogger(__name__)
 
@@ -70,9 +70,7 @@ class SseWire:
 
     async def open(self) -> None:
         headers = {**self._headers, "Accept": "text/event-stream"}
-        self._resp = resp = await self.http.get(
-            self.url, headers=headers, timeout=NO_AIOHTTP_TIMEOUT
-        )
+        self._resp = resp = await send(self.http, "GET", self.url, headers=headers)
         if resp.status in (401, 403):
             raise http_status_error(resp.status)
         if resp.status != 200 or resp.content_type != "text/event-stream":
@@ -90,7 +88,7 @@ class SseWire:
             raise UpstreamError(
                 "protocol", "not an MCP server: its event stream did not start with an endpoint"
             )
-        post_url = urljoin(self.url, first[1].strip())
+        post_url = urljoin(str(resp.url), first[1].strip())
         if urlsplit(post_url)[:2] != urlsplit(self.url)[:2]:
             # A server naming another host would have the gateway send its credentials there.
             raise UpstreamError(
@@ -161,8 +159,8 @@ class SseWire:
         await self.send(msg)
 
     async def send(self, msg: dict) -> None:
-        async with self.http.post(
-            self._post_url, data=dumps(msg), headers=self._post_headers, timeout=NO_AIOHTTP_TIMEOUT
+        async with exchange(
+            self.http, "POST", self._post_url, headers=self._post_headers, data=dumps(msg)
         ) as resp:
             body = await resp.read()
         if resp.status == 404:

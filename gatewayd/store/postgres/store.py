@@ -37,6 +37,7 @@ from gatewayd.store.postgres.connect import (
 from gatewayd.store.postgres.counters import PostgresCounters
 from gatewayd.store.postgres.keys import PostgresKeys
 from gatewayd.store.postgres.mcp import PostgresMcp
+from gatewayd.store.postgres.mcp_seal_rows import PostgresUnboundSeals
 from gatewayd.store.postgres.responses import PostgresResponses
 from gatewayd.store.postgres.revoked import PostgresRevoked
 from gatewayd.store.postgres.settings import PostgresSettings
@@ -184,6 +185,7 @@ class PostgresStore(
     PostgresBatches,
     PostgresResponses,
     PostgresMcp,
+    PostgresUnboundSeals,
     PostgresCluster,
     PostgresSettings,
     PostgresCounters,

@@ -26,6 +26,7 @@ from gatewayd.store.sqlite.codec import _from_text, _json, _to_text
 from gatewayd.store.sqlite.counters import SqliteCounters
 from gatewayd.store.sqlite.keys import SqliteKeys
 from gatewayd.store.sqlite.mcp import SqliteMcp
+from gatewayd.store.sqlite.mcp_seal_rows import SqliteUnboundSeals
 from gatewayd.store.sqlite.responses import SqliteResponses
 from gatewayd.store.sqlite.revoked import SqliteRevoked
 from gatewayd.store.sqlite.settings import SqliteSettings
@@ -97,6 +98,7 @@ class SqliteStore(
     SqliteBatches,
     SqliteResponses,
     SqliteMcp,
+    SqliteUnboundSeals,
     SqliteCluster,
     SqliteSettings,
     SqliteCounters,

@@ -77,7 +77,7 @@ def test_each_readable_key_file_is_an_endpoint_of_its_own(tmp_path, caplog):
         (str(tmp_path / "k3"), 2),
     )
     with caplog.at_level(logging.WARNING):
-        targets = ExternalEndpoints().targets("gpt", spec)
+        targets = ExternalEndpoints(keys_dir=tmp_path).targets("gpt", spec)
     assert [t.replica_id for t in targets] == ["external:gpt#1", "external:gpt#3"]
     assert [t.authorization for t in targets] == ["Bearer sk-one", "Bearer sk-three"]
     assert [t.weight for t in targets] == [1, 2]
@@ -91,7 +91,7 @@ def test_a_rotated_key_is_read_again_and_a_spec_change_rebuilds_at_once(tmp_path
     key = tmp_path / "k1"
     key.write_text("sk-old")
     clock = FakeClock()
-    ends = ExternalEndpoints(recheck_s=5, clock=clock)
+    ends = ExternalEndpoints(keys_dir=tmp_path, recheck_s=5, clock=clock)
     spec = external_spec("https://a", str(key))
     assert ends.targets("gpt", spec)[0].authorization == "Bearer sk-old"
     key.write_text("sk-newer")
@@ -110,9 +110,33 @@ def test_a_rotated_key_is_read_again_and_a_spec_change_rebuilds_at_once(tmp_path
     assert ends.targets("gpt", other)[0].base_url == "https://b"
 
 
+def test_a_key_file_outside_the_providers_directory_is_never_read(tmp_path, caplog):
+    # Guards: api_key_files read any one-line file gatewayd could read (the engine key,
+    # the store's DSN file) and sent it as a Bearer token to the model's url.
+    keys_dir = tmp_path / "secrets" / "providers"
+    keys_dir.mkdir(parents=True)
+    (keys_dir / "ok.key").write_text("sk-provider")
+    engine_key = tmp_path / "secrets" / "engine-key"
+    engine_key.write_text("engine-secret-3f2a")
+    (keys_dir / "link.key").symlink_to(engine_key)  # inside by its name, outside by its target
+    spec = external_spec(
+        "https://collector.example/v1",
+        str(engine_key),
+        str(keys_dir / "link.key"),
+        str(keys_dir / "ok.key"),
+    )
+    with caplog.at_level(logging.WARNING):
+        targets = ExternalEndpoints(keys_dir=keys_dir).targets("gpt", spec)
+    assert [(t.replica_id, t.authorization) for t in targets] == [
+        ("external:gpt#3", "Bearer sk-provider")
+    ]
+    assert f"is not in {keys_dir}" in caplog.text and f"leads to {engine_key}" in caplog.text
+    assert "engine-secret" not in caplog.text
+
+
 def test_a_provider_asking_no_key_is_one_endpoint_without_one():
     spec = external_spec("http://10.0.0.5:8000")
-    (t,) = ExternalEndpoints().targets("gpt", spec)
+    (t,) = ExternalEndpoints(keys_dir=None).targets("gpt", spec)
     assert t.replica_id == "external:gpt" and t.authorization == "" and t.external
 
 
@@ -132,7 +156,7 @@ async def forwarder_for(tmp_path, upstream: Upstream, *keys: str):
         f.write_text(k)
         files.append(str(f))
     spec = external_spec(upstream.url + "/v1", *files)
-    ends = ExternalEndpoints()
+    ends = ExternalEndpoints(keys_dir=tmp_path)
     router = Router(lambda m: ends.targets("gpt", spec))
     fwd = Forwarder(router, "engine-key")
     await fwd.start()
@@ -198,7 +222,7 @@ async def test_with_a_single_key_its_401_reaches_the_client_as_a_502_in_its_word
 
 async def test_no_readable_key_means_no_endpoint_ready(tmp_path):
     spec = external_spec("https://a", str(tmp_path / "none"))
-    ends = ExternalEndpoints()
+    ends = ExternalEndpoints(keys_dir=tmp_path)
     fwd = Forwarder(Router(lambda m: ends.targets("gpt", spec)), "k")
     await fwd.start()
     try:

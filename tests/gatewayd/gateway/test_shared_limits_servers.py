@@ -63,8 +63,14 @@ async def test_a_key_spent_through_one_control_plane_is_refused_by_the_other(
     first = Paths.under(tmp_path / "a")
     init_server(first, hosts=["localhost", "127.0.0.1"])
     second = Paths.under(tmp_path / "b")
+    key = first.provider_keys_dir / "provider.key"
+    key.parent.mkdir(parents=True)
+    key.write_text("sk-provider\n")
     shutil.copytree(first.config_dir, second.config_dir)
-    (tmp_path / "provider.key").write_text("sk-provider\n")
+    # Each control plane reads the key at the one path (/etc/llmgw/secrets/providers/…
+    # on every machine): the second's directory is the first's.
+    shutil.rmtree(second.provider_keys_dir)
+    second.provider_keys_dir.symlink_to(first.provider_keys_dir)
     sim, url = _sim("sk-provider")
     a = b = None
     try:
@@ -80,7 +86,7 @@ async def test_a_key_spent_through_one_control_plane_is_refused_by_the_other(
                     external=ExternalSource(
                         url=f"{url}/v1",
                         model="provider-model",
-                        api_key_files=[ExternalKey(file=str(tmp_path / "provider.key"))],
+                        api_key_files=[ExternalKey(file=str(key))],
                     ),
                     price=ModelPrice(prompt_per_thousand=1000, completion_per_thousand=2000),
                 )

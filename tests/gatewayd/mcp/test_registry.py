@@ -19,6 +19,7 @@ from llmgw.mcp.config import McpConfig
 
 T0 = datetime(2026, 12, 2, 6, 0, tzinfo=UTC)
 PROJECT = "Acme/ml/search"
+ORIGIN = "http://127.0.0.1:9"  # of every _server()'s address
 
 
 def _key(key_id: str = "key_aa", project: str = PROJECT) -> KeyInfo:
@@ -240,7 +241,7 @@ async def test_headers_are_the_plain_ones_and_the_opened_credentials_read_once(s
     registry = McpRegistry(counting, sealer, McpConfig())
     ref = sealer.new_ref("hr")
     rec = _server(headers={"X-Team": "people"}, secret_refs={"Authorization": ref})
-    await store.put_mcp_server(rec, {ref: sealer.seal("Bearer t0ken", ref)})
+    await store.put_mcp_server(rec, {ref: sealer.seal("Bearer t0ken", ref, ORIGIN)})
     await registry.refresh()
 
     first = await registry.headers_for("hr")
@@ -253,13 +254,13 @@ async def test_headers_are_the_plain_ones_and_the_opened_credentials_read_once(s
 async def test_a_replaced_credential_is_sent_after_a_refresh(store, registry, sealer):
     old, new = sealer.new_ref("hr"), sealer.new_ref("hr")
     await store.put_mcp_server(
-        _server(secret_refs={"Authorization": old}), {old: sealer.seal("Bearer old", old)}
+        _server(secret_refs={"Authorization": old}), {old: sealer.seal("Bearer old", old, ORIGIN)}
     )
     await registry.refresh()
     assert (await registry.headers_for("hr"))["Authorization"] == "Bearer old"
 
     await store.put_mcp_server(
-        _server(secret_refs={"Authorization": new}), {new: sealer.seal("Bearer new", new)}
+        _server(secret_refs={"Authorization": new}), {new: sealer.seal("Bearer new", new, ORIGIN)}
     )
     await registry.refresh()
 

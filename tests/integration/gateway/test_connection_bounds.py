@@ -82,7 +82,8 @@ def gatewayd(tmp_path_factory):
     cfg.connections.tls_handshake_timeout = DEADLINE_S
     cfg.connections.max_per_address = 64
     write_atomic(paths.server_yaml, dump_yaml(cfg))
-    provider_key = tmp / "provider.key"
+    provider_key = paths.provider_keys_dir / "provider.key"  # where gatewayd reads such keys
+    provider_key.parent.mkdir(parents=True, exist_ok=True)
     provider_key.write_text("sk-provider\n")
     provider, url = _outside_provider("sk-provider")
     # gatewayd raises its own soft open-files limit to the hard one; the holder does the same.

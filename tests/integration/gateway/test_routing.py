@@ -167,13 +167,15 @@ async def outside_provider(api_key: str):
 async def test_an_outside_provider_key_refused_is_passed_over_and_a_lone_one_refused_is_a_502(
     tmp_path, caplog
 ):
-    good, bad = tmp_path / "good.key", tmp_path / "bad.key"
-    good.write_text("sk-good-provider-key\n")
-    bad.write_text("sk-wrong-provider-key\n")
     async with (
         outside_provider("sk-good-provider-key") as url,
         running_cluster(tmp_path) as cluster,
     ):
+        keys_dir = cluster.paths.provider_keys_dir  # where gatewayd reads such keys
+        keys_dir.mkdir(parents=True, exist_ok=True)
+        good, bad = keys_dir / "good.key", keys_dir / "bad.key"
+        good.write_text("sk-good-provider-key\n")
+        bad.write_text("sk-wrong-provider-key\n")
 
         def external(name: str, *files) -> ModelSpec:
             return ModelSpec(

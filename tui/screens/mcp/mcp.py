@@ -29,6 +29,7 @@ from textual.worker import Worker
 
 from llmgw.admin_client import AdminClient
 from llmgw.errors import LlmgwError
+from llmgw.present.mcpfmt import dropped_text
 from proto.llmgw.v1 import (
     ListMcpGrantsReply,
     ListMcpServersReply,
@@ -393,5 +394,8 @@ def said(action: str, reply: object) -> tuple[str, bool]:
             "turn_off": f"{name} is off: its tools are hidden and refused.",
             "turn_on": f"{name} is on again: granted keys see its tools.",
         }
-        return words.get(action, f"{name}: done."), False
+        text = words.get(action, f"{name}: done.")
+        if reply.sealed_headers_dropped:
+            return f"{text} {dropped_text(reply)}", True
+        return text, False
     return f"{action}: done.", False

@@ -20,6 +20,7 @@ from llmgw.present.mcpfmt import (
     USAGE_SUMS,
     address_text,
     breaker_text,
+    dropped_text,
     grant_line,
     how_to_connect,
     rate_text,
@@ -74,6 +75,8 @@ def _server(v: McpServerView):
             ("headers", ", ".join(v.header_names) or "-"),
             ("sealed headers", ", ".join(v.sealed_header_names) or "-"),
         ]
+        if v.sealed_headers_dropped:
+            rows.append(("credentials", Text(dropped_text(v), style="yellow")))
     unseen = f"not listed yet (llmgw ctl mcp test {v.name})"
     rows.append(("tools", ", ".join(v.tools) or unseen))
     rows.append(("grants", "\n".join(grant_line(g.scope, g.target) for g in v.grants) or "none"))

@@ -17,6 +17,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from gatewayd.mcp.seal import new_ref
 from gatewayd.store.mcp_records import McpServerRecord
+from llmgw.mcp.names import origin_of
 from tests.cluster_fixture import Cluster
 
 
@@ -45,12 +46,19 @@ class Gateway:
         self.keys[name], self.key_ids[name] = secret, rec.key_id
         return secret
 
-    async def add_server(self, name: str, url: str, *, bearer: str = "", **fields) -> None:
+    async def add_server(
+        self, name: str, url: str, *, bearer: str = "", sealed_headers=None, **fields
+    ) -> None:
+        """Write the server to the store as the admin RPC does: ``bearer`` and
+        ``sealed_headers`` (name -> value) sealed for the origin of ``url``."""
         sealer = self.rt.sealer
-        refs, sealed = {}, {}
+        values = dict(sealed_headers or {})
         if bearer:
+            values["Authorization"] = f"Bearer {bearer}"
+        refs, sealed = {}, {}
+        for header, value in values.items():
             ref = new_ref(name)
-            refs["Authorization"], sealed[ref] = ref, sealer.seal(f"Bearer {bearer}", ref)
+            refs[header], sealed[ref] = ref, sealer.seal(value, ref, origin_of(url))
         transport = "sse" if url.rstrip("/").endswith("/sse") else "streamable_http"
         rec = McpServerRecord(name, url, transport, secret_refs=refs, **fields)
         await self.server.store.put_mcp_server(rec, sealed)
