@@ -23,6 +23,7 @@ from gatewayd.gateway.routing.router import Target
 from llmgw.errors import UsageError
 from proto.llmgw.v1 import ExternalKey, ExternalSource, ModelProfile, ModelSpec, PlanModelRequest
 from tests.cluster_fixture import running_cluster, wait_for
+from tests.engine_access import replica_headers
 
 
 def success_count(metrics_text: str) -> float:
@@ -74,6 +75,12 @@ async def two_replicas(tmp_path):
             await client.close()
 
 
+async def metrics(http, cluster, r):
+    """A replica's /metrics, asked at its door with its own key as the gateway asks."""
+    headers = replica_headers(cluster.paths.secrets_dir, r)
+    return await http.get(r.endpoint + "/metrics", headers=headers)
+
+
 async def ask(client, user: str = "", max_tokens: int = 3):
     kwargs = {"user": user} if user else {}
     return await client.chat.completions.create(
@@ -85,12 +92,12 @@ async def ask(client, user: str = "", max_tokens: int = 3):
 
 
 async def test_a_session_sticks_to_its_replica_and_sessions_spread(two_replicas):
-    _, client, replicas = two_replicas
+    cluster, client, replicas = two_replicas
     async with httpx.AsyncClient() as http:
 
         async def finished() -> dict[str, float]:
             return {
-                r.replica_id: success_count((await http.get(r.endpoint + "/metrics")).text)
+                r.replica_id: success_count((await metrics(http, cluster, r)).text)
                 for r in replicas
             }
 
@@ -108,13 +115,23 @@ async def test_a_session_sticks_to_its_replica_and_sessions_spread(two_replicas)
         assert all(after[r] > before[r] for r in after)
 
         # The scraper reads both replicas' load under vLLM's names.
-        scraper = Scraper(lambda: [Target(r.replica_id, r.endpoint) for r in replicas])
+        secrets_dir = cluster.paths.secrets_dir
+        scraper = Scraper(
+            lambda: [
+                Target(
+                    r.replica_id,
+                    r.endpoint,
+                    authorization=replica_headers(secrets_dir, r)["authorization"],
+                )
+                for r in replicas
+            ]
+        )
         async with aiohttp.ClientSession() as session:
             await scraper.scrape_once(session)
         for r in replicas:
             stats = scraper.stats(r.replica_id)
             assert stats is not None and stats.waiting == 0 and stats.kv_usage == 0
-            text = (await http.get(r.endpoint + "/metrics")).text
+            text = (await metrics(http, cluster, r)).text
             assert parse_metrics(text) is not None
 
 
