@@ -31,6 +31,7 @@ from llmgw.errors import ExitCode
 from proto.llmgw.v1 import ModelProfile, ModelSpec
 from tests.agentd.tiny_gguf import write_tiny_llama_gguf
 from tests.cluster_fixture import running_cluster, wait_for
+from tests.engine_access import replica_headers
 from tests.fakes.hub import FakeHub
 from tests.tui.parity.kit import point_the_cli_at
 
@@ -162,8 +163,9 @@ async def test_past_its_cap_a_node_loses_the_oldest_unused_weights_and_keeps_tho
             assert node.report.total_bytes <= node.report.limit_bytes == cap
             # The replica runs on: still ready, still answering.
             assert (await serving()) is not None
+            door_headers = replica_headers(cluster.paths.secrets_dir, replica)
             async with httpx.AsyncClient(base_url=replica.endpoint, timeout=10) as http:
-                assert (await http.get("/v1/models")).status_code == 200
+                assert (await http.get("/v1/models", headers=door_headers)).status_code == 200
 
             # Removing what a replica uses is refused, saying by which; an unused one goes.
             refused = await ctl(cluster, "weights", "rm", NODE, "tiny")
