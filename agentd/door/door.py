@@ -148,11 +148,11 @@ class Door:
     async def _serve(self, conn: socket.socket, peer_host: str) -> None:
         loop = asyncio.get_running_loop()
         plain = self._plain_over_loopback and is_loopback(peer_host)
-        tls = None if plain else self._tls
-        if tls is None and not plain:
+        if not plain and self._tls is None:
             log.warning("engine door: %s refused: this node has no certificate for TLS", peer_host)
             conn.close()
             return
+        tls = None if plain else self._tls
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         reader = asyncio.StreamReader(limit=2**20)
         protocol = asyncio.StreamReaderProtocol(reader)

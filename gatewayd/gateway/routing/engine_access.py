@@ -107,22 +107,21 @@ class EngineAccess:
     def __init__(self, secret: str, *, tls: ssl.SSLContext | None = None):
         self.secret = secret
         self.tls = tls
-        self._cache: dict[tuple[str, int, int], str] = {}
+        self._headers: dict[tuple[str, int, int], str] = {}
 
     def key(self, replica_id: str, starts: int, epoch: int = 0) -> str:
-        """A replica's key for one start at one epoch, made once ("" without a secret)."""
-        found = self._cache.get((replica_id, starts, epoch))
-        if found is None:
-            if len(self._cache) > 4096:
-                self._cache.clear()
-            found = self._cache[(replica_id, starts, epoch)] = (
-                replica_key(self.secret, replica_id, starts, epoch) if self.secret else ""
-            )
-        return found
+        """A replica's key for one start at one epoch ("" without a secret)."""
+        return replica_key(self.secret, replica_id, starts, epoch) if self.secret else ""
 
     def authorization(self, replica_id: str, starts: int, epoch: int = 0) -> str:
-        key = self.key(replica_id, starts, epoch)
-        return f"Bearer {key}" if key else ""
+        """The header value for a replica's key (asked at every request: made once)."""
+        found = self._headers.get((replica_id, starts, epoch))
+        if found is None:
+            if len(self._headers) > 4096:
+                self._headers.clear()
+            key = self.key(replica_id, starts, epoch)
+            found = self._headers[(replica_id, starts, epoch)] = f"Bearer {key}" if key else ""
+        return found
 
     @staticmethod
     def scheme(host: str) -> str:
