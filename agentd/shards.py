@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
-from agentd.door import Doors
+from agentd.door.keeper import DoorKeeper
 from agentd.engines import ShardSpec, adapter_for
 from agentd.engines.base import LOOPBACK
 from agentd.supervisor import LaunchSpec, ShardEvent, Supervisor
@@ -86,7 +86,7 @@ class ShardRunner:
         supervisor: Supervisor | None = None,
         engine_user: str | None = None,
         engine_host: str = LOOPBACK,
-        doors: Doors | None = None,
+        doors: DoorKeeper | None = None,
     ):
         # Where engines listen (agent.yaml engine_host; see AgentConfig.engines_listen).
         # With doors (agentd/door), engines listen on loopback and their doors there.
@@ -371,6 +371,8 @@ class ShardRunner:
         status.adopted = ev.shard_id in self._adopted
         if ev.pid:
             status.pid = ev.pid
+            if self.doors is not None:
+                self.doors.set_engine_pid(ev.shard_id, ev.pid)  # the door ends some time after it
         if ev.port:
             record = self.doors.record(ev.shard_id) if self.doors is not None else None
             # Where the gateway reaches it: the door, where it has one.

@@ -52,6 +52,7 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from gatewayd.gateway.routing.engine_access import replica_key
 from llmgw.admin_client import AdminClient
 from llmgw.cli.ctl.bench_load import machine, percentile
 from llmgw.config import BandConfig, dump_yaml, load_server_config
@@ -178,7 +179,9 @@ async def prepare(cluster: Cluster, args) -> tuple[str, str, list[str], str]:
         await admin.create_tenant("project", PROJECT, parents=True)
         interactive = await admin.create_key(PROJECT, name="interactive")
         batch = await admin.create_key(PROJECT, name="batch")
-    engine_key = (cluster.paths.secrets_dir / "engine-key").read_text().strip()
+    # The first replica asked at its door with its own key, as the gateway asks it.
+    secret = (cluster.paths.secrets_dir / "engine-key").read_text().strip()
+    engine_key = replica_key(secret, ready[0].replica_id, ready[0].restarts, 0)
     return interactive.secret, batch.secret, [r.endpoint for r in ready], engine_key
 
 

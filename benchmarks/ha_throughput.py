@@ -29,6 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from gatewayd.gateway.routing.engine_access import replica_key
 from llmgw.cli.ctl.bench_load import (
     ANSWER_TOKENS,
     MODEL,
@@ -106,7 +107,9 @@ async def main(rates: list[int], each_s: float, out: Path | None) -> None:
             for cp in cps:  # standbys read keys from the store every 2 s
                 await wait_until(lambda cp=cp: _answers(cp.http_url, key.secret), timeout_s=60,
                                  what=f"the key on {cp.name}")  # fmt: skip
-            engine_key = (leader.paths.secrets_dir / "engine-key").read_text().strip()
+            secret = (leader.paths.secrets_dir / "engine-key").read_text().strip()
+            # Asked at the replica's door with its own key, as the gateway asks it.
+            engine_key = replica_key(secret, replica.replica_id, replica.restarts, 0)
             straight = Endpoint(
                 "straight",
                 replica.endpoint.rstrip("/") + "/v1/chat/completions",

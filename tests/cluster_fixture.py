@@ -167,6 +167,12 @@ async def running_cluster(
         for pgid in groups - {None, 0}:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pgid, signal.SIGTERM)
+        # Their doors too (each a process beside its engine, agentd/door/keeper.py).
+        for agent in agents:
+            doors = agent.shards.doors
+            for pid in doors.pids() if doors is not None else []:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGTERM)
         await server.stop()
 
 

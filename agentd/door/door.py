@@ -52,6 +52,25 @@ class DoorRecord:
     engine_port: int  # the engine's, on loopback
     engine_key: str  # the engine's own key (never sent off the node)
     keys: list[str] = field(default_factory=list)  # the replica keys taken now
+    pid: int = 0  # the door's own process (agentd/door/keeper.py), once running
+    engine_pid: int = 0  # the engine's, once started: the door ends some time after it
+
+
+def read_record(path: Path) -> DoorRecord | None:
+    try:
+        return DoorRecord(**json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def write_record(path: Path, record: DoorRecord) -> None:
+    """Kept 0600 (it holds keys), written whole or not at all."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = path.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(asdict(record), f)
+    tmp.replace(path)
 
 
 def is_loopback(host: str) -> bool:
@@ -202,11 +221,7 @@ class Doors:
         door = self._doors.get(shard_id)
         if door is not None:
             return door.record
-        path = self._file(shard_id)
-        try:
-            return DoorRecord(**json.loads(path.read_text()))
-        except (OSError, ValueError, TypeError):
-            return None
+        return read_record(self._file(shard_id))
 
     def prepare(self, shard_id: str, engine_port: int, keys: list[str]) -> DoorRecord:
         """A new record for a shard about to start: its engine's port and a fresh key."""
@@ -247,9 +262,4 @@ class Doors:
         return self.state_dir / f"{shard_id}.json"
 
     def _keep(self, record: DoorRecord) -> None:
-        self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        tmp = self._file(record.shard_id).with_suffix(".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump(asdict(record), f)
-        tmp.replace(self._file(record.shard_id))
+        write_record(self._file(record.shard_id), record)

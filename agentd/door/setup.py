@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import logging
-import ssl
 from pathlib import Path
 
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from agentd.door.door import Doors, door_context, is_loopback
+from agentd.door.door import door_context, is_loopback
+from agentd.door.keeper import DoorKeeper
 from llmgw.tls import pki
 
 log = logging.getLogger(__name__)
 
 
-def engine_doors(state_dir: Path, host: str, ca: Path, cert: Path, key: Path) -> Doors:
+def engine_doors(state_dir: Path, host: str, ca: Path, cert: Path, key: Path) -> DoorKeeper:
     """Doors on ``host`` (the node's engine address), TLS with the node's certificate.
 
     A door on loopback only ever takes this machine's gateway, in plain HTTP.
@@ -22,9 +22,10 @@ def engine_doors(state_dir: Path, host: str, ca: Path, cert: Path, key: Path) ->
     existed is no server's (it lacks the serverAuth use), so the gateway would
     refuse it: that is said once here, with what to do.
     """
-    tls: ssl.SSLContext | None = None
+    tls_files: tuple[Path, Path, Path] | None = None
     if not is_loopback(host):
-        tls = door_context(ca, cert, key)
+        door_context(ca, cert, key)  # loads here, so a bad file is said at the agent's start
+        tls_files = (ca, cert, key)
         try:
             serves = pki.has_usage(cert.read_bytes(), ExtendedKeyUsageOID.SERVER_AUTH)
         except (OSError, ValueError, pki.PkiError):
@@ -36,4 +37,4 @@ def engine_doors(state_dir: Path, host: str, ca: Path, cert: Path, key: Path) ->
                 "(`llmgw node add HOST` or `llmgw node cert NODE_ID` on a control plane)",
                 cert,
             )
-    return Doors(state_dir, host, tls)
+    return DoorKeeper(state_dir, host, tls_files)

@@ -124,7 +124,8 @@ def test_a_node_certificate_carries_the_node_id_as_its_common_name(ca) -> None:
     cert = x509.load_pem_x509_certificate(pair.cert_pem)
     assert pki.cert_common_name(pair.cert_pem) == "gpu_07"
     eku = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
-    assert list(eku) == [ExtendedKeyUsageOID.CLIENT_AUTH]
+    # A client's when the agent dials in, a server's at the node's engine doors.
+    assert list(eku) == [ExtendedKeyUsageOID.CLIENT_AUTH, ExtendedKeyUsageOID.SERVER_AUTH]
     assert pki.issued_by(pair.cert_pem, ca.cert_pem)
     assert not pki.issued_by(pair.cert_pem, pki.create_ca("other").cert_pem)
 
