@@ -169,6 +169,8 @@ class ShardRunner:
         task.add_done_callback(lambda _: self._starting.pop(msg.shard_id, None))
 
     async def stop(self, msg: StopShard) -> None:
+        # The door of the start being stopped: a start of the same shard may follow at once.
+        door = self.doors.record(msg.shard_id) if self.doors is not None else None
         task = self._starting.pop(msg.shard_id, None)
         if task is not None:
             task.cancel()
@@ -176,7 +178,7 @@ class ShardRunner:
                 await task
         await self.supervisor.stop(msg.shard_id, grace_s=msg.grace_s or 10)
         if self.doors is not None:
-            await self.doors.close(msg.shard_id)
+            await self.doors.close(msg.shard_id, door)
         status = self.status.get(msg.shard_id) or ShardStatus(shard_id=msg.shard_id)
         self._weights.pop(msg.shard_id, None)
         self._set(status, "stopped", msg.reason or "stopped")

@@ -71,11 +71,18 @@ class DoorKeeper:
     def set_engine_pid(self, shard_id: str, pid: int) -> None:
         self._change(shard_id, engine_pid=pid)
 
-    async def close(self, shard_id: str) -> None:
-        record = self.record(shard_id)
-        with contextlib.suppress(FileNotFoundError):
-            self._file(shard_id).unlink()
-        if record is not None and record.pid and _is_door(record.pid):
+    async def close(self, shard_id: str, record: DoorRecord | None = None) -> None:
+        """End a shard's door: the one ``record`` names (as it was when its stop began),
+        else the one running now. A door started meanwhile for a new start of the same
+        shard is left alone, and so is its record."""
+        now = self.record(shard_id)
+        record = record or now
+        if record is None:
+            return
+        if now is not None and now.pid == record.pid:
+            with contextlib.suppress(FileNotFoundError):
+                self._file(shard_id).unlink()
+        if record.pid and _is_door(record.pid):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(record.pid, signal.SIGTERM)
 
