@@ -203,6 +203,7 @@ class ShardRunner:
         )
         self.status[msg.shard_id] = status
         self._weights[msg.shard_id] = Use(msg.replica_id)
+        door = None  # this start's door, once open
         try:
             model_path = ""
             if msg.engine != "sim":  # the simulator has no weights
@@ -226,6 +227,7 @@ class ShardRunner:
                 spec = dataclasses.replace(spec, host=LOOPBACK, engine_key=record.engine_key)
                 cmd = adapter.command(spec)
                 status.port = await self.doors.open(record)
+                door = record
                 where = f"port {port}, its door on {self.doors.host}:{status.port}"
             else:
                 port = msg.port or free_port(self.engine_host)
@@ -251,12 +253,20 @@ class ShardRunner:
                 )
             )
         except LlmgwError as e:
+            await self._close_door(msg.shard_id, door)
             self._set(status, "failed", e.message + (f" ({e.hint})" if e.hint else ""))
         except asyncio.CancelledError:
+            await self._close_door(msg.shard_id, door)
             raise
         except Exception as e:  # a bug must still end in a reported state
+            await self._close_door(msg.shard_id, door)
             log.exception("starting shard %s failed", msg.shard_id)
             self._set(status, "failed", f"the agent failed to start it: {e}")
+
+    async def _close_door(self, shard_id: str, door) -> None:
+        """A start that never launched its engine leaves no door behind."""
+        if door is not None and self.doors is not None:
+            await self.doors.close(shard_id, door)
 
     def shard_spec(self, msg: StartShard, model_path: str, port: int) -> ShardSpec:
         """What the control plane decided for the shard, as its engine adapter takes it."""

@@ -83,6 +83,10 @@ async def serve(args: argparse.Namespace) -> int:
             if ours and now is not None:
                 door.set_keys(now.keys)
                 mine = now
+            elif now is not None and (not mine.engine_pid or not _alive(mine.engine_pid)):
+                # A newer start of the shard has its own door, and this one's engine is gone.
+                print("door: superseded, its engine gone: ending", file=sys.stderr, flush=True)
+                return 0
             if mine.engine_pid and not _alive(mine.engine_pid):
                 gone_since = gone_since if gone_since is not None else loop.time()
                 if loop.time() - gone_since > ENGINE_GONE_S:
