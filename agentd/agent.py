@@ -35,6 +35,7 @@ from agentd.weights.sources import mirror_tls
 from llmgw import __version__
 from llmgw.aio import within
 from llmgw.config import AgentConfig, split_host_port
+from llmgw.grpcsize import AGENT_MAX_MESSAGE_BYTES, capped_codec
 from llmgw.inventory import Inventory, gpu_to_proto, host_to_proto
 from llmgw.keepalive import keepalive_config
 from llmgw.paths import Paths
@@ -288,7 +289,13 @@ class Agent:
 
     async def _session(self, addr: str) -> None:
         host, port = split_host_port(addr)
-        channel = Channel(host, port, ssl=self._ssl, config=keepalive_config())
+        channel = Channel(
+            host,
+            port,
+            ssl=self._ssl,
+            config=keepalive_config(),
+            codec=capped_codec(AGENT_MAX_MESSAGE_BYTES),
+        )
         try:
             async with channel.request(
                 CONNECT_PATH, grpclib.const.Cardinality.STREAM_STREAM, AgentMessage, ControlMessage

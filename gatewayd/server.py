@@ -63,6 +63,7 @@ from llmgw.catalog.price import Price
 from llmgw.config import ServerConfig, server_pki_paths, split_host_port
 from llmgw.errors import ConfigError, StoreError
 from llmgw.fsutil import write_secret
+from llmgw.grpcsize import ADMIN_MAX_MESSAGE_BYTES, AGENT_MAX_MESSAGE_BYTES, capped_codec
 from llmgw.keepalive import keepalive_config
 from llmgw.paths import Paths
 from llmgw.tls.tlsconf import server_context
@@ -233,7 +234,11 @@ class GatewayServer:
         # is the process's open files (gatewayd/http/guard.py).
         self.connection_budget = ConnectionBudget.for_process(self.cfg.connections)
         self.guards: dict[str, PortGuard] = {}
-        agent = GuardedServer([self._agent_service], config=keepalive_config())
+        agent = GuardedServer(
+            [self._agent_service],
+            config=keepalive_config(),
+            codec=capped_codec(AGENT_MAX_MESSAGE_BYTES),
+        )
         host, port = split_host_port(self.cfg.listen.agent)
         await agent.start_guarded(host, port, ssl_context=ssl_ctx, guard=self._guard("agent"))
         self.ports["agent"] = agent._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
@@ -258,7 +263,9 @@ class GatewayServer:
         if self.mcp is not None:
             # llmgw:admin answers from the same admin methods as ctl, in-process.
             self.mcp.admin_tools.bind(admin_service)
-        admin = Server([StoreErrorsInWords(admin_service)])
+        admin = Server(
+            [StoreErrorsInWords(admin_service)], codec=capped_codec(ADMIN_MAX_MESSAGE_BYTES)
+        )
         listen(admin, RecvRequest, token_guard(token))
         listen(admin, RecvRequest, leader_guard(self._leading, self._leader_words))
         host, port = split_host_port(self.cfg.listen.admin)

@@ -25,6 +25,7 @@ from llmgw.errors import (
     NotFoundError,
     UsageError,
 )
+from llmgw.grpcsize import ADMIN_MAX_MESSAGE_BYTES, capped_codec
 from llmgw.keepalive import keepalive_config
 from llmgw.paths import Paths
 from proto.llmgw.v1 import (
@@ -128,7 +129,9 @@ class AdminClient(McpCalls):
         self.address = address
         host, port = split_host_port(address)
         # Keepalive so a Watch on a vanished control plane ends instead of hanging.
-        self._channel = Channel(host, port, config=keepalive_config())
+        self._channel = Channel(
+            host, port, config=keepalive_config(), codec=capped_codec(ADMIN_MAX_MESSAGE_BYTES)
+        )
         self._stub = AdminServiceStub(self._channel, metadata={"authorization": f"Bearer {token}"})
         self._timeout_s = timeout_s
 

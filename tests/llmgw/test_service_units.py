@@ -214,9 +214,14 @@ def test_a_pid_file_is_trusted_only_for_a_live_llmgw_process_of_its_kind(tmp_pat
         assert pidfile.read_pid(f) == os.getpid()
     assert not f.exists()
     stranger = subprocess.Popen(["sleep", "30"])
+    # Popen returns once the exec has begun; the new program's arguments are readable
+    # only once it runs (CI read an empty command line once): it says when it runs.
     llmgw_like = subprocess.Popen(
-        [sys.executable, "-c", "import time; time.sleep(30)", "llmgw", "server"]
+        [sys.executable, "-c", "import time; print(flush=True); time.sleep(30)", "llmgw", "server"],
+        stdout=subprocess.PIPE,
     )
+    assert llmgw_like.stdout is not None
+    llmgw_like.stdout.readline()
     try:
         f.write_text(f"{stranger.pid}\n")
         assert pidfile.live_pid(f, "server") is None
