@@ -489,8 +489,11 @@ async def test_only_on_demand_models_all_idle_the_first_request_through_haproxy_
             r = await client.post(
                 suite.lb.url + "/v1/chat/completions",
                 headers={"Authorization": f"Bearer {key.secret}"},
-                json={"model": MODEL, "messages": [{"role": "user", "content": "hi"}],
-                      "max_tokens": 2},  # fmt: skip
+                json={
+                    "model": MODEL,
+                    "messages": [{"role": "user", "content": "hi"}],
+                    "max_tokens": 2,
+                },
             )
         assert r.status_code == 200, r.text[:300]
         assert r.json()["choices"][0]["message"]["content"]
