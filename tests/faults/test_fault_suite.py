@@ -453,57 +453,6 @@ async def test_a_setting_changed_on_one_control_plane_is_in_force_everywhere(sui
     assert "limits.key_default.rpm" in bad.stderr, bad.stderr
 
 
-async def _ready(cp: ControlPlane) -> tuple[int, dict]:
-    async with httpx.AsyncClient(timeout=10) as client:
-        r = await client.get(cp.http_url + "/ready")
-    return r.status_code, r.json()
-
-
-async def test_only_on_demand_models_all_idle_the_first_request_through_haproxy_is_answered(
-    suite: Suite,
-):
-    # Guards /ready counting ready replicas: with every model idle on demand, each control
-    # plane said 503, HAProxy took them all out, and the request that would start one never came.
-    key = await suite.new_key("on-demand")  # known everywhere before the model goes idle
-    cp1 = suite.cluster.control_planes[0]
-    before = (await _ctl(cp1, "config", "get"))["version"]["version"]
-    await _ctl(cp1, "config", "set", "on_demand.evict_after_idle_s=1",
-               "on_demand.min_lifetime_s=0", "--comment", "faults: on demand")  # fmt: skip
-    on_demand = _sim_model()
-    on_demand.replicas_min, on_demand.replicas_max = 0, 1
-    async with await suite.admin() as admin:
-        await admin.put_model(on_demand)
-
-    async def all_idle() -> bool:
-        return all(r.state == "stopped" for r in await suite.replicas())
-
-    try:
-        await wait_until(all_idle, timeout_s=60, interval_s=0.2, what="every replica idle")
-        for cp in suite.cluster.control_planes:
-            status, body = await _ready(cp)
-            assert status == 200, body
-            assert body["replicas"]["ready"] is False, body  # reported apart, not counted
-        names = {cp.name for cp in suite.cluster.control_planes}
-        assert await suite.lb.wait_servers_up(len(names)) == names
-        async with httpx.AsyncClient(timeout=90) as client:
-            r = await client.post(
-                suite.lb.url + "/v1/chat/completions",
-                headers={"Authorization": f"Bearer {key.secret}"},
-                json={
-                    "model": MODEL,
-                    "messages": [{"role": "user", "content": "hi"}],
-                    "max_tokens": 2,
-                },
-            )
-        assert r.status_code == 200, r.text[:300]
-        assert r.json()["choices"][0]["message"]["content"]
-    finally:
-        async with await suite.admin() as admin:
-            await admin.put_model(_sim_model())
-        await _ctl(cp1, "config", "rollback", str(before))
-        await wait_until(suite.full_service, timeout_s=120, interval_s=0.2, what="full service")
-
-
 async def test_no_two_leaders_acted_at_once_through_the_whole_suite(suite: Suite):
     assert suite.rounds, "no fault ran"
     two = [(at, names) for at, names in suite.rounds if len(names) > 1]

@@ -93,7 +93,10 @@ async def open_dialog(app: LlmgwApp, pilot, key: str, kind: type):
 
 
 async def showing(app: LlmgwApp, pilot, kind: type):
-    await wait_until(pilot, lambda: isinstance(app.screen, kind))
+    # The screen is pushed before its widgets are composed and mounted (CI once read
+    # it in between): wait for it to be on screen whole.
+    await wait_until(pilot, lambda: isinstance(app.screen, kind) and app.screen.is_mounted)
+    await pilot.pause()
     return app.screen
 
 
