@@ -58,4 +58,17 @@ async def stop_engines(paths: Paths, config_path: Path | None = None, grace_s: f
             signal_group(r.pgid, signal.SIGKILL)
     for r in records:
         remove_record(state_dir, r.shard_id)
+    await _close_doors(data_dir / "doors")
     return len(live)
+
+
+async def _close_doors(doors_dir: Path) -> None:
+    """End every engine door of the node (agentd/door): with their engines gone they would
+    linger until they noticed."""
+    if not doors_dir.is_dir():
+        return
+    from agentd.door.keeper import DoorKeeper
+
+    keeper = DoorKeeper(doors_dir, "127.0.0.1", None)
+    for path in sorted(doors_dir.glob("*.json")):
+        await keeper.close(path.stem)

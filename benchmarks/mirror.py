@@ -150,6 +150,8 @@ def start_mirror(
         sys.executable, "-m", "llmgw", "mirror", "serve",
         "--data-dir", str(data), "--listen", f"127.0.0.1:{port}", "--upstream", "",
         "--read-token-file", str(tokens["read"]), "--admin-token-file", str(tokens["admin"]),
+        # Plain HTTP, as nginx beside it serves: the figures compare serving, not TLS.
+        "--plain-http",
     ]  # fmt: skip
     for peer in peers:
         argv += ["--peer", peer]
@@ -236,6 +238,8 @@ def converge(work: Path, tokens: dict[str, Path], size_mb: int) -> dict:
     a = start_mirror(work, "peer-a", work / "peer-a", tokens, [urls[1]], ports[0])
     b = start_mirror(work, "peer-b", work / "peer-b", tokens, [urls[0]], ports[1])
     admin = {"Authorization": f"Bearer {tokens['admin'].read_text().strip()}"}
+    # Reads take the read token; the admin token only writes (a read with it is 403).
+    read = {"Authorization": f"Bearer {tokens['read'].read_text().strip()}"}
     try:
         path = work / "converge.bin"
         with path.open("wb") as f:
@@ -260,7 +264,7 @@ def converge(work: Path, tokens: dict[str, Path], size_mb: int) -> dict:
             added = time.perf_counter()
             deadline = added + 600
             while time.perf_counter() < deadline:
-                revs = c.get(f"{b.url}/v1/revisions", headers=admin).json()["revisions"]
+                revs = c.get(f"{b.url}/v1/revisions", headers=read).json()["revisions"]
                 if any(rv["commit"] == commit for rv in revs):
                     return {"mb": size_mb, "seconds": time.perf_counter() - added}
                 time.sleep(0.1)

@@ -14,6 +14,7 @@ import logging
 import secrets
 import socket
 from datetime import UTC, datetime
+from pathlib import Path
 
 import uvicorn
 from grpclib.events import RecvRequest, listen
@@ -50,6 +51,7 @@ from gatewayd.gateway.routing.engine_access import client_context as engine_clie
 from gatewayd.gateway.routing.router import Router
 from gatewayd.http.app import make_app
 from gatewayd.http.guard import ConnectionBudget, PortGuard
+from gatewayd.http.realaddr import TrustedProxies
 from gatewayd.http.tls_gate import GuardedServer
 from gatewayd.mcp import mount as mount_mcp
 from gatewayd.mirrors.set import MirrorSet
@@ -94,7 +96,8 @@ class GatewayServer:
         )
         # The model mirrors (server.yaml mirror.urls): hf: models are pinned, planned
         # and fetched through them. Tokens are read from their files as they change.
-        self.mirrors = MirrorSet.from_config(cfg.mirror, paths, admin_token=paths.admin_token_file)
+        # The mirrors' admin token is their own (mirror-admin-token), never the cluster's.
+        self.mirrors = MirrorSet.from_config(cfg.mirror, paths)
         self.catalog = Catalog(
             self.store,
             self.registry.watch,
@@ -276,7 +279,8 @@ class GatewayServer:
         await self._start_http()
         host, _ = split_host_port(self.cfg.listen.http)
         host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
-        self.info["gateway_url"] = f"http://{host}:{self.ports['http']}/v1"
+        scheme = self.cfg.http.scheme
+        self.info["gateway_url"] = f"{scheme}://{host}:{self.ports['http']}/v1"
         self._tasks.append(asyncio.create_task(self._liveness_loop(), name="liveness"))
         self._tasks.append(asyncio.create_task(self._flush_loop(), name="heartbeat-flush"))
         self.roles.leader_only("reconciler", self.reconciler.run)
@@ -398,7 +402,7 @@ class GatewayServer:
             control_plane_id=self.control_plane_id,
             hostname=socket.gethostname(),
             agent_address=f"{host}:{self.ports.get('agent', 0)}",
-            http_url=f"http://{host}:{self.ports.get('http', 0)}",
+            http_url=f"{self.cfg.http.scheme}://{host}:{self.ports.get('http', 0)}",
             admin_listen=self.cfg.listen.admin,
             version=__version__,
             started_at=self._started_at,
@@ -484,13 +488,32 @@ class GatewayServer:
         )
 
     def _guard(self, name: str) -> PortGuard:
-        guard = PortGuard(name, self.cfg.connections, self.connection_budget, self.metrics)
+        http = self.cfg.http
+        # Only the gateway port sits behind the proxies server.yaml http: names.
+        trusted = TrustedProxies(http.trusted_proxies if name == "http" else ())
+        guard = PortGuard(
+            name,
+            self.cfg.connections,
+            self.connection_budget,
+            self.metrics,
+            trusted=trusted,
+            proxy_protocol=http.proxy_protocol and bool(trusted),
+        )
         self.guards[name] = guard
         return guard
 
     async def _serve_asgi(self, name: str, listen: str, app) -> int:
         """Serve an ASGI app under uvicorn in this loop, its connections bounded; the port."""
         host, port = split_host_port(listen)
+        # server.yaml http.tls_*: the gateway port serves HTTPS only.
+        tls = self.cfg.http if name == "http" and self.cfg.http.tls else None
+        if tls is not None:
+            for what, f in (("http.tls_cert", tls.tls_cert), ("http.tls_key", tls.tls_key)):
+                if not Path(f).is_file():
+                    raise ConfigError(
+                        f"{what} {f} is not a readable file",
+                        hint="issue one with: llmgw server init --http-tls",
+                    )
         config = uvicorn.Config(
             app,
             host=host,
@@ -501,8 +524,11 @@ class GatewayServer:
             log_level="warning",
             lifespan="off",
             access_log=False,
-            # No proxy is trusted to name the client: skip uvicorn's middleware for it.
+            # Trusted proxies are the guard's (gatewayd/http/proxied.py): it sets
+            # scope["client"] itself, and counts connections by it.
             proxy_headers=False,
+            ssl_certfile=tls.tls_cert if tls is not None else None,
+            ssl_keyfile=tls.tls_key if tls is not None else None,
             server_header=False,
         )
         server = _QuietUvicorn(config)

@@ -20,7 +20,7 @@ from pydantic import (
     model_validator,
 )
 
-from llmgw.connbounds import MAX_PER_ADDRESS
+from llmgw.connbounds import MAX_PER_ADDRESS, TrustedProxies
 from llmgw.errors import ConfigError
 from llmgw.mcp.config import McpConfig
 from llmgw.mirror.config import MirrorsConfig
@@ -307,8 +307,62 @@ class ConnectionsConfig(_Strict):
         return duration_s(v)
 
 
+class HttpConfig(_Strict):
+    """The gateway port (:8080): its own TLS, and the proxies whose word on the client is taken.
+
+    Behind HAProxy every connection comes from the proxy, so the per-address
+    bound (``connections.max_per_address``) would count all clients as one;
+    from a peer in ``trusted_proxies`` the PROXY protocol header (with
+    ``proxy_protocol``) or ``X-Forwarded-For`` names the real client, who is
+    then counted, bounded and recorded (gatewayd/http/proxied.py).
+    """
+
+    # PEM files: with both, :8080 serves HTTPS only (``server init --http-tls``
+    # issues one from the cluster CA; ``--http-cert/--http-key`` take the operator's).
+    tls_cert: str = ""
+    tls_key: str = ""
+    # Addresses or CIDRs of the proxies in front of :8080. Nobody else's PROXY
+    # header or X-Forwarded-For is believed: anyone could name any address.
+    trusted_proxies: list[str] = []
+    # Connections from a trusted proxy start with a PROXY protocol header (v1 or
+    # v2; HAProxy's send-proxy-v2). Off: X-Forwarded-For names the client.
+    proxy_protocol: bool = False
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _proxies(cls, v: list[str]) -> list[str]:
+        TrustedProxies(v)  # names a bad entry
+        return [p.strip() for p in v]
+
+    @model_validator(mode="after")
+    def _pair(self) -> HttpConfig:
+        if bool(self.tls_cert) != bool(self.tls_key):
+            raise ValueError("http.tls_cert and http.tls_key go together: give both, or neither")
+        if self.proxy_protocol and not self.trusted_proxies:
+            raise ValueError(
+                "http.proxy_protocol needs http.trusted_proxies: the proxies whose header is read"
+            )
+        if self.proxy_protocol and self.tls_cert:
+            # The PROXY header comes before the TLS handshake, which uvicorn's TLS
+            # reads first: the two would break every connection.
+            raise ValueError(
+                "http.proxy_protocol cannot be used with http.tls_cert: behind a proxy that "
+                "speaks TLS to :8080, leave proxy_protocol off (X-Forwarded-For names the client)"
+            )
+        return self
+
+    @property
+    def tls(self) -> bool:
+        return bool(self.tls_cert)
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.tls else "http"
+
+
 class FilesConfig(_Strict):
-    """Files clients upload for batches (``/v1/files``), kept under the data dir."""
+    """Files clients upload for batches (``/v1/files``), kept in the store (every control
+    plane serves them)."""
 
     # The largest file one upload may be.
     max_bytes: Annotated[int, Field(gt=0)] = 200 * 10**6
@@ -339,6 +393,17 @@ class BatchesConfig(_Strict):
     # deviations of their number in flight (gatewayd/batches/headroom.py):
     # 0 gives a batch every slot clients do not hold this instant.
     headroom_sigmas: Annotated[float, Field(ge=0, le=10)] = 3.0
+    # Batches of one project not yet ended (validating, in progress, finalizing,
+    # cancelling), at most: one more is refused with a 429 naming this.
+    max_active_per_project: Annotated[int, Field(ge=1)] = 100
+    # The input files of one project's batches not yet ended, in bytes together
+    # (ten inputs at files.max_bytes): one more past it is refused with a 429.
+    max_queued_bytes_per_project: Annotated[int, Field(gt=0)] = 2 * 10**9
+
+    @field_validator("max_queued_bytes_per_project", mode="before")
+    @classmethod
+    def _queued(cls, v: Any) -> int:
+        return size_bytes(v)
 
 
 class ClusterConfig(_Strict):
@@ -369,6 +434,8 @@ class ServerConfig(_Strict):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     setup: SetupConfig = SetupConfig()
     connections: ConnectionsConfig = ConnectionsConfig()
+    # The gateway port's TLS and trusted proxies.
+    http: HttpConfig = HttpConfig()
     files: FilesConfig = FilesConfig()
     batches: BatchesConfig = BatchesConfig()
     # The cluster's model mirrors (llmgw mirror serve), tried in order.

@@ -17,6 +17,7 @@ import contextlib
 import ipaddress
 import socket
 import struct
+from collections.abc import Iterable
 
 # Connections one client may hold open on a port: far past what a browser (6),
 # pip or huggingface_hub (10) or a busy service's pool opens, well below what
@@ -25,6 +26,8 @@ MAX_PER_ADDRESS = 256
 # A refused or late connection is reset (SO_LINGER 0): no FIN handshake and no
 # TIME_WAIT entry are kept for a client that is holding the port down.
 _LINGER_RESET = struct.pack("ii", 1, 0)
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
 def client_key(peer) -> str:
@@ -84,3 +87,32 @@ class AddressCounts(dict[str, int]):
     def held(self, key: str) -> int:
         """The connections ``key`` holds now."""
         return self.get(key, 0)
+
+
+class TrustedProxies:
+    """The networks whose word on the client address is believed."""
+
+    def __init__(self, cidrs: Iterable[str] = ()) -> None:
+        nets: list[Network] = []
+        for cidr in cidrs:
+            try:
+                nets.append(ipaddress.ip_network(cidr.strip(), strict=False))
+            except ValueError as exc:
+                raise ValueError(
+                    f"trusted_proxies: {cidr!r} is not an address or CIDR (e.g. 10.0.0.0/8)"
+                ) from exc
+        self.networks = tuple(nets)
+
+    def __bool__(self) -> bool:
+        return bool(self.networks)
+
+    def trusts(self, host: str | None) -> bool:
+        if not host or not self.networks:
+            return False
+        try:
+            addr = ipaddress.ip_address(host.split("%")[0])
+        except ValueError:
+            return False
+        if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
+            addr = addr.ipv4_mapped
+        return any(addr in net for net in self.networks)

@@ -66,6 +66,16 @@ class Paths:
         return self.secrets_dir / "mirror-read-token"
 
     @property
+    def mirror_admin_token_file(self) -> Path:
+        """The token the cluster's mirrors take for writes: their own, never the admin token."""
+        return self.secrets_dir / "mirror-admin-token"
+
+    @property
+    def mirror_pins_file(self) -> Path:
+        """The sha256 of each wheel this control plane put on its mirrors (node add's pins)."""
+        return self.server_data_dir / "mirror-pins.json"
+
+    @property
     def mirror_yaml(self) -> Path:
         return self.config_dir / "mirror.yaml"
 
@@ -89,6 +99,20 @@ class Paths:
     @property
     def server_key(self) -> Path:
         return self.pki_dir / "server.key"
+
+    @property
+    def mirror_cert(self) -> Path:
+        """The mirror's server certificate, signed by the cluster CA (``server init --mirror``)."""
+        return self.pki_dir / "mirror.crt"
+
+    @property
+    def mirror_key(self) -> Path:
+        return self.pki_dir / "mirror.key"
+
+    @property
+    def mirror_certs_dir(self) -> Path:
+        """Bundles issued by ``llmgw mirror cert`` for mirrors on other machines."""
+        return self.pki_dir / "mirrors"
 
     @property
     def node_certs_dir(self) -> Path:

@@ -6,7 +6,10 @@
     await d.stop()
 
 The tokens are given, not read here (mirrord.main reads their files), so tests
-and ``llmgw up`` make a daemon with tokens of their own.
+make a daemon with tokens of their own. The config is served as it is given:
+``llmgw mirror serve`` hands over mirror.yaml with the machine's TLS files
+filled in (mirrord.main.serving_config), so a mirror serves HTTPS unless told
+plain_http; a config naming no certificate, as tests give, serves HTTP.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ def data_dir_of(cfg: MirrorServeConfig, paths: Paths) -> Path:
 
 
 def ssl_context_of(cfg: MirrorServeConfig) -> ssl.SSLContext | None:
-    """HTTPS when mirror.yaml names a certificate; client certificates read with client_ca."""
+    """HTTPS when the config names a certificate; client certificates read with client_ca."""
     if not cfg.tls.cert:
         return None
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)

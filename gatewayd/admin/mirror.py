@@ -4,7 +4,9 @@ Each call goes to the first of the cluster's mirrors that answers
 (gatewayd/mirrors/set.py), with the mirror's admin token. Adding a local
 path is done here: gatewayd runs on the operator's machine (the admin port
 is 127.0.0.1 only), reads the file or folder itself and uploads it, so
-nothing but the path crosses the admin API.
+nothing but the path crosses the admin API. Each wheel's sha256, read here,
+is pinned (llmgw/mirror/pins.py): node add installs a wheel from a mirror only
+with it.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from gatewayd.mirrors.views import (
     revision_view,
 )
 from llmgw.errors import LlmgwError
+from llmgw.fsutil import sha256_file
 from llmgw.mirror import wire
 from llmgw.mirror.client import MirrorClient, MirrorError, MirrorUnreachable
 from llmgw.mirror.names import NameRefused, check_repo
@@ -284,7 +287,7 @@ class MirrorAdmin:
             changed.set()
 
         async def send(m: MirrorClient) -> list[wire.Revision]:
-            return await _send_local(m, message, path, kind, on_file)
+            return await _send_local(m, self._set(), message, path, kind, on_file)
 
         task = asyncio.create_task(self._on_mirror(send))
         try:
@@ -346,6 +349,7 @@ def _now_iso() -> str:
 
 async def _send_local(
     m: MirrorClient,
+    mirrors: MirrorSet,
     message: MirrorAddRequest,
     path: Path,
     kind: str,
@@ -371,13 +375,24 @@ async def _send_local(
             )
         total = sum(w.stat().st_size for w in wheels)
         out, base = [], 0
-        for i, wheel in enumerate(wheels):
+        pinned: dict[str, str] = {}
+        try:
+            for i, wheel in enumerate(wheels):
 
-            def progress(done: int, _size: int, wheel=wheel, base=base, i=i) -> None:
-                on_file(wheel.name, base + done, total, i, len(wheels))
+                def progress(done: int, _size: int, wheel=wheel, base=base, i=i) -> None:
+                    on_file(wheel.name, base + done, total, i, len(wheels))
 
-            out.append(await m.put_artifact("wheel", wheel, on_progress=progress))
-            base += wheel.stat().st_size
+                # Hashed here, on the control plane: the mirror takes the bytes only if
+                # they are these, and node add installs the wheel only with this sha256.
+                digest = await asyncio.to_thread(sha256_file, wheel)
+                out.append(
+                    await m.put_artifact("wheel", wheel, sha256=digest, on_progress=progress)
+                )
+                pinned[wheel.name] = digest
+                base += wheel.stat().st_size
+        finally:
+            # What went up is pinned even when a later wheel fails.
+            await mirrors.pin_wheels(pinned)
         return out
     if kind == "engine":
         if not path.is_file():

@@ -1,13 +1,18 @@
-"""``/v1/batches``: create, list, show and cancel a project's batches (OpenAI's Batch API)."""
+"""``/v1/batches``: create, list, show and cancel a project's batches (OpenAI's Batch API).
+
+Answered on every control plane from the store; the leader's runner takes up
+a batch made or cancelled on any of them within a second.
+"""
 
 from __future__ import annotations
 
 import json
 
 from gatewayd.batches.book import BatchBook, BatchRefused
-from gatewayd.batches.files_api import int_param, query
+from gatewayd.batches.files_api import int_param, query, store_away
 from gatewayd.batches.objects import batch_object
 from gatewayd.gateway.protocol.errors import ApiError
+from llmgw.errors import StoreError
 
 # A create request is a few hundred bytes; nothing bigger is read.
 MAX_CREATE_BYTES = 64 * 1024
@@ -45,6 +50,8 @@ class BatchesApi:
                 return await call.json(200, batch_object(rec))
         except BatchRefused as e:
             raise _api_error(e) from None
+        except StoreError as e:
+            raise store_away(e) from None
         raise ApiError(404, f"no route for {method} {call.path}", code="unknown_route")
 
     async def _list(self, call) -> None:

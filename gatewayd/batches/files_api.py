@@ -2,8 +2,10 @@
 
 A file belongs to the project of the key that uploaded it (or whose batch
 wrote it); to any other project's key it does not exist (404, the same words
-as for an id never made). Uploads stream to disk and are capped in size:
-``files.max_bytes`` each, ``files.max_project_bytes`` per project.
+as for an id never made). Uploads stream into the store a chunk at a time
+(``filestore.py``), so every control plane serves, lists and deletes every
+file; they are capped in size: ``files.max_bytes`` each,
+``files.max_project_bytes`` per project. The store away is a 503 the SDKs retry.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from gatewayd.gateway.protocol.errors import ApiError
 from gatewayd.store import Store
 from gatewayd.store.batch_records import FileRecord
 from llmgw.config import FilesConfig
+from llmgw.errors import StoreError
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +59,16 @@ def _too_large(cap: int) -> ApiError:
     )
 
 
+def store_away(e: StoreError) -> ApiError:
+    log.warning("files and batches: %s", e)
+    return ApiError(
+        503,
+        "the store is not reachable now; try again in a few seconds",
+        code="store_unavailable",
+        retry_after_s=2,
+    )
+
+
 def no_file(file_id: str) -> ApiError:
     return ApiError(404, f"no file {file_id!r}", code="file_not_found", param="file_id")
 
@@ -83,6 +96,14 @@ class FilesApi:
         self._store, self._files, self._cfg = store, files, cfg
 
     async def handle(self, call) -> None:
+        try:
+            return await self._handle(call)
+        except StoreError as e:
+            if call.started:
+                raise
+            raise store_away(e) from None
+
+    async def _handle(self, call) -> None:
         parts = call.path.removeprefix("/v1/files").strip("/").split("/")
         method = call.method
         if parts == [""]:
@@ -139,17 +160,16 @@ class FilesApi:
         )
 
     async def _delete(self, call, rec: FileRecord) -> None:
+        # Its bytes with it (an input a batch still reads keeps them until the batch ends).
         await self._store.delete_file(rec.file_id)
-        self._files.remove(rec.file_id)
         await call.json(200, {"id": rec.file_id, "object": "file", "deleted": True})
 
     async def _content(self, call, rec: FileRecord) -> None:
-        try:
-            chunks = self._files.chunks(rec.file_id)
-            first = await anext(chunks, b"")
-        except FileNotFoundError:
-            log.warning("the file %s is in the store but not on disk", rec.file_id)
-            raise no_file(rec.file_id) from None
+        chunks = self._files.chunks(rec.file_id)
+        first = await anext(chunks, b"")
+        if not first and rec.bytes:
+            log.warning("the file %s is recorded but its bytes are not in the store", rec.file_id)
+            raise no_file(rec.file_id)
         await call.send(
             {
                 "type": "http.response.start",
@@ -180,8 +200,9 @@ class FilesApi:
             raise _too_large(cap)
         fields: dict[str, str] = {}
         filename: str | None = None
-        upload = self._files.new_upload()
+        upload = self._files.new_upload(new_id("file-"))
         try:
+            await upload.start()
             current, over, seen = None, False, 0
             while True:
                 msg = await call.receive()
@@ -219,19 +240,15 @@ class FilesApi:
                 raise ApiError(
                     400, "the form ends before its closing boundary", code="invalid_form"
                 )
-            rec = await self._check(call, fields, filename, upload.size)
-            await upload.keep(self._files.path(rec.file_id))
+            rec = await self._check(call, fields, filename, upload)
+            await upload.keep(rec)
         except BaseException:
-            upload.discard()
-            raise
-        try:
-            await self._store.put_file(rec)
-        except BaseException:
-            self._files.remove(rec.file_id)
+            await upload.discard()
             raise
         await call.json(200, file_object(rec))
 
-    async def _check(self, call, fields: dict[str, str], filename, size: int) -> FileRecord:
+    async def _check(self, call, fields: dict[str, str], filename, upload) -> FileRecord:
+        size = upload.size
         purpose = fields.get("purpose", "")
         if not purpose:
             raise ApiError(400, "purpose is required: batch", param="purpose")
@@ -267,7 +284,7 @@ class FilesApi:
             expires_s = min(expires_s, int(seconds))
         now = datetime.now(UTC)
         return FileRecord(
-            file_id=new_id("file-"),
+            file_id=upload.file_id,
             project_id=call.key.project_id,
             project=call.key.project,
             key_id=call.key.key_id,

@@ -5,10 +5,15 @@ custom_ids are unique, every url is the batch's endpoint, and the body names
 a model. A file that breaks any of these fails the batch, with one error per
 line at fault in OpenAI's BatchError shape ({code, message, param, line},
 lines counted from 1), and nothing is sent.
+
+The runner feeds ``InputCheck`` the file a page at a time as it reads it from
+the store, and keeps none of its requests; it reads them again, a window at a
+time, as it sends them (``parse_request``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, field
 
@@ -21,7 +26,10 @@ CUSTOM_ID_MAX = 512
 
 @dataclass
 class Checked:
+    # The requests, when asked to keep them (check_input); the runner reads them again as it sends.
     lines: list[Line] = field(default_factory=list)
+    # How many requests the file holds (0 when it has errors).
+    total: int = 0
     # The models the requests name, first seen first.
     models: list[str] = field(default_factory=list)
     errors: list[dict] = field(default_factory=list)
@@ -99,59 +107,105 @@ def _line_errors(obj, number: int, endpoint: str) -> list[dict]:
     return errors
 
 
-def check_input(data: bytes, endpoint: str, max_requests: int) -> Checked:
-    """The requests of an input file, or the errors that fail its batch."""
-    out = Checked()
-    seen: dict[str, int] = {}
-    models: dict[str, None] = {}
-    for number, raw in enumerate(data.split(b"\n"), start=1):
-        if len(out.errors) >= MAX_ERRORS:
-            break
-        if not raw.strip():
-            continue
-        if len(out.lines) >= max_requests:
-            out.errors.append(
-                _error(
-                    "too_many_requests",
-                    f"the file holds more than {max_requests} requests, the most a batch may"
-                    " (batches.max_requests in server.yaml): split it into several batches",
-                    line=number,
-                )
-            )
-            break
-        try:
-            obj = json.loads(raw)
-        except (ValueError, UnicodeDecodeError):
-            out.errors.append(
-                _error("invalid_json_line", "the line is not valid JSON", line=number)
-            )
-            continue
-        errors = _line_errors(obj, number, endpoint)
-        custom_id = obj.get("custom_id") if isinstance(obj, dict) else None
-        if isinstance(custom_id, str) and custom_id:
-            if custom_id in seen:
-                errors.append(
+def _digest(custom_id: str) -> int:
+    """64 bits of the custom_id: what the duplicate check keeps of each, not the id."""
+    return int.from_bytes(hashlib.blake2b(custom_id.encode(), digest_size=8).digest(), "big")
+
+
+class InputCheck:
+    """The check of one input file, fed its lines in order (a page at a time: the file is
+    never held whole). What it keeps is bounded by the request cap: 64 bits and a line
+    number per custom_id seen (a collision of two ids in 64 bits would be reported as a
+    duplicate: about 1 in 10^9 for a file of 100,000)."""
+
+    def __init__(self, endpoint: str, max_requests: int, *, keep_lines: bool = False) -> None:
+        self._endpoint, self._max = endpoint, max_requests
+        self._keep = keep_lines
+        self._seen: dict[int, int] = {}
+        self._models: dict[str, None] = {}
+        self.out = Checked()
+        self.total = 0
+        self.stopped = False
+
+    def feed(self, lines: list[tuple[int, bytes]]) -> bool:
+        """Check these (line number from 1, raw line); False once no more need reading."""
+        out = self.out
+        for number, raw in lines:
+            if len(out.errors) >= MAX_ERRORS:
+                self.stopped = True
+                return False
+            if not raw.strip():
+                continue
+            if self.total >= self._max:
+                out.errors.append(
                     _error(
-                        "duplicate_custom_id",
-                        f"the custom_id {custom_id!r} is also on line {seen[custom_id]}:"
-                        " each request's custom_id must be unique",
-                        param="custom_id",
+                        "too_many_requests",
+                        f"the file holds more than {self._max} requests, the most a batch may"
+                        " (batches.max_requests in server.yaml): split it into several batches",
                         line=number,
                     )
                 )
-            seen.setdefault(custom_id, number)
-        if errors:
-            out.errors.extend(errors)
-            continue
-        body = obj["body"]
-        models.setdefault(body["model"], None)
-        out.lines.append(
-            Line(len(out.lines), obj["custom_id"], json.dumps(body).encode(), body["model"])
-        )
-    if not out.lines and not out.errors:
-        out.errors.append(_error("empty_file", "the input file holds no requests"))
-    out.errors = out.errors[:MAX_ERRORS]
-    out.models = list(models)
-    if out.errors:
-        out.lines = []
-    return out
+                self.stopped = True
+                return False
+            try:
+                obj = json.loads(raw)
+            except (ValueError, UnicodeDecodeError):
+                out.errors.append(
+                    _error("invalid_json_line", "the line is not valid JSON", line=number)
+                )
+                continue
+            errors = _line_errors(obj, number, self._endpoint)
+            custom_id = obj.get("custom_id") if isinstance(obj, dict) else None
+            if isinstance(custom_id, str) and custom_id:
+                digest = _digest(custom_id)
+                first = self._seen.get(digest)
+                if first is not None:
+                    errors.append(
+                        _error(
+                            "duplicate_custom_id",
+                            f"the custom_id {custom_id!r} is also on line {first}:"
+                            " each request's custom_id must be unique",
+                            param="custom_id",
+                            line=number,
+                        )
+                    )
+                else:
+                    self._seen[digest] = number
+            if errors:
+                out.errors.extend(errors)
+                continue
+            body = obj["body"]
+            self._models.setdefault(body["model"], None)
+            if self._keep:
+                out.lines.append(
+                    Line(self.total, obj["custom_id"], json.dumps(body).encode(), body["model"])
+                )
+            self.total += 1
+        return True
+
+    def result(self) -> Checked:
+        out = self.out
+        if not self.total and not out.errors:
+            out.errors.append(_error("empty_file", "the input file holds no requests"))
+        out.errors = out.errors[:MAX_ERRORS]
+        out.models = list(self._models)
+        out.total = 0 if out.errors else self.total
+        if out.errors:
+            out.lines = []
+        self._seen.clear()
+        return out
+
+
+def parse_request(raw: bytes, index: int) -> Line:
+    """A checked line of an input file as the request the runner sends (ValueError if it
+    is not one: the file is not the one checked)."""
+    obj = json.loads(raw)
+    body = obj["body"]
+    return Line(index, obj["custom_id"], json.dumps(body).encode(), body["model"])
+
+
+def check_input(data: bytes, endpoint: str, max_requests: int) -> Checked:
+    """The requests of an input file held whole, or the errors that fail its batch."""
+    check = InputCheck(endpoint, max_requests, keep_lines=True)
+    check.feed(list(enumerate(data.split(b"\n"), start=1)))
+    return check.result()

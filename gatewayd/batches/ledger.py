@@ -1,27 +1,29 @@
-"""The ledger of a batch's answers: appended to its files and committed with their usage.
+"""The ledger of a batch's answers: committed with their usage, exactly once, in the shared store.
 
-Exactly once, across a kill -9: answers are committed in groups. The ledger
-appends a group's lines to the output and error files, then writes in one
-store transaction the lines' done marks, the batch's counts, the files'
-new committed lengths and the requests' usage rows (the gateway hands a
-batch's rows to the runner instead of its usage writer). A run killed
-before that transaction leaves bytes past the committed lengths, which the
-next run cuts off before sending those requests again; one killed after it
-has nothing left to do for them. So each request's answer is in its file
-once and metered once, whatever moment the process died.
+Answers are committed in groups, each in one store transaction: the lines'
+done marks, the batch's counts, the output and error bytes appended as chunks
+at the files' committed ends (which move with them), and the requests' usage
+rows (the gateway hands a batch's rows to the runner instead of its usage
+writer). A run killed before that transaction has written nothing of the
+group: its requests are sent again by whichever control plane runs the batch
+next. One killed after it has nothing left to do for them. So each request's
+answer is in its file once and metered once, whatever moment the process
+died, on whichever control plane.
+
+Each commit says the ends it goes on from; one that finds them moved (another
+run committed since: a leader that lost its lease, and the new one) writes
+nothing and raises BatchMoved, and this run lets the batch go. Two runs never
+commit the same line.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import secrets
 
 from gatewayd.batches.book import Active, Result
-from gatewayd.batches.filestore import FileStore
-from gatewayd.batches.objects import output_file_id
 from gatewayd.store import Store
-from gatewayd.store.batch_records import BatchProgress
+from gatewayd.store.batch_records import BatchMoved, BatchProgress
 from llmgw.errors import StoreError
 
 
@@ -55,11 +57,11 @@ def unsent_line(custom_id: str, code: str, message: str) -> bytes:
 
 
 class Ledger:
-    def __init__(self, store: Store, files: FileStore) -> None:
-        self._store, self._files = store, files
+    def __init__(self, store: Store) -> None:
+        self._store = store
 
     async def commit(self, b: Active) -> None:
-        """Append the batch's answers waiting (``b.results``) and commit them."""
+        """Commit the batch's answers waiting (``b.results``) with their bytes and usage."""
         if b.unsettled is not None and not await self._settle(b):
             return
         rec, results = b.rec, b.results
@@ -68,13 +70,6 @@ class Ledger:
         b.results = []
         out = b"".join(r.text for r in results if r.ok)
         err = b"".join(r.text for r in results if not r.ok)
-        out_id = output_file_id(rec.batch_id, "output")
-        err_id = output_file_id(rec.batch_id, "error")
-
-        def write() -> None:
-            self._files.append(out_id, out)
-            self._files.append(err_id, err)
-
         completed = sum(1 for r in results if r.ok)
         progress = BatchProgress(
             batch_id=rec.batch_id,
@@ -83,6 +78,10 @@ class Ledger:
             failed=len(results) - completed,
             output_bytes=rec.output_bytes + len(out),
             error_bytes=rec.error_bytes + len(err),
+            from_output_bytes=rec.output_bytes,
+            from_error_bytes=rec.error_bytes,
+            output=out,
+            error=err,
             prompt_tokens=sum(r.usage.prompt_tokens for r in results if r.usage is not None),
             cached_tokens=sum(r.usage.cached_tokens for r in results if r.usage is not None),
             completion_tokens=sum(
@@ -90,15 +89,11 @@ class Ledger:
             ),
         )
         try:
-            await asyncio.to_thread(write)
-        except BaseException:
-            self.cut_back(b)
-            b.results = results + b.results
-            raise
-        try:
             await self._store.record_batch_progress(
                 progress, [r.usage for r in results if r.usage is not None]
             )
+        except BatchMoved:
+            raise  # nothing written: another run has the batch
         except BaseException:
             # The transaction may have committed before its answer was lost (a
             # connection dropped): which it was is read back before anything else.
@@ -108,29 +103,24 @@ class Ledger:
 
     async def _settle(self, b: Active) -> bool:
         """After a commit that failed: was it written after all? Then it stands; if not, its
-        bytes are cut and its answers wait for the next commit. False: the store is not
-        there to say yet."""
+        answers wait for the next commit. False: the store is not there to say yet."""
         results, progress = b.unsettled
         try:
             stored = await self._store.get_batch(b.rec.batch_id)
         except StoreError:
             return False
         b.unsettled = None
-        if (
-            stored is not None
-            and stored.output_bytes == progress.output_bytes
-            and (stored.error_bytes == progress.error_bytes)
-        ):
+        ends = None if stored is None else (stored.output_bytes, stored.error_bytes)
+        if ends == (progress.output_bytes, progress.error_bytes):
             self._committed(b, results, progress)
-        else:
-            self.cut_back(b)
+        elif ends == (progress.from_output_bytes, progress.from_error_bytes):
             b.results = results + b.results
+        else:
+            raise BatchMoved(
+                f"batch {b.rec.batch_id} was taken forward by another run",
+                hint="it is read again from the store",
+            )
         return True
-
-    def cut_back(self, b: Active) -> None:
-        """Bytes past the committed ends go: their answers are written again."""
-        self._files.cut(output_file_id(b.rec.batch_id, "output"), b.rec.output_bytes)
-        self._files.cut(output_file_id(b.rec.batch_id, "error"), b.rec.error_bytes)
 
     def _committed(self, b: Active, results: list[Result], progress: BatchProgress) -> None:
         rec = b.rec

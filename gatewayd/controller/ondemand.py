@@ -27,7 +27,7 @@ from llmgw.scaling import OnDemandConfig
 class DemandView(Protocol):
     """What the gateway knows of requests (gatewayd/gateway/routing/demand.py: Demand)."""
 
-    holding: dict[str, int]
+    def waiting(self, model: str) -> int: ...
 
     def last_asked(self, model: str) -> float | None: ...
 
@@ -69,7 +69,8 @@ class OnDemand:
         name = model.name
         now = self._clock()
         asked = self.demand.last_asked(name)
-        held = self.demand.holding.get(name, 0)
+        # Held on any control plane: a request waiting on a standby keeps it wanted too.
+        held = self.demand.waiting(name)
         target = scaler.target(name) or 0
         fresh = asked is not None and asked > self._stopped_at.get(name, float("-inf"))
         if held or (fresh and now - asked < cfg.evict_after_idle_s):

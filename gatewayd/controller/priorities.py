@@ -137,7 +137,7 @@ class Priorities:
     def _idle_s(self, model: Model, x: Replica) -> float | None:
         """How long an on-demand replica has been idle, if it may give its cards now."""
         demand = self.on_demand_rule.demand
-        if x.state != rs.READY or demand is None or demand.holding.get(model.name):
+        if x.state != rs.READY or demand is None or demand.waiting(model.name):
             return None
         load = self.replica_load([x.replica_id])
         if load is not None and (load.busy or load.waiting):

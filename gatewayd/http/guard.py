@@ -37,7 +37,7 @@ import time
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from llmgw.config import ConnectionsConfig
-from llmgw.connbounds import AddressCounts, client_key, reset, reset_socket
+from llmgw.connbounds import AddressCounts, TrustedProxies, client_key, reset, reset_socket
 
 # client_key, reset and reset_socket are the shared piece's, named here too for the agent port.
 __all__ = [
@@ -67,7 +67,15 @@ UNREAD_RECHECKS = 3
 # One log line at most this often per port while connections are refused.
 REFUSAL_LOG_INTERVAL_S = 60.0
 
-REASONS = ("per_address", "total", "header_timeout", "body_timeout", "tls_handshake_timeout")
+REASONS = (
+    "per_address",
+    "total",
+    "header_timeout",
+    "body_timeout",
+    "tls_handshake_timeout",
+    # A trusted proxy's connection that did not start with a PROXY header we can read.
+    "proxy_header",
+)
 
 
 def open_files_limit() -> int:
@@ -129,8 +137,20 @@ class ConnectionBudget:
 class PortGuard:
     """One port's bounds: connections per client, the shared total, deadlines, counts."""
 
-    def __init__(self, port: str, cfg: ConnectionsConfig, budget: ConnectionBudget, metrics=None):
+    def __init__(
+        self,
+        port: str,
+        cfg: ConnectionsConfig,
+        budget: ConnectionBudget,
+        metrics=None,
+        *,
+        trusted: TrustedProxies | None = None,
+        proxy_protocol: bool = False,
+    ):
         self.port = port
+        # Proxies whose word on the client is believed (server.yaml http:); none by default.
+        self.trusted = trusted or TrustedProxies()
+        self.proxy_protocol = proxy_protocol
         self.budget = budget
         self.header_timeout_s = cfg.header_timeout
         self.body_read_timeout_s = cfg.body_read_timeout
@@ -162,16 +182,34 @@ class PortGuard:
         self.count(reason, key)
         return None
 
-    def take(self, key: str) -> str | None:
-        """Count one more connection of ``key``; None if it may stay, else the bound it is past."""
+    def take(self, key: str, *, bounded: bool = True) -> str | None:
+        """Count one more connection of ``key``; None if it may stay, else the bound it is past.
+
+        ``bounded=False`` counts a trusted proxy's connection before it names its
+        client: the proxy carries everyone's, so its own bound would be everyone's.
+        """
         budget = self.budget
         if budget.open >= budget.max_total:
             return "total"
-        if not self.per_address.take(key):
-            return "per_address"
+        if bounded:
+            if not self.per_address.take(key):
+                return "per_address"
+        else:
+            self.per_address[key] = self.per_address.get(key, 0) + 1
         self.open += 1
         budget.open += 1
         return None
+
+    def rekey(self, old: str, new: str) -> bool:
+        """Count a connection held as ``old`` as ``new`` (the client a proxy named) from now on.
+
+        False past ``new``'s bound: it is still held as ``old`` then (and
+        released as that when the caller's reset ends it).
+        """
+        if not self.per_address.take(new):
+            return False
+        self.per_address.release(old)
+        return True
 
     def release(self, key: str) -> None:
         self.per_address.release(key)
@@ -205,8 +243,17 @@ class PortGuard:
             self._logged_at, self._unlogged = now, 0
 
     def http_protocol(self) -> type[HttpToolsProtocol]:
-        """uvicorn's ``http=`` protocol class for this port."""
-        return type(f"GuardedHttp_{self.port}", (GuardedHttpProtocol,), {"guard": self})
+        """uvicorn's ``http=`` protocol class for this port.
+
+        With no proxy trusted (the default) it is the plain guarded protocol: no
+        look at PROXY headers or X-Forwarded-For, no work per request for them.
+        """
+        base: type[GuardedHttpProtocol] = GuardedHttpProtocol
+        if self.trusted:
+            from gatewayd.http.proxied import ProxiedHttpProtocol
+
+            base = ProxiedHttpProtocol
+        return type(f"GuardedHttp_{self.port}", (base,), {"guard": self})
 
 
 # uvicorn's own callbacks, called straight (no super() lookup on the per-request path).
@@ -233,7 +280,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport) -> None:  # type: ignore[override]
         guard = self.guard
-        self._key = guard.admit(transport)
+        self._key = self._admit(transport)
         if self._key is None:
             return  # reset: uvicorn never sees it
         super().connection_made(transport)
@@ -242,6 +289,10 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self.timeout_keep_alive = min(guard.keepalive_timeout_s, guard.header_timeout_s)
         self._since = self.loop.time()
         self.timeout_keep_alive_task = self.loop.call_later(guard.header_timeout_s, self._check)
+
+    def _admit(self, transport) -> str | None:
+        """The key this connection is counted as, or None where it was reset."""
+        return self.guard.admit(transport)
 
     def connection_lost(self, exc) -> None:
         if self._key is None:

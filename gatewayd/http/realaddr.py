@@ -15,7 +15,15 @@ from __future__ import annotations
 
 import ipaddress
 import struct
-from collections.abc import Iterable
+
+from llmgw.connbounds import TrustedProxies
+
+__all__ = [
+    "ProxyHeaderError",
+    "TrustedProxies",
+    "client_from_forwarded_for",
+    "parse_proxy_header",
+]
 
 V2_SIGNATURE = b"\r\n\r\n\x00\r\nQUIT\n"
 # The longest v1 line the spec allows, CRLF included.
@@ -28,40 +36,9 @@ _V2_FAMILIES = {
     0x22: (16, ipaddress.IPv6Address),
 }
 
-Network = ipaddress.IPv4Network | ipaddress.IPv6Network
-
 
 class ProxyHeaderError(ValueError):
     """A connection from a trusted proxy did not start with a PROXY header we can read."""
-
-
-class TrustedProxies:
-    """The networks whose word on the client address is believed."""
-
-    def __init__(self, cidrs: Iterable[str] = ()) -> None:
-        nets: list[Network] = []
-        for cidr in cidrs:
-            try:
-                nets.append(ipaddress.ip_network(cidr.strip(), strict=False))
-            except ValueError as exc:
-                raise ValueError(
-                    f"trusted_proxies: {cidr!r} is not an address or CIDR (e.g. 10.0.0.0/8)"
-                ) from exc
-        self.networks = tuple(nets)
-
-    def __bool__(self) -> bool:
-        return bool(self.networks)
-
-    def trusts(self, host: str | None) -> bool:
-        if not host or not self.networks:
-            return False
-        try:
-            addr = ipaddress.ip_address(host.split("%")[0])
-        except ValueError:
-            return False
-        if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
-            addr = addr.ipv4_mapped
-        return any(addr in net for net in self.networks)
 
 
 def client_from_forwarded_for(

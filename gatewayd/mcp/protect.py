@@ -16,8 +16,9 @@ time themselves.
 The replicas' breakers (``gatewayd.gateway.routing.breaker``) are not reused:
 they open for 2, 4, 8 … s by fixed constants and keep no reason, while an MCP
 server's breaker opens after ``mcp.breaker_failures`` for ``mcp.breaker_open_s``
-as server.yaml says, and ``mcp list`` shows why it opened. The buckets are the
-gateway's own ``TokenBucket``.
+as server.yaml says, and ``mcp list`` shows why it opened. The rates are the
+gateway's own ``LimitTable``, so they are shared between control planes as
+key limits are.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gatewayd.gateway.policy.limits import IDLE_S, TokenBucket
+from gatewayd.gateway.policy.limits import IDLE_S, Limits, LimitTable, Refusal
 
 Clock = Callable[[], float]
 
@@ -39,18 +40,26 @@ TRIAL_OUT_WAIT_S = 1.0
 
 
 class RateBuckets:
-    """The rate buckets of every (key, server) seen lately."""
+    """The rate of every (key, server) seen lately: one ``rpm`` scope each in a ``LimitTable``.
+
+    Alone, a table of its own. Once the gateway's limits are shared between
+    control planes (gatewayd/gateway/policy/cluster), ``share`` puts the calls
+    into that table: a server's ``--rate`` then holds for the whole cluster as a
+    key's limits do, its takes written and read back by the same sync.
+    """
 
     def __init__(self, clock: Clock = time.monotonic, idle_s: float = IDLE_S) -> None:
-        self._clock = clock
-        self._idle_s = idle_s
-        self._buckets: dict[tuple[str, str], TokenBucket] = {}
-        # Sweeping looks at every bucket: a few times per idle period, not per call.
-        self._next_sweep_at = clock() + idle_s / 4
+        self._table = LimitTable(clock, idle_s)
+        # One Limits per rate in use: made once, not on every call.
+        self._limits: dict[int, Limits] = {}
 
     def __len__(self) -> int:
         """Buckets held (tests see idle ones go)."""
-        return len(self._buckets)
+        return len(self._table)
+
+    def share(self, table: LimitTable) -> None:
+        """Count calls in ``table`` from now on (the gateway's, shared with the others)."""
+        self._table = table
 
     def take(self, key_id: str, server: str, rate_per_minute: int) -> float:
         """Take one call from the key's allowance at the server: 0.0 if admitted, else the wait.
@@ -62,37 +71,24 @@ class RateBuckets:
         """
         if rate_per_minute <= 0:
             return 0.0
-        now = self._clock()
-        if now >= self._next_sweep_at:
-            self._sweep(now)
-        bucket = self._buckets.get((key_id, server))
-        if bucket is None:
-            bucket = self._buckets[(key_id, server)] = TokenBucket(rate_per_minute, self._clock)
-        elif bucket.capacity != rate_per_minute:
-            bucket.set_rate(rate_per_minute)
-        wait = bucket.wait_s(1, now)
-        if wait is not None:
-            return wait
-        # wait_s brought the bucket up to now: taking is a subtraction.
-        bucket.charge(1, now)
-        return 0.0
+        limits = self._limits.get(rate_per_minute)
+        if limits is None:
+            limits = self._limits[rate_per_minute] = Limits(rpm=rate_per_minute)
+        outcome = self._table.admit(((rate_scope(key_id, server), limits),), 0)
+        return outcome.wait_s if isinstance(outcome, Refusal) else 0.0
 
     def forget_server(self, server: str) -> None:
         """Drop every key's bucket at a server (it was removed)."""
-        for key in [k for k in self._buckets if k[1] == server]:
-            del self._buckets[key]
+        suffix = f"@{server}"
+        self._table.forget(lambda scope: scope.startswith(SCOPE_PREFIX) and scope.endswith(suffix))
 
-    def _sweep(self, now: float) -> None:
-        # A bucket unused for the idle period and full again is what a new one
-        # would be: forgetting it loses nothing and keeps the table small.
-        self._next_sweep_at = now + self._idle_s / 4
-        idle = [
-            key
-            for key, bucket in self._buckets.items()
-            if now - bucket.touched_at >= self._idle_s and bucket.level_at(now) >= bucket.capacity
-        ]
-        for key in idle:
-            del self._buckets[key]
+
+SCOPE_PREFIX = "mcp:"
+
+
+def rate_scope(key_id: str, server: str) -> str:
+    """The limit scope of a key's calls to a server: ``mcp:key_1a2b@hr``."""
+    return f"{SCOPE_PREFIX}{key_id}@{server}"
 
 
 @dataclass(slots=True)

@@ -27,8 +27,15 @@ import httpx
 
 from llmgw.errors import StoreError
 from llmgw.mirror import wire
-from llmgw.mirror.client import TIMEOUT_S, MirrorClient, MirrorError, MirrorUnreachable
+from llmgw.mirror.client import (
+    TIMEOUT_S,
+    MirrorClient,
+    MirrorError,
+    MirrorUnreachable,
+    cluster_verify,
+)
 from llmgw.mirror.config import MirrorsConfig
+from llmgw.mirror.pins import pin_wheels
 from llmgw.paths import Paths
 
 log = logging.getLogger(__name__)
@@ -85,29 +92,43 @@ class MirrorSet:
         read_token: str | Path = "",
         admin_token: str | Path = "",
         verify: ssl.SSLContext | bool = True,
+        pins_file: Path | None = None,
     ) -> None:
         self.cfg = cfg
         self._states = {u: MirrorState(u) for u in cfg.urls}
         self._read = _token(read_token)
         self._admin = _token(admin_token)
         self._verify = verify
+        # Where the sha256 of each wheel this control plane uploads is pinned (node add's).
+        self.pins_file = pins_file
         # Made at the first call: a control plane without mirrors never opens one.
         self._client: httpx.AsyncClient | None = None
         # Set when the list changes: the probe loop probes again without waiting its turn.
         self._changed = asyncio.Event()
 
     @classmethod
-    def from_config(cls, cfg: MirrorsConfig, paths: Paths, *, admin_token: str | Path) -> MirrorSet:
-        """The mirrors of server.yaml, with the tokens of its files (or the machine's defaults)."""
+    def from_config(
+        cls, cfg: MirrorsConfig, paths: Paths, *, admin_token: str | Path | None = None
+    ) -> MirrorSet:
+        """The mirrors of server.yaml, with the tokens of its files (or the machine's defaults:
+        the mirrors' own admin token, never the cluster's)."""
         read_file = Path(cfg.read_token_file or paths.mirror_read_token_file)
-        admin: str | Path = Path(cfg.admin_token_file) if cfg.admin_token_file else admin_token
+        admin: str | Path = paths.mirror_admin_token_file if admin_token is None else admin_token
+        if cfg.admin_token_file:
+            admin = Path(cfg.admin_token_file)
         if cfg.enabled and not read_file.exists():
             log.warning(
                 "mirror.urls is set but the mirror read token %s does not exist; "
                 "agents will be refused by the mirrors (make it with: llmgw server init --mirror)",
                 read_file,
             )
-        return cls(cfg, read_token=read_file, admin_token=admin, verify=_verify(paths))
+        return cls(
+            cfg,
+            read_token=read_file,
+            admin_token=admin,
+            verify=_verify(paths),
+            pins_file=paths.mirror_pins_file,
+        )
 
     def reconfigure(self, urls: list[str], probe_interval_s: float) -> None:
         """Use other mirrors from now on (the kept settings changed), in this order.
@@ -246,6 +267,11 @@ class MirrorSet:
             hint="check that they run (llmgw mirror serve) and mirror.urls in server.yaml",
         )
 
+    async def pin_wheels(self, sha256_by_name: dict[str, str]) -> None:
+        """Pin wheels this control plane read and uploaded (llmgw/mirror/pins.py)."""
+        if self.pins_file is not None and sha256_by_name:
+            await asyncio.to_thread(pin_wheels, self.pins_file, sha256_by_name)
+
     async def aclose(self) -> None:
         if self._client is not None:
             await self._client.aclose()
@@ -256,10 +282,6 @@ def _token(value: str | Path) -> _Token:
     return _Token(value) if isinstance(value, Path) else _Token(None, value)
 
 
-def _verify(paths: Paths) -> ssl.SSLContext | bool:
+def _verify(paths: Paths) -> ssl.SSLContext:
     """HTTPS mirrors: the system's authorities and, where it exists, the cluster's CA."""
-    ctx = ssl.create_default_context()
-    if paths.ca_cert.exists():
-        with contextlib.suppress(OSError, ssl.SSLError):
-            ctx.load_verify_locations(cafile=str(paths.ca_cert))
-    return ctx
+    return cluster_verify(paths.ca_cert)

@@ -115,7 +115,7 @@ def open_store_from_config(cfg: StoreConfig, paths: Paths) -> Store:
     if not dsn:
         return SqliteStore(paths.sqlite_file)
     if dsn.startswith(_POSTGRES_SCHEMES):
-        return PostgresStore(dsn)
+        return PostgresStore(dsn, cluster_ca=paths.ca_cert)
     if dsn.startswith(_SQLITE_SCHEME):
         return SqliteStore(_sqlite_path(dsn, paths))
     raise ConfigError(

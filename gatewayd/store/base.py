@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
 from typing import Protocol
 
-from gatewayd.store.batch_records import BatchProgress, BatchRecord, FileRecord
+from gatewayd.store.batch_records import CHUNK_BYTES, BatchProgress, BatchRecord, FileRecord
 from gatewayd.store.cluster_records import ControlPlaneRecord, LeaderChange, LeaseState
 from gatewayd.store.counter_records import CounterReading, SharedCounter
 from gatewayd.store.mcp_records import McpCallRow, McpGrantRecord, McpServerRecord
@@ -179,7 +179,8 @@ class Store(Protocol):
     # ---- files and batches (OpenAI's Files and Batch APIs) ---------------------
 
     async def put_file(self, rec: FileRecord) -> None:
-        """Record a file (its bytes are on disk already); again: its size and expiry."""
+        """Record a file (its bytes are in ``file_chunks`` already); again: its size and
+        expiry."""
 
     async def get_file(self, file_id: str) -> FileRecord | None: ...
 
@@ -195,7 +196,34 @@ class Store(Protocol):
         """The project's files, newest first (ids sort by time), those past ``after``."""
 
     async def delete_file(self, file_id: str) -> bool:
-        """Forget a file; False when it was not recorded."""
+        """Forget a file and its bytes (those of an input a batch still reads stay until
+        the batch ends); False when it was not recorded."""
+
+    async def begin_upload(self, file_id: str, now: datetime) -> None:
+        """Note an upload begun: its chunks are kept though no file row names them yet."""
+
+    async def put_file_chunk(self, file_id: str, at: int, data: bytes) -> None:
+        """Write ``data`` as the file's bytes from offset ``at`` (chunks of CHUNK_BYTES)."""
+
+    async def finish_upload(self, rec: FileRecord) -> None:
+        """In one transaction: the upload's file row written, the upload no longer pending."""
+
+    async def abort_upload(self, file_id: str) -> None:
+        """Drop an upload's chunks and its pending mark."""
+
+    async def file_chunks(
+        self, file_id: str, start: int = 0, window: int = CHUNK_BYTES
+    ) -> list[tuple[int, bytes]]:
+        """(offset, bytes) of the file's chunks that begin in [start, start + window), in
+        order: at most window + CHUNK_BYTES bytes."""
+
+    async def drop_file_bytes(self, file_id: str) -> int:
+        """Drop the file's chunks if nothing wants them now (no file row, no upload, no
+        batch not yet ended reading or writing it); the chunks dropped."""
+
+    async def sweep_file_bytes(self, stale_before: datetime) -> int:
+        """Forget uploads begun before ``stale_before`` (their control plane died) and drop
+        every chunk nothing wants; the chunks dropped."""
 
     async def expired_files(self, now: datetime, limit: int = 1000) -> list[FileRecord]:
         """Files whose expiry is at or before ``now``, soonest first."""
@@ -220,14 +248,25 @@ class Store(Protocol):
     async def active_batches(self) -> list[BatchRecord]:
         """Batches not yet at an end (validating, in_progress, finalizing, cancelling)."""
 
-    async def batch_done_lines(self, batch_id: str) -> set[int]:
-        """The batch's input lines (0-based) whose answer is recorded."""
+    async def batch_done_lines(
+        self, batch_id: str, start: int = 0, end: int | None = None
+    ) -> set[int]:
+        """The batch's input lines (0-based, in [start, end)) whose answer is recorded."""
+
+    async def request_batch_cancel(self, batch_id: str, at: datetime) -> bool:
+        """Ask, from any control plane, that a validating or in-progress batch be
+        cancelled; False when it is neither or was asked already."""
+
+    async def project_batch_load(self, project_id: str) -> tuple[int, int]:
+        """(batches not yet ended, the bytes of their input files) of the project."""
 
     async def record_batch_progress(
         self, progress: BatchProgress, usage: Sequence[UsageFields]
     ) -> None:
-        """In one transaction: the lines marked done, the counts and file ends moved,
-        and the requests' usage rows written — a line is answered and metered once."""
+        """In one transaction: the lines marked done, the counts and file ends moved, the
+        output and error bytes appended as chunks, and the requests' usage rows written —
+        a line is answered and metered once. With ``from_*_bytes`` given and the ends
+        moved since (another run committed), nothing is written: BatchMoved."""
 
     # ---- stored responses (/v1/responses) ---------------------------------------
 

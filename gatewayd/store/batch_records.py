@@ -1,7 +1,9 @@
 """Files and batches (OpenAI's Files and Batch APIs), as the store keeps them.
 
-Only who owns what, states, times and counts: the files' bytes live on disk
-under the data dir, and no request or answer text is ever put in the store.
+Who owns what, states, times and counts; and the files' bytes, as chunks
+(``file_chunks``, migration 0017) every control plane reads: an upload's, and a
+batch's output and error files', which grow in the transaction that commits
+their lines.
 """
 
 from __future__ import annotations
@@ -10,6 +12,11 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field
 
+from llmgw.errors import StoreError
+
+# The most bytes one chunk of a file holds: uploads are cut so, and a commit's
+# output longer than this is written as several chunks.
+CHUNK_BYTES = 1 << 20
 # The statuses a batch may still move out of by running.
 ACTIVE_STATUSES = ("validating", "in_progress", "finalizing", "cancelling")
 # Statuses OpenAI's Batch object takes, in the order a batch can reach them.
@@ -80,6 +87,10 @@ class BatchRecord(BaseModel):
     errors: list[dict] = Field(default_factory=list)
     # The models the requests name, in first-seen order.
     models: list[str] = Field(default_factory=list)
+    # When a cancel was asked (on any control plane) and not yet taken up by the runner.
+    cancel_requested_at: datetime | None = None
+    # The input file's size at create: what the project has queued while it runs.
+    input_bytes: int = 0
 
 
 class BatchProgress(BaseModel):
@@ -93,7 +104,20 @@ class BatchProgress(BaseModel):
     # The new committed lengths of the output and error files.
     output_bytes: int
     error_bytes: int
+    # The lengths this commit goes on from (None: not checked). Another run that
+    # committed in between (a leader that lost its lease and a new one) moved them:
+    # the commit is refused (BatchMoved) rather than answering a line twice.
+    from_output_bytes: int | None = None
+    from_error_bytes: int | None = None
+    # The bytes appended to the output and error files at those offsets.
+    output: bytes = b""
+    error: bytes = b""
     # The tokens of the usage rows written with it.
     prompt_tokens: int = 0
     cached_tokens: int = 0
     completion_tokens: int = 0
+
+
+class BatchMoved(StoreError):
+    """A batch's progress was committed by another run since this one read it: this
+    run's answers are not its to commit (the batch is read again from the store)."""

@@ -32,6 +32,7 @@ from llmgw.present.keyfmt import money_text, parse_money
 from llmgw.setup import cluster_init, starter
 from llmgw.setup import plan as setup_plan
 from llmgw.setup.cluster_init import InitResult, NodeBundle
+from llmgw.setup.http_init import HttpStep, check_http_flags, init_http
 from llmgw.setup.mirror_init import MIRROR_UNIT_NAME, MirrorInit, init_mirror, parse_bytes
 from llmgw.setup.server_unit import ServerUnitStep, ensure_agent_unit, ensure_server_unit
 
@@ -154,6 +155,43 @@ def server_init(
         str,
         typer.Option("--mirror-max-bytes", help="The mirror's quota: bytes, or 500G, 2T."),
     ] = "",
+    mirror_plain_http: Annotated[
+        bool,
+        typer.Option(
+            "--mirror-plain-http",
+            help="The mirror serves plain HTTP, not HTTPS with a certificate from the cluster "
+            "CA: only behind a proxy that does its TLS.",
+        ),
+    ] = False,
+    http_tls: Annotated[
+        bool,
+        typer.Option(
+            "--http-tls",
+            help="The gateway port serves HTTPS with a certificate from the cluster CA for "
+            "this machine's names (written to the pki dir).",
+        ),
+    ] = False,
+    http_cert: Annotated[
+        str,
+        typer.Option("--http-cert", help="The gateway port serves HTTPS with this PEM cert."),
+    ] = "",
+    http_key: Annotated[str, typer.Option("--http-key", help="The key of --http-cert (PEM).")] = "",
+    trusted_proxies: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--trusted-proxy",
+            help="An address or CIDR of a proxy in front of the gateway port whose word on "
+            "the client is taken (X-Forwarded-For, or a PROXY header); repeat for each.",
+        ),
+    ] = None,
+    proxy_protocol: Annotated[
+        bool,
+        typer.Option(
+            "--proxy-protocol",
+            help="Connections from the trusted proxies start with a PROXY protocol header "
+            "(HAProxy's send-proxy-v2).",
+        ),
+    ] = False,
     standbys: Annotated[
         list[str] | None,
         typer.Option(
@@ -203,11 +241,19 @@ def server_init(
         if node_id is not None and node is not True:
             raise UsageError("--node-id is this machine's as a node: give --node too")
         this_node = _node_id_for(node_id)
-        if (mirror_listen or mirror_max_bytes) and not mirror:
+        if (mirror_listen or mirror_max_bytes or mirror_plain_http) and not mirror:
             raise UsageError(
-                "--mirror-listen and --mirror-max-bytes are the mirror's: give --mirror"
+                "--mirror-listen, --mirror-max-bytes and --mirror-plain-http are the mirror's: "
+                "give --mirror"
             )
         mirror_quota = parse_bytes(mirror_max_bytes) if mirror_max_bytes else None
+        http_wanted = check_http_flags(
+            tls=http_tls,
+            cert=http_cert,
+            key=http_key,
+            trusted_proxies=trusted_proxies or [],
+            proxy_protocol=proxy_protocol,
+        )
         if standbys:
             check_standbys(paths, standbys, store_dsn, force_config)
         # Refused before anything is written: a machine too small for what it would serve.
@@ -232,8 +278,18 @@ def server_init(
             ),
         )
         agent = _write_node(paths, this_node, result) if node else None
+        http_steps = (
+            init_http(paths, http_wanted, issue=http_tls) if http_wanted is not None else []
+        )
         mirrored = (
-            init_mirror(paths, listen=mirror_listen, max_bytes=mirror_quota) if mirror else None
+            init_mirror(
+                paths,
+                listen=mirror_listen,
+                max_bytes=mirror_quota,
+                plain_http=mirror_plain_http,
+            )
+            if mirror
+            else None
         )
         unit = ensure_server_unit(paths, load_server_config(paths.server_yaml))
         # The local node's agent comes back at boot too, after the control plane it dials.
@@ -250,6 +306,7 @@ def server_init(
         out["setup"] = recorded.model_dump(mode="json")
         out["node"] = agent.model_dump(mode="json") if agent else None
         out["mirror"] = mirrored.model_dump(mode="json") if mirrored else None
+        out["http"] = [s.model_dump(mode="json") for s in http_steps]
         out["server_unit"] = unit.model_dump(mode="json")
         out["agent_unit"] = agent_unit.model_dump(mode="json") if agent_unit else None
         if standbys:
@@ -263,6 +320,7 @@ def server_init(
         if agent_unit is not None:
             _print_server_unit(agent_unit)
         _print_setup(paths, recorded, agent)
+        _print_http(http_steps)
         if mirrored is not None:
             _print_mirror(paths, mirrored)
         if standbys:
@@ -338,6 +396,8 @@ def _print_setup(paths: Paths, setup: SetupConfig, agent: "LocalNode | None") ->
 _MIRROR_WORDS = {
     "mirror_yaml": "mirror.yaml",
     "read_token": "mirror read token",
+    "admin_token": "mirror admin token",
+    "tls_cert": "mirror certificate",
     "mirror_urls": "mirror.urls",
     "unit": "mirror service",
 }
@@ -357,6 +417,17 @@ def _print_mirror(paths: Paths, m: MirrorInit) -> None:
         )
     else:
         typer.echo(f"Start the mirror: llmgw mirror serve  (or systemctl link {m.unit_file})")
+
+
+_HTTP_WORDS = {"http_cert": "gateway certificate", "http_yaml": "server.yaml http:"}
+
+
+def _print_http(steps: "list[HttpStep]") -> None:
+    for s in steps:
+        line = f"  {s.action:<9} {_HTTP_WORDS[s.item]:<19} {s.path}"
+        if s.reason:
+            line += f"  ({s.reason})"
+        typer.echo(line)
 
 
 def _print_server_unit(u: ServerUnitStep) -> None:

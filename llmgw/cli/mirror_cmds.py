@@ -39,6 +39,7 @@ def serve_config(
     tls_cert: str = "",
     tls_key: str = "",
     client_ca: str = "",
+    plain_http: bool = False,
 ) -> MirrorServeConfig:
     """mirror.yaml's settings with the flags given put over them (peers: the flags' list)."""
     data = base.model_dump(mode="json")
@@ -62,6 +63,8 @@ def serve_config(
         data["sync_interval_s"] = sync_interval_s
     tls = {"cert": tls_cert, "key": tls_key, "client_ca": client_ca}
     data["tls"].update({k: v for k, v in tls.items() if v})
+    if plain_http:
+        data["plain_http"] = True
     try:
         cfg = MirrorServeConfig.model_validate(data)
     except ValidationError as e:
@@ -150,7 +153,8 @@ def serve(
     admin_token_file: Annotated[
         str,
         typer.Option(
-            "--admin-token-file", help="The token writes take (default the cluster's admin token)."
+            "--admin-token-file",
+            help="The token writes take: the mirror's own (default <secrets>/mirror-admin-token).",
         ),
     ] = "",
     peer_token_file: Annotated[
@@ -164,16 +168,29 @@ def serve(
         typer.Option("--sync-interval", min=0.001, help="Seconds between peer syncs (default 30)."),
     ] = None,
     tls_cert: Annotated[
-        str, typer.Option("--tls-cert", help="Serve HTTPS with this certificate.")
+        str,
+        typer.Option(
+            "--tls-cert", help="The HTTPS certificate (default <pki>/mirror.crt, the cluster CA's)."
+        ),
     ] = "",
-    tls_key: Annotated[str, typer.Option("--tls-key", help="The certificate's key.")] = "",
+    tls_key: Annotated[
+        str, typer.Option("--tls-key", help="The certificate's key (default <pki>/mirror.key).")
+    ] = "",
     client_ca: Annotated[
         str,
         typer.Option(
             "--client-ca",
-            help="Let clients with a certificate this CA signed read (the cluster CA: its nodes).",
+            help="Let clients with a certificate this CA signed read (default the cluster CA: "
+            "its nodes).",
         ),
     ] = "",
+    plain_http: Annotated[
+        bool,
+        typer.Option(
+            "--plain-http",
+            help="Serve plain HTTP, not HTTPS: only behind a proxy that does the TLS.",
+        ),
+    ] = False,
 ) -> None:
     """Run a model mirror until Ctrl-C or SIGTERM."""
     paths = resolve()
@@ -196,9 +213,12 @@ def serve(
             tls_cert=tls_cert,
             tls_key=tls_key,
             client_ca=client_ca,
+            plain_http=plain_http,
         )
         check_files(cfg, paths)
-        from mirrord.main import run
+        from mirrord.main import run, serving_config
+
+        cfg = serving_config(cfg, paths)
 
         with pidfile.held(paths.mirror_pid_file):
             run(cfg, paths)
@@ -206,3 +226,38 @@ def serve(
         pass
     except LlmgwError as e:
         raise typer.Exit(code=output.fail(e)) from None
+
+
+@app.command("cert")
+def cert(
+    host: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--host",
+            help="A DNS name or IP address the mirror is reached at (repeat for each).",
+        ),
+    ] = None,
+    json_output: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+) -> None:
+    """Issue a certificate from the cluster CA for a mirror on another machine (run it on the
+    control plane; a mirror set up with server init --mirror has its own already)."""
+    from llmgw.setup.mirror_init import issue_mirror_bundle
+
+    paths = resolve()
+    try:
+        bundle = issue_mirror_bundle(paths, host or [])
+    except LlmgwError as e:
+        raise typer.Exit(code=output.fail(e)) from None
+    if json_output:
+        typer.echo(bundle.model_dump_json(indent=2))
+        return
+    typer.echo(f"Issued the mirror's certificate in {bundle.dir}:")
+    typer.echo(f"  for {', '.join(bundle.hosts)}, until {bundle.not_after:%Y-%m-%d}")
+    typer.echo(f"  SHA-256 {bundle.fingerprint_sha256}")
+    typer.echo(
+        "Copy mirror.crt, mirror.key and ca.crt to the mirror's machine with its tokens "
+        f"({paths.mirror_read_token_file.name}, {paths.mirror_admin_token_file.name} from "
+        f"{paths.secrets_dir}), then start it: llmgw mirror serve --tls-cert mirror.crt "
+        "--tls-key mirror.key --client-ca ca.crt --read-token-file mirror-read-token "
+        "--admin-token-file mirror-admin-token"
+    )

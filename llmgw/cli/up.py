@@ -5,7 +5,8 @@ home is chosen (``/var/lib/llmgw-up``) or checked to be within its reach.
 
 With ``--mirror`` (or once a mirror.yaml is in the home) a model mirror runs
 beside them (``llmgw mirror serve``), set up at its first start: mirror.yaml,
-its read token and server.yaml's ``mirror.urls`` naming it.
+its read and admin tokens, its certificate from the cluster CA (it serves
+HTTPS) and server.yaml's ``mirror.urls`` naming it.
 
 It supervises both as child processes the way the systemd units would on a
 real install: a child that exits unexpectedly is restarted (and said so),
@@ -20,6 +21,7 @@ import pwd
 import re
 import signal
 import socket
+import ssl
 import sys
 import time
 from pathlib import Path
@@ -41,7 +43,7 @@ from llmgw.mirror.config import DEFAULT_MIRROR_PORT, load_mirror_config
 from llmgw.paths import ENV_HOME, Paths, user_home
 from llmgw.present.output import stdout as console
 from llmgw.setup.cluster_init import init_server, write_local_agent
-from llmgw.setup.mirror_init import ensure_read_token, init_mirror
+from llmgw.setup.mirror_init import init_mirror
 from llmgw.setup.run import _any_free_port, port_free
 from llmgw.setup.run import choose_ports as setup_ports
 from proto.llmgw.v1 import LimitsView
@@ -127,29 +129,36 @@ def _supervise_delay(restarts: int) -> float:
 
 
 def local_mirror(paths: Paths) -> str:
-    """Set the home's mirror up at its first start; the URL this machine reaches it at.
+    """Set the home's mirror up (at its first start; later, what it lacks); the URL this
+    machine reaches it at.
 
     It listens on every interface, as the agent port does, at 7080 or a free
-    port where that is taken; the cluster (the local agent) reaches it on loopback.
+    port where that is taken, with HTTPS from the cluster CA; the cluster (the
+    local agent) reaches it on loopback, which its certificate names.
     """
-    if paths.mirror_yaml.exists():
-        ensure_read_token(paths)
-        _, port = split_host_port(load_mirror_config(paths.mirror_yaml).listen)
-        return f"http://127.0.0.1:{port}"
-    port = DEFAULT_MIRROR_PORT if port_free(DEFAULT_MIRROR_PORT) else _any_free_port()
-    if port != DEFAULT_MIRROR_PORT:
-        console.print(f"port {DEFAULT_MIRROR_PORT} (mirror) is taken; using {port}")
-    url = f"http://127.0.0.1:{port}"
-    init_mirror(paths, listen=f"0.0.0.0:{port}", url=url, write_unit=False)
+    listen, first = "", not paths.mirror_yaml.exists()
+    if not first:
+        cfg = load_mirror_config(paths.mirror_yaml)
+        scheme, (_, port) = cfg.scheme, split_host_port(cfg.listen)
+    else:
+        port = DEFAULT_MIRROR_PORT if port_free(DEFAULT_MIRROR_PORT) else _any_free_port()
+        if port != DEFAULT_MIRROR_PORT:
+            console.print(f"port {DEFAULT_MIRROR_PORT} (mirror) is taken; using {port}")
+        scheme, listen = "https", f"0.0.0.0:{port}"
+    url = f"{scheme}://127.0.0.1:{port}"
+    # A home set up before mirrors had an admin token and a certificate of their own gets them.
+    init_mirror(paths, listen=listen, url=url, write_unit=False, name_it=first)
     return url
 
 
-async def _wait_mirror(url: str, mirror: Child) -> None:
+async def _wait_mirror(paths: Paths, url: str, mirror: Child) -> None:
     import httpx
 
     deadline = time.monotonic() + READY_TIMEOUT_S
     last = ""
-    async with httpx.AsyncClient(timeout=2) as http:
+    # Its certificate is checked as every client of it checks it: against the cluster CA.
+    verify = ssl.create_default_context(cafile=str(paths.ca_cert))
+    async with httpx.AsyncClient(timeout=2, verify=verify) as http:
         while time.monotonic() < deadline:
             if mirror.proc and mirror.proc.returncode is not None:
                 tail = mirror.log_file.read_text(errors="replace").strip().splitlines()[-5:]
@@ -232,18 +241,21 @@ async def _up(paths: Paths, hosts: list[str], mirror: bool = False) -> None:
         if mirror_url:
             # First: gatewayd pins and plans hf: models through it from its start.
             await mirrord.start()
-            await _wait_mirror(mirror_url, mirrord)
+            await _wait_mirror(paths, mirror_url, mirrord)
         await gatewayd.start()
         await _wait_ready(paths, gatewayd)
         if local_node:
             await agentd.start()
         _, http_port = split_host_port(cfg.listen.http)
+        scheme = cfg.http.scheme
         home_note = "" if paths.home == user_home().resolve() else f"LLMGW_HOME={paths.home} "
         console.print(
             f"[bold green]llmgw is up[/bold green] (cluster {cfg.cluster_name!r}, home {paths.home})\n"
-            f"  API        http://127.0.0.1:{http_port}/v1  (health: /health, /ready)\n"
+            f"  API        {scheme}://127.0.0.1:{http_port}/v1  (health: /health, /ready"
+            + (f"; CA {paths.ca_cert}" if scheme == "https" else "")
+            + ")\n"
             + (
-                f"  MCP        http://127.0.0.1:{http_port}/mcp  (tools by grant: llmgw ctl mcp)\n"
+                f"  MCP        {scheme}://127.0.0.1:{http_port}/mcp  (tools by grant: llmgw ctl mcp)\n"
                 if cfg.mcp.enabled
                 else ""
             )

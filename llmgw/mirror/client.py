@@ -17,6 +17,7 @@ MirrorUnreachable (code "unavailable").
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -90,6 +91,17 @@ class MirrorUnreachable(MirrorError):
         super().__init__(message, hint=hint, code="unavailable", url=url)
 
 
+def cluster_verify(ca_cert: Path) -> ssl.SSLContext:
+    """How a client on a cluster machine checks an HTTPS mirror: the system's authorities
+    and, where this machine holds it, the cluster CA, which signs the mirrors' certificates."""
+    ctx = ssl.create_default_context()
+    if Path(ca_cert).is_file():
+        # A broken CA file is said by the handshake it fails, naming the certificate.
+        with contextlib.suppress(OSError, ssl.SSLError):
+            ctx.load_verify_locations(cafile=str(ca_cert))
+    return ctx
+
+
 def _q(path: str) -> str:
     return "/".join(quote(p, safe="") for p in path.split("/"))
 
@@ -108,8 +120,9 @@ class MirrorClient:
         timeout_s: float = TIMEOUT_S,
     ) -> None:
         self.url = url.rstrip("/")
+        # Each token goes where it is needed only: reads carry the read token (none
+        # without it, and the mirror says 401), writes the mirror's admin token.
         self._read_token = read_token
-        # The admin token reads too: a control plane holding only it still lists.
         self._admin_token = admin_token
         self._own_client = client is None
         self._client = client or httpx.AsyncClient(
@@ -342,7 +355,8 @@ class MirrorClient:
     # -- HTTP ------------------------------------------------------------------------
 
     def _auth(self, auth: str) -> dict[str, str]:
-        token = self._admin_token if auth == "admin" else self._read_token or self._admin_token
+        # Guards: the admin token stood in for a missing read token, so it went on every read.
+        token = self._admin_token if auth == "admin" else self._read_token
         return {"Authorization": f"Bearer {token}"} if auth and token else {}
 
     async def _send(
@@ -401,9 +415,12 @@ class MirrorClient:
             message = f"{self.host} answered {resp.status_code}" + (f": {text}" if text else "")
             hint = "check that mirror.urls names llmgw mirrors (llmgw mirror serve)"
         if code == "unauthorized" and not hint:
-            hint = "the mirror takes the cluster's mirror read token (or its admin token)"
+            hint = "the mirror takes the cluster's mirror read token (<secrets>/mirror-read-token)"
         elif code == "forbidden" and not hint:
-            hint = "changes to a mirror need its admin token (admin_token_file in mirror.yaml)"
+            hint = (
+                "changes to a mirror need its admin token (<secrets>/mirror-admin-token, "
+                "admin_token_file in mirror.yaml)"
+            )
         return MirrorError(message, hint=hint, code=code, url=self.url)
 
 

@@ -3,9 +3,9 @@
 server.yaml::
 
     mirror:
-      urls: [http://10.0.0.5:7080, http://10.0.0.6:7080]   # tried in order
+      urls: [https://10.0.0.5:7080, https://10.0.0.6:7080]   # tried in order
       read_token_file: ""      # default <secrets>/mirror-read-token
-      admin_token_file: ""     # default the cluster's admin token
+      admin_token_file: ""     # default <secrets>/mirror-admin-token (never the admin token)
       probe_interval_s: 15
 
 mirror.yaml (``llmgw mirror serve``; every key is also a flag)::
@@ -15,12 +15,17 @@ mirror.yaml (``llmgw mirror serve``; every key is also a flag)::
     upstream: https://huggingface.co    # "" : none (an offline mirror)
     upstream_token_file: ""
     max_bytes: 0               # a quota; 0: the disk is the limit
-    peers: [http://10.0.0.6:7080]
+    peers: [https://10.0.0.6:7080]
     peer_token_file: ""        # presented to peers; default the read token
     read_token_file: ""        # default <secrets>/mirror-read-token
-    admin_token_file: ""       # default <secrets>/admin-token
+    admin_token_file: ""       # default <secrets>/mirror-admin-token
     sync_interval_s: 30
-    tls: {cert: "", key: "", client_ca: ""}   # HTTPS; client_ca: node certificates read
+    tls: {cert: "", key: "", client_ca: ""}   # default <pki>/mirror.crt, mirror.key, ca.crt
+    plain_http: false          # true: HTTP, for a mirror behind a proxy that does TLS
+
+HTTPS is the default: a mirror.yaml that names no certificate serves the
+machine's (``server init --mirror`` issues it from the cluster CA), and node
+certificates the cluster CA signed read as the read token does.
 """
 
 from __future__ import annotations
@@ -29,7 +34,9 @@ from pathlib import Path
 from typing import Annotated
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from llmgw.paths import Paths
 
 DEFAULT_MIRROR_PORT = 7080
 HF_HUB_URL = "https://huggingface.co"
@@ -39,7 +46,7 @@ def check_mirror_url(v: str, what: str = "a mirror URL") -> str:
     """http(s)://host[:port][/path], no credentials, query or trailing slash."""
     parts = urlsplit(v)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"{what} {v!r} must be http(s)://host[:port], e.g. http://10.0.0.5:7080")
+        raise ValueError(f"{what} {v!r} must be http(s)://host[:port], e.g. https://10.0.0.5:7080")
     if parts.username or parts.password or parts.query or parts.fragment:
         raise ValueError(f"{what} {v!r} must carry no credentials, query or fragment")
     return v.rstrip("/")
@@ -91,6 +98,18 @@ class MirrorServeConfig(_Strict):
     admin_token_file: str = ""
     sync_interval_s: Annotated[float, Field(gt=0, le=86400)] = 30.0
     tls: MirrorTls = MirrorTls()
+    # Plain HTTP, said so: for a mirror behind a proxy that does its TLS. Never the default.
+    plain_http: bool = False
+
+    @property
+    def scheme(self) -> str:
+        return "http" if self.plain_http else "https"
+
+    @model_validator(mode="after")
+    def _tls_or_plain(self) -> MirrorServeConfig:
+        if self.plain_http and (self.tls.cert or self.tls.key or self.tls.client_ca):
+            raise ValueError("plain_http serves no certificate: leave tls out, or plain_http")
+        return self
 
     @field_validator("upstream")
     @classmethod
@@ -109,6 +128,24 @@ class MirrorServeConfig(_Strict):
 
         split_host_port(v)
         return v
+
+
+def with_machine_tls(cfg: MirrorServeConfig, paths: Paths) -> MirrorServeConfig:
+    """``cfg`` with the TLS files it leaves out taken from the machine's layout.
+
+    The certificate and key default to <pki>/mirror.crt and mirror.key; the
+    CA that client certificates are checked against to the cluster's, where
+    this machine holds it. A plain_http mirror is left as it is.
+    """
+    if cfg.plain_http:
+        return cfg
+    client_ca = cfg.tls.client_ca or (str(paths.ca_cert) if paths.ca_cert.is_file() else "")
+    tls = MirrorTls(
+        cert=cfg.tls.cert or str(paths.mirror_cert),
+        key=cfg.tls.key or str(paths.mirror_key),
+        client_ca=client_ca,
+    )
+    return cfg.model_copy(update={"tls": tls})
 
 
 def load_mirror_config(path: Path) -> MirrorServeConfig:

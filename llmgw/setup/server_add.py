@@ -34,6 +34,7 @@ from llmgw.onboard.ssh import NodeShell, SshTarget, connect
 from llmgw.onboard.wheel import self_wheel
 from llmgw.paths import Paths
 from llmgw.setup.cluster_init import _default_control_planes, load_ca
+from llmgw.setup.http_init import http_cert_paths
 from llmgw.setup.server_add_checks import server_checks, store_address
 from llmgw.setup.server_add_files import (
     ID_RE,
@@ -249,7 +250,7 @@ async def add_server(plan: ServerAddPlan) -> AsyncIterator[StepEvent]:
         async for ev in wait_standing(
             plan.paths,
             control_plane_id=state["control_plane_id"],
-            health_url=f"http://{host}:{http_port}/health",
+            health_url=f"{cfg.http.scheme}://{host}:{http_port}/health",
             log_hint=(
                 "journalctl -u llmgw-server -n 50"
                 if facts.systemd
@@ -335,6 +336,8 @@ async def _files(
         Carried(ca.cert_pem, str(paths.ca_cert), 0o644),
         Carried(ca.key_pem, str(paths.ca_key), 0o600),
     ]
+    cfg, http_files = await _http_cert(shell, cfg, plan.paths, paths, ca, decided.cert_hosts)
+    files += http_files
     if not keep:
         server = pki.issue_server_cert(ca, decided.cert_hosts)
         files += [
@@ -349,6 +352,36 @@ async def _files(
         Carried(dump_yaml(cfg).encode(), str(paths.server_yaml), 0o644),
     ]
     return files, cfg
+
+
+async def _http_cert(
+    shell: NodeShell,
+    cfg: ServerConfig,
+    here: Paths,
+    there: Paths,
+    ca: pki.CertKey,
+    hosts: list[str],
+) -> tuple[ServerConfig, list[Carried]]:
+    """The gateway port's certificate of the new control plane, where this one's came from
+    the cluster CA (``server init --http-tls``): one of its own for the names it is reached
+    by, kept there while sound. An operator's own certificate is the operator's to put there
+    (server.yaml names it; the new control plane says so if it is missing)."""
+    mine, _ = http_cert_paths(here)
+    if not cfg.http.tls_cert or Path(cfg.http.tls_cert) != mine:
+        return cfg, []
+    crt, key = http_cert_paths(there)
+    cfg = cfg.model_copy(
+        update={"http": cfg.http.model_copy(update={"tls_cert": str(crt), "tls_key": str(key)})}
+    )
+    held = await shell.run(["cat", str(crt)], timeout_s=30)
+    key_held = (await shell.run(["test", "-s", str(key)], timeout_s=30)).ok
+    if held.ok and key_held and not sound_server_cert(held.stdout.encode(), ca, hosts):
+        return cfg, []
+    issued = pki.issue_server_cert(ca, hosts)
+    return cfg, [
+        Carried(issued.cert_pem, str(crt), 0o644),
+        Carried(issued.key_pem, str(key), 0o600),
+    ]
 
 
 async def _service(

@@ -12,6 +12,7 @@ plane does not answer — ``server init --standbys`` runs before it is started
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import AsyncIterator
 
 import httpx
@@ -55,7 +56,7 @@ async def wait_standing(
     last = ""
     listed = False
     warned = False
-    async with httpx.AsyncClient(timeout=HTTP_TIMEOUT_S) as http:
+    async with httpx.AsyncClient(timeout=HTTP_TIMEOUT_S, verify=_verify(paths)) as http:
         try:
             while True:
                 if client is not None:
@@ -121,6 +122,15 @@ async def wait_standing(
         finally:
             if client is not None:
                 client.close()
+
+
+def _verify(paths: Paths) -> ssl.SSLContext:
+    """The system's CAs and the cluster's: a gateway port with ``http.tls_*`` may show either
+    (``--http-tls`` issues from the cluster CA; an operator's own may be public)."""
+    ctx = ssl.create_default_context()
+    if paths.ca_cert.exists():
+        ctx.load_verify_locations(cafile=str(paths.ca_cert))
+    return ctx
 
 
 async def _health(http: httpx.AsyncClient, url: str) -> str:

@@ -343,10 +343,9 @@ def _mirror_answers(mirror_yaml: Path) -> bool:
 
     cfg = load_mirror_config(mirror_yaml)
     _, port = split_host_port(cfg.listen)
-    scheme = "https" if cfg.tls.cert else "http"
     try:
-        # Loopback, for liveness only: its certificate names the outside address.
-        got = httpx.get(f"{scheme}://127.0.0.1:{port}/health", timeout=2, verify=False)
+        # Loopback, for liveness only (a certificate of the operator's own may not name it).
+        got = httpx.get(f"{cfg.scheme}://127.0.0.1:{port}/health", timeout=2, verify=False)
     except httpx.HTTPError as e:
         raise OSError(str(e) or type(e).__name__) from e
     return got.status_code == 200

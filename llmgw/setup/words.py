@@ -19,6 +19,7 @@ from llmgw.setup.plan import (
     dsn_place,
     starter_need_bytes,
 )
+from llmgw.setup.plan_gateway import describe_gateway
 
 PART_TITLES = {
     "control_plane": "Control plane",
@@ -28,6 +29,7 @@ PART_TITLES = {
     "limits": "Limits",
     "admin": "Admin access",
     "mirror": "Model mirror",
+    "gateway": "Gateway TLS and proxies",
 }
 
 # What each part is for, and what is missing without it.
@@ -48,6 +50,9 @@ PART_HELP = {
     "mirror": "A model mirror here: pinned, checked weights and engine builds the nodes fetch, "
     "and llmgw's own wheels, so nodes need no internet. Without it nodes fetch from the "
     "internet (or from a mirror named in server.yaml later).",
+    "gateway": "HTTPS on the API port itself (a certificate from the cluster CA, or yours), "
+    "and the proxies in front of it (HAProxy) whose word on the client is believed, so each "
+    "client is bounded and counted by its own address. Without it the port is plain HTTP.",
 }
 
 
@@ -92,7 +97,10 @@ def describe_part(plan: SetupPlan, part_id: str) -> str:
         quota = (
             f"quota {bytes_text(plan.mirror.max_bytes)}" if plan.mirror.max_bytes else "no quota"
         )
-        return f"a mirror on {plan.mirror.listen} ({quota}), used by every node"
+        served = "plain HTTP behind a TLS proxy" if plan.mirror.plain_http else "HTTPS"
+        return f"a mirror on {plan.mirror.listen} ({quota}), {served}, used by every node"
+    if part_id == "gateway":
+        return describe_gateway(plan.gateway)
     raise KeyError(part_id)
 
 

@@ -84,20 +84,51 @@ def issue_server_cert(
         names = server_hosts(hosts)
     except ValueError as e:
         raise PkiError(str(e), hint="give each host as a DNS name or an IP address") from e
+    cn = next((h for h in names if h not in LOOPBACK_HOSTS), "localhost")
+    return _issue_leaf(
+        ca,
+        cn,
+        [ExtendedKeyUsageOID.SERVER_AUTH],
+        sans=_sans(names),
+        valid_days=valid_days,
+    )
+
+
+# The CN of a mirror's certificate: ':' is in no node id, so it passes for no node.
+MIRROR_CN_PREFIX = "mirror:"
+
+
+def issue_mirror_cert(
+    ca: CertKey, hosts: list[str], *, valid_days: int = LEAF_VALID_DAYS
+) -> CertKey:
+    """A model mirror's certificate, valid for ``hosts`` and the loopback names.
+
+    A server's, checked by agents, ``node add`` and the control plane against
+    the cluster CA; and a client's, which the mirror shows its https peers so
+    they let it read (a peer reads what a node reads).
+    """
+    try:
+        names = server_hosts(hosts)
+    except ValueError as e:
+        raise PkiError(str(e), hint="give each host as a DNS name or an IP address") from e
+    cn = next((h for h in names if h not in LOOPBACK_HOSTS), "localhost")
+    return _issue_leaf(
+        ca,
+        MIRROR_CN_PREFIX + cn,
+        [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH],
+        sans=_sans(names),
+        valid_days=valid_days,
+    )
+
+
+def _sans(names: list[str]) -> list[x509.GeneralName]:
     sans: list[x509.GeneralName] = []
     for h in names:
         try:
             sans.append(x509.IPAddress(ipaddress.ip_address(h)))
         except ValueError:
             sans.append(x509.DNSName(h))
-    cn = next((h for h in names if h not in LOOPBACK_HOSTS), "localhost")
-    return _issue_leaf(
-        ca,
-        cn,
-        [ExtendedKeyUsageOID.SERVER_AUTH],
-        sans=sans,
-        valid_days=valid_days,
-    )
+    return sans
 
 
 def issue_node_cert(ca: CertKey, node_id: str, *, valid_days: int = LEAF_VALID_DAYS) -> CertKey:

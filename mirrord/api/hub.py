@@ -125,11 +125,11 @@ def _miss(e: _HubMiss) -> Response:
 async def api(ctx: MirrorContext, req: Request, parts: list[str]) -> Response:
     """``/api/...``: ``parts`` are the %-encoded path elements after "api"."""
     try:
-        grant = ctx.auth.check(req, "read")
+        ctx.auth.check(req, "read")
     except Refused as e:
         return hub_refused(e)
     if parts == ["whoami-v2"]:
-        return _whoami(grant)
+        return _whoami()
     if len(parts) >= 3 and parts[0] in ("datasets", "spaces"):
         kind = parts[0][:-1]
         return hub_error(
@@ -156,19 +156,19 @@ async def api(ctx: MirrorContext, req: Request, parts: list[str]) -> Response:
     return hub_error(404, "", f"no such hub route: {req.path}")
 
 
-def _whoami(grant: str) -> Response:
-    role = "write" if grant == "admin" else "read"
+def _whoami() -> Response:
+    # Only a reader gets here: the admin token reads nothing (mirrord/http/auth.py).
     return Response.json(
         {
             "type": "user",
             "id": "llmgw-mirror",
             "name": "llmgw-mirror",
-            "fullname": "llmgw mirror " + ("admin" if grant == "admin" else "reader"),
+            "fullname": "llmgw mirror reader",
             "isPro": False,
             "orgs": [],
             "auth": {
                 "type": "access_token",
-                "accessToken": {"displayName": f"mirror {role} token", "role": role},
+                "accessToken": {"displayName": "mirror read token", "role": "read"},
             },
         }
     )

@@ -1,12 +1,14 @@
-"""Who may read and who may write: the read token, the admin token, a node's certificate.
+"""Who may read and who may write: the read token, a node's certificate, the admin token.
 
-"read" takes the read token or the admin token, either as ``Authorization:
-Bearer T`` (huggingface_hub sends HF_TOKEN so, agents and peers too) or as
-Basic auth with T as the password (pip, from
-``http://llmgw:T@host/simple/``), or a client certificate the cluster CA
-signed (TLS verified it before the request reached us). "admin" takes the
-admin token only. No credential is 401 with ``WWW-Authenticate``; a wrong
-one 403. Tokens are compared in constant time.
+"read" takes the read token, either as ``Authorization: Bearer T``
+(huggingface_hub sends HF_TOKEN so, agents and peers too) or as Basic auth
+with T as the password (pip, from ``https://llmgw:T@host/simple/``), or a
+client certificate the cluster CA signed (TLS verified it before the request
+reached us). "admin" takes the mirror's admin token only, and the admin
+token reads nothing: each token does its one job, so a read token that leaks
+changes nothing and an admin token is never sent where a read would do. No
+credential is 401 with ``WWW-Authenticate``; a wrong one 403. Tokens are
+compared in constant time.
 """
 
 from __future__ import annotations
@@ -88,8 +90,18 @@ class Auth:
 
     def check(self, req: Request, need: Need) -> Grant:
         grant = self.grant(req)
-        if grant == "admin" or (grant == "read" and need == "read"):
+        if grant == need:
             return grant
+        if grant == "admin" and need == "read":
+            # Guards: the cluster's admin token was sent on reads when the read
+            # token's file was missing, so it travelled to every mirror read.
+            raise Refused(
+                403,
+                "forbidden",
+                "the mirror's admin token only writes; reads take the read token",
+                hint="send the mirror's read token (<secrets>/mirror-read-token) or a "
+                "node certificate the cluster CA signed",
+            )
         if grant == "none":
             raise Refused(
                 401,
@@ -97,9 +109,11 @@ class Auth:
                 "the mirror needs a credential",
                 hint=(
                     "send the mirror's read token as `Authorization: Bearer <token>` "
-                    "(HF_TOKEN for huggingface_hub; it is in <secrets>/mirror-read-token)"
+                    "(HF_TOKEN for huggingface_hub; it is in <secrets>/mirror-read-token), "
+                    "or a node certificate the cluster CA signed"
                     if need == "read"
-                    else "writes take the admin token as `Authorization: Bearer <token>`"
+                    else "writes take the mirror's admin token as `Authorization: Bearer "
+                    "<token>` (<secrets>/mirror-admin-token)"
                 ),
             )
         if grant == "wrong":
@@ -107,11 +121,12 @@ class Auth:
                 403,
                 "forbidden",
                 "the mirror refused the token given",
-                hint="use the mirror's read token (<secrets>/mirror-read-token) or the admin token",
+                hint="reads take the mirror's read token (<secrets>/mirror-read-token), writes "
+                "its admin token (<secrets>/mirror-admin-token)",
             )
         raise Refused(
             403,
             "forbidden",
-            "this needs the mirror's admin token; the read token only reads",
+            "this needs the mirror's admin token; the read token and certificates only read",
             hint="run it through `llmgw ctl mirror …`, which holds the admin token",
         )

@@ -1,9 +1,14 @@
-"""A TCP proxy in front of a mirror: it notes every HTTP request and can hold a download mid-file.
+"""A proxy in front of a mirror: it notes every HTTP request and can hold a download mid-file.
 
 The end-to-end tests put one before each mirror the cluster names, so they can
 see what the agent asked (``requests``: method, path and Range of each) and
 stop a file's bytes at a chosen point (``hold``) — the moment a test kills the
 mirror behind it, as a machine dying mid-file would.
+
+Mirrors serve HTTPS: given ``tls``, the proxy takes TLS with a certificate of
+the cluster CA's and speaks TLS to the mirror, checking its certificate
+against the same CA, as any client of it does (tokens pass; a node
+certificate ends at the proxy).
 
 It runs on an event loop of its own thread: the tests around it are not async.
 It reads each request's head and body (Content-Length only: what the agent,
@@ -15,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 import threading
 from dataclasses import dataclass
 
@@ -33,9 +39,24 @@ class _Hold:
     reached: threading.Event
 
 
+@dataclass(frozen=True)
+class ProxyTls:
+    """The proxy's own side (certificate and key) and how it checks the mirror's (the CA)."""
+
+    server: ssl.SSLContext
+    upstream: ssl.SSLContext
+
+    @classmethod
+    def of(cls, cert: str, key: str, ca: str) -> ProxyTls:
+        server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        server.load_cert_chain(cert, key)
+        return cls(server, ssl.create_default_context(cafile=ca))
+
+
 class MirrorProxy:
-    def __init__(self, target_port: int) -> None:
+    def __init__(self, target_port: int, tls: ProxyTls | None = None) -> None:
         self.target_port = target_port
+        self.tls = tls
         self.requests: list[Seen] = []
         # Each request answered, with the answer's status. An answer's head is
         # taken to start a read, as it does when a client waits for each answer
@@ -50,12 +71,15 @@ class MirrorProxy:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
 
     def start(self) -> MirrorProxy:
         self._thread.start()
         self._server = asyncio.run_coroutine_threadsafe(
-            asyncio.start_server(self._serve, "127.0.0.1", 0), self._loop
+            asyncio.start_server(
+                self._serve, "127.0.0.1", 0, ssl=self.tls.server if self.tls else None
+            ),
+            self._loop,
         ).result(10)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
@@ -97,8 +121,10 @@ class MirrorProxy:
 
     async def _serve(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
         try:
-            up_r, up_w = await asyncio.open_connection("127.0.0.1", self.target_port)
-        except OSError:
+            up_r, up_w = await asyncio.open_connection(
+                "127.0.0.1", self.target_port, ssl=self.tls.upstream if self.tls else None
+            )
+        except (OSError, ssl.SSLError):
             client_w.transport.abort()
             return
         self._writers |= {client_w, up_w}
@@ -110,7 +136,7 @@ class MirrorProxy:
             await asyncio.gather(
                 self._requests(client_r, up_w, current), self._answers(up_r, client_w, current)
             )
-        except (ConnectionError, asyncio.IncompleteReadError):
+        except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError):
             pass
         finally:
             for w in (client_w, up_w):

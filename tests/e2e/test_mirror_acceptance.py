@@ -3,9 +3,11 @@
 A fake upstream hub on loopback (tests/fakes/hub.py) holds the starter GGUF
 and a small safetensors repository. ``llmgw server init --mirror`` sets up a
 mirror beside the control plane, whose upstream is that hub; a second
-``llmgw mirror serve`` is peered with it both ways. The cluster names both
-mirrors, each behind a proxy that notes what the agent asks and can hold a
-file mid-way (tests/e2e/mirror_proxy.py). Then, as a user would:
+``llmgw mirror serve``, its certificate from ``llmgw mirror cert``, is peered
+with it both ways. Both serve HTTPS with certificates of the cluster CA. The
+cluster names both mirrors, each behind a proxy that notes what the agent
+asks and can hold a file mid-way (tests/e2e/mirror_proxy.py). Then, as a user
+would:
 
 - ``llmgw ctl mirror add hf:…@main`` pins what main names, and
   ``huggingface_hub`` pointed at the mirror gets byte-identical files, resumes
@@ -26,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 import signal
+import ssl
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -39,7 +42,7 @@ import yaml
 
 from tests.e2e.helpers import LLMGW, env_for, free_port, init_on_free_ports, llmgw, start
 from tests.e2e.helpers import wait_until as poll
-from tests.e2e.mirror_proxy import MirrorProxy
+from tests.e2e.mirror_proxy import MirrorProxy, ProxyTls
 from tests.fakes.hub import FakeHub
 from tests.fakes.tiny_repo import make_tiny_repo
 
@@ -71,6 +74,8 @@ class Mirrored:
     p2: MirrorProxy
     read_token: str
     admin_token: str
+    # The cluster CA: every client checks the mirrors' certificates against it.
+    ca: Path
     up: subprocess.Popen
     key: str
     gateway_url: str
@@ -86,7 +91,7 @@ class Mirrored:
     def held(self, url: str) -> set[tuple[str, str]] | None:
         """(repo, commit) of what the mirror at ``url`` holds; None when it does not answer."""
         try:
-            r = httpx.get(f"{url}/v1/revisions", headers=self.read, timeout=10)
+            r = httpx.get(f"{url}/v1/revisions", headers=self.read, timeout=10, verify=self.verify)
         except httpx.HTTPError:
             return None
         if r.status_code != 200:
@@ -97,10 +102,18 @@ class Mirrored:
     def read(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.read_token}"}
 
+    @property
+    def verify(self) -> ssl.SSLContext:
+        return _verify(self.ca)
 
-def _healthy(url: str) -> bool:
+
+def _verify(ca: Path) -> ssl.SSLContext:
+    return ssl.create_default_context(cafile=str(ca))
+
+
+def _healthy(url: str, ca: Path) -> bool:
     try:
-        return httpx.get(f"{url}/health", timeout=2).status_code == 200
+        return httpx.get(f"{url}/health", timeout=2, verify=_verify(ca)).status_code == 200
     except httpx.HTTPError:
         return False
 
@@ -134,13 +147,19 @@ def mirrored(tmp_path_factory, gemma3_270m_gguf: Path) -> Iterator[Mirrored]:
         gguf_commit = hub.add_repo(REPO, {FILE: gemma3_270m_gguf.read_bytes(), "README.md": b"#\n"})
         tiny_commit = hub.add_repo(TINY, tiny)
         m1_port, m2_port = free_port(), free_port()
-        m1, m2 = f"http://127.0.0.1:{m1_port}", f"http://127.0.0.1:{m2_port}"
+        m1, m2 = f"https://127.0.0.1:{m1_port}", f"https://127.0.0.1:{m2_port}"
         init_on_free_ports(home, "--mirror", "--mirror-listen", f"127.0.0.1:{m1_port}")
         etc = home / "etc"
+        ca = etc / "pki" / "ca.crt"
         mirror_yaml = yaml.safe_load((etc / "mirror.yaml").read_text())
         mirror_yaml.update(upstream=hub.url, peers=[m2], sync_interval_s=2)
         (etc / "mirror.yaml").write_text(yaml.safe_dump(mirror_yaml))
-        p1, p2 = MirrorProxy(m1_port).start(), MirrorProxy(m2_port).start()
+        # A certificate from the cluster CA for the second mirror (and the proxies).
+        issued = llmgw(home, "mirror", "cert", "--host", "127.0.0.1", "--json")
+        assert issued.returncode == 0, issued.stderr
+        bundle = json.loads(issued.stdout)
+        tls = ProxyTls.of(bundle["cert"], bundle["key"], str(ca))
+        p1, p2 = MirrorProxy(m1_port, tls).start(), MirrorProxy(m2_port, tls).start()
         server_yaml = yaml.safe_load((etc / "server.yaml").read_text())
         server_yaml["mirror"]["urls"] = [p1.url, p2.url]
         server_yaml["mirror"]["probe_interval_s"] = 1
@@ -153,7 +172,9 @@ def mirrored(tmp_path_factory, gemma3_270m_gguf: Path) -> Iterator[Mirrored]:
              "--listen", f"127.0.0.1:{m2_port}", "--upstream", "", "--peer", m1,
              "--sync-interval", "2",
              "--read-token-file", str(secrets / "mirror-read-token"),
-             "--admin-token-file", str(secrets / "admin-token")],
+             "--admin-token-file", str(secrets / "mirror-admin-token"),
+             "--tls-cert", bundle["cert"], "--tls-key", bundle["key"],
+             "--client-ca", bundle["ca_cert"]],
             env=env_for(work / "mirror-2-home"),
             stdout=(work / "mirror-2.log").open("wb"),
             stderr=subprocess.STDOUT,
@@ -161,7 +182,7 @@ def mirrored(tmp_path_factory, gemma3_270m_gguf: Path) -> Iterator[Mirrored]:
         )  # fmt: skip
         up = start(home, "up")
         try:
-            wait_until(lambda: _healthy(m1) and _healthy(m2), timeout_s=UP_WITHIN_S)
+            wait_until(lambda: _healthy(m1, ca) and _healthy(m2, ca), timeout_s=UP_WITHIN_S)
             wait_until(
                 lambda: (
                     (r := llmgw(home, "ctl", "nodes", "--json", timeout_s=20)).returncode == 0
@@ -186,7 +207,8 @@ def mirrored(tmp_path_factory, gemma3_270m_gguf: Path) -> Iterator[Mirrored]:
                 p1=p1,
                 p2=p2,
                 read_token=(secrets / "mirror-read-token").read_text().strip(),
-                admin_token=(secrets / "admin-token").read_text().strip(),
+                admin_token=(secrets / "mirror-admin-token").read_text().strip(),
+                ca=ca,
                 up=up,
                 key=json.loads(created.stdout)["secret"],
                 gateway_url=status["gateway_url"],
@@ -210,12 +232,18 @@ def _add(m: Mirrored, source: str) -> dict:
     return lines[-1]["revision"]
 
 
-def _hf_env(tmp_path: Path) -> dict[str, str]:
+def _hf_env(tmp_path: Path, m: Mirrored) -> dict[str, str]:
     # Read by huggingface_hub when first imported; each call names its cache_dir too.
+    # SSL_CERT_FILE: the cluster CA, as a user points hf at the mirror (README).
+    import huggingface_hub
+
+    # Its shared client was maybe made before, without the CA: the next is made with it.
+    huggingface_hub.close_session()
     return {
         "HF_HOME": str(tmp_path / "hf-home"),
         "HF_HUB_OFFLINE": "0",
         "HF_HUB_DISABLE_TELEMETRY": "1",
+        "SSL_CERT_FILE": str(m.ca),
     }
 
 
@@ -233,7 +261,7 @@ def test_an_add_is_pinned_and_huggingface_hub_gets_byte_identical_files_from_the
         (TINY, m.tiny_commit),
     }
 
-    for k, v in _hf_env(tmp_path).items():
+    for k, v in _hf_env(tmp_path, m).items():
         monkeypatch.setenv(k, v)
     from huggingface_hub import hf_hub_download, snapshot_download
     from huggingface_hub.errors import RepositoryNotFoundError
@@ -256,7 +284,7 @@ def test_a_download_cut_at_half_resumes_with_a_206_and_is_byte_identical(
     mirrored: Mirrored, tmp_path: Path, monkeypatch
 ):
     m = mirrored
-    for k, v in _hf_env(tmp_path).items():
+    for k, v in _hf_env(tmp_path, m).items():
         monkeypatch.setenv(k, v)
     from huggingface_hub import hf_hub_download
 
@@ -328,7 +356,7 @@ def test_an_hf_gguf_is_planned_from_the_mirror_and_served_from_it_when_its_first
 def test_two_peered_mirrors_carry_each_others_adds_and_removals(mirrored: Mirrored):
     m = mirrored
     # The first mirror is back (its supervisor restarted it after the kill).
-    wait_until(lambda: _healthy(m.m1), timeout_s=UP_WITHIN_S)
+    wait_until(lambda: _healthy(m.m1, m.ca), timeout_s=UP_WITHIN_S)
     # Added on the first in the first test: held on the second too.
     wait_until(lambda: (TINY, m.tiny_commit) in (m.held(m.m2) or set()), timeout_s=COPIED_WITHIN_S)
     peers = m.ctl_json("mirror", "peers", "list")

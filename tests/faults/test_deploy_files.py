@@ -75,6 +75,12 @@ def test_haproxy_accepts_the_deploy_file_and_checks_fast_enough():
     assert "retry-on conn-failure" in text and "option redispatch 1" in text
     assert "http-check send meth GET uri /ready" in text
     assert "http-check send meth GET uri /leader" in text
+    # Every server line names the client in a PROXY v2 header, its checks too (a LOCAL
+    # one): without it each control plane counts every client as HAProxy.
+    servers = [line.strip() for line in text.splitlines() if line.strip().startswith("server ")]
+    assert servers and all(
+        line.endswith("check send-proxy-v2 check-send-proxy") for line in servers
+    )
 
 
 def test_etcd_serves_the_v3_gateway_patroni_speaks():

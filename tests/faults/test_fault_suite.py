@@ -45,7 +45,12 @@ from tests.e2e.helpers import llmgw
 from tests.faults.harness import HAProxy, PatroniCluster, haproxy, wait_until
 from tests.faults.harness.llmgw_cluster import ControlPlane, LlmgwCluster, llmgw_cluster
 from tests.faults.harness.load import OpenLoad, Outcome
-from tests.faults.harness.observe import LeaderWatch, leader_changes_since, usage_counts
+from tests.faults.harness.observe import (
+    LeaderWatch,
+    batch_usage_counts,
+    leader_changes_since,
+    usage_counts,
+)
 from tests.faults.harness.report import FaultRow, write_table
 from tests.gatewayd.test_admin_ops import sim_model
 
@@ -453,6 +458,73 @@ async def test_a_setting_changed_on_one_control_plane_is_in_force_everywhere(sui
     assert "limits.key_default.rpm" in bad.stderr, bad.stderr
 
 
+async def _ready(cp: ControlPlane) -> tuple[int, dict]:
+    async with httpx.AsyncClient(timeout=10) as client:
+        r = await client.get(cp.http_url + "/ready")
+    return r.status_code, r.json()
+
+
+async def test_only_on_demand_models_all_idle_the_first_request_through_haproxy_is_answered(
+    suite: Suite,
+):
+    # Guards /ready counting ready replicas: with every model idle on demand, each control
+    # plane said 503, HAProxy took them all out, and the request that would start one never came.
+    key = await suite.new_key("on-demand")  # known everywhere before the model goes idle
+    cp1 = suite.cluster.control_planes[0]
+    before = (await _ctl(cp1, "config", "get"))["version"]["version"]
+    await _ctl(cp1, "config", "set", "on_demand.evict_after_idle_s=1",
+               "on_demand.min_lifetime_s=0", "--comment", "faults: on demand")  # fmt: skip
+    on_demand = _sim_model()
+    on_demand.replicas_min, on_demand.replicas_max = 0, 1
+    async with await suite.admin() as admin:
+        await admin.put_model(on_demand)
+
+    async def all_idle() -> bool:
+        return all(r.state == "stopped" for r in await suite.replicas())
+
+    try:
+        await wait_until(all_idle, timeout_s=60, interval_s=0.2, what="every replica idle")
+        for cp in suite.cluster.control_planes:
+            status, body = await _ready(cp)
+            assert status == 200, body
+            assert body["replicas"]["ready"] is False, body  # reported apart, not counted
+        names = {cp.name for cp in suite.cluster.control_planes}
+        assert await suite.lb.wait_servers_up(len(names)) == names
+        async with httpx.AsyncClient(timeout=90) as client:
+            r = await client.post(
+                suite.lb.url + "/v1/chat/completions",
+                headers={"Authorization": f"Bearer {key.secret}"},
+                json={
+                    "model": MODEL,
+                    "messages": [{"role": "user", "content": "hi"}],
+                    "max_tokens": 2,
+                },
+            )
+        assert r.status_code == 200, r.text[:300]
+        assert r.json()["choices"][0]["message"]["content"]
+        # Idle again, the first request straight to a standby: held there, it keeps the
+        # model wanted on the leader (once only asked, it was forgotten past the idle time).
+        await wait_until(all_idle, timeout_s=60, interval_s=0.2, what="every replica idle again")
+        leader = await suite.leader()
+        standby = next(cp for cp in suite.cluster.control_planes if cp is not leader)
+        async with httpx.AsyncClient(timeout=90) as client:
+            r = await client.post(
+                standby.http_url + "/v1/chat/completions",
+                headers={"Authorization": f"Bearer {key.secret}"},
+                json={
+                    "model": MODEL,
+                    "messages": [{"role": "user", "content": "hi"}],
+                    "max_tokens": 2,
+                },
+            )
+        assert r.status_code == 200, f"through {standby.name}: {r.text[:300]}"
+    finally:
+        async with await suite.admin() as admin:
+            await admin.put_model(_sim_model())
+        await _ctl(cp1, "config", "rollback", str(before))
+        await wait_until(suite.full_service, timeout_s=120, interval_s=0.2, what="full service")
+
+
 async def test_no_two_leaders_acted_at_once_through_the_whole_suite(suite: Suite):
     assert suite.rounds, "no fault ran"
     two = [(at, names) for at, names in suite.rounds if len(names) > 1]
@@ -507,3 +579,165 @@ async def test_a_session_based_mcp_client_makes_50_calls_through_haproxy(suite: 
                     failures += got.is_error
         await _ctl(leader, "mcp", "remove", "wiki-fault", "--yes")
     assert failures == 0
+
+
+async def test_an_mcp_servers_rate_holds_in_total_across_the_three_control_planes(suite: Suite):
+    """``--rate 60`` (a minute, per key and server): spent through one control plane, the
+    others refuse too; calls spread over all three are let through at the rate once, not
+    once per control plane."""
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared.exceptions import MCPError
+
+    from tests.fakes.mcp_servers import ServerProcess
+
+    per_minute = 60
+    admitted = {"n": 0}
+    async with ServerProcess("wiki") as wiki:
+        leader = await suite.leader()
+        await _ctl(leader, "mcp", "add", "wiki-rate", "--url", wiki.url,
+                   "--rate", str(per_minute))  # fmt: skip
+        await _ctl(leader, "mcp", "grant", PROJECT, "wiki-rate")
+        key = await suite.new_key("mcp-rate")
+        headers = {"Authorization": f"Bearer {key.secret}"}
+        cps = suite.cluster.control_planes
+        async with httpx2.AsyncClient(headers=headers, timeout=30) as http:
+
+            async def call(cp: ControlPlane, i: int) -> bool:
+                """True when the call was let through, False when the rate refused it."""
+                async with Client(
+                    streamable_http_client(cp.http_url + "/mcp", http_client=http), mode="legacy"
+                ) as c:
+                    try:
+                        got = await c.call_tool("wiki-rate.search", {"q": f"q{i}"})
+                    except MCPError as e:
+                        assert e.error.code == -32001, e.error
+                        assert f"at most {per_minute} calls a minute" in e.error.message
+                        return False
+                    assert not got.is_error, got
+                    admitted["n"] += 1
+                    return True
+
+            async def listed_everywhere() -> bool:
+                for cp in cps:
+                    async with Client(
+                        streamable_http_client(cp.http_url + "/mcp", http_client=http),
+                        mode="legacy",
+                    ) as c:
+                        if "wiki-rate.search" not in {t.name for t in (await c.list_tools()).tools}:
+                            return False
+                return True
+
+            await wait_until(listed_everywhere, timeout_s=30, what="the tool on every cp")
+            began = time.monotonic()
+            # The minute's allowance, spent through the first control plane alone.
+            spent = 0
+            while await call(cps[0], spent):
+                spent += 1
+            assert per_minute <= spent <= per_minute + 2, spent
+            # The other two refuse as well, once they have heard (a sync, about a second);
+            # kept apart, each would have let its own 60 through.
+            for cp in cps[1:]:
+                await wait_until(lambda cp=cp: _not(call(cp, 0)), timeout_s=10,
+                                 what=f"the spent rate refused on {cp.name}")  # fmt: skip
+            # Calls spread over the three for a while.
+            i = 0
+            while time.monotonic() - began < 12.0:
+                await call(cps[i % 3], i)
+                i += 1
+            took_s = time.monotonic() - began
+        await _ctl(leader, "mcp", "remove", "wiki-rate", "--yes")
+    allowance = per_minute + per_minute / 60 * took_s
+    # What slips is what the others let through before a sync told them, a few calls
+    # each; kept apart, the three would have let through three allowances.
+    print(f"\nmcp --rate {per_minute}/min over three cps: {admitted['n']} let through in"
+          f" {took_s:.1f} s ({i} spread calls); one allowance is {allowance:.0f}")  # fmt: skip
+    assert admitted["n"] <= allowance + 3 * 10, (admitted, allowance, i)
+
+
+async def _not(aw: Awaitable[bool]) -> bool:
+    return not await aw
+
+
+async def test_a_batch_uploaded_through_haproxy_completes_across_a_kill_9_of_the_leader(
+    suite: Suite,
+):
+    """Files and batches on any control plane: the input goes in through the front (to
+    whichever control plane HAProxy picks), the leader that runs the batch is killed -9
+    half-way, the new leader goes on where it stopped; every line is answered and metered
+    once, and the output reads back the same through each control plane."""
+    import io
+
+    import openai
+
+    lines_n, model = 400, "sim-batch"
+    spec = sim_model(model, replicas=1, args=["--itl-ms", "20"])
+    spec.slots = 8
+    async with await suite.admin() as admin:
+        await admin.put_model(spec, create_only=True)
+
+    async def ready() -> bool:
+        async with await suite.admin() as admin:
+            return [r.state for r in (await admin.list_replicas(model)).replicas] == ["ready"]
+
+    await wait_until(ready, timeout_s=60, what=f"{model} ready")
+    key = await suite.new_key("batch")
+    rows = [
+        {"custom_id": f"line-{i}", "method": "POST", "url": "/v1/chat/completions",
+         "body": {"model": model, "max_tokens": 16,
+                  "messages": [{"role": "user", "content": f"question {i}"}]}}
+        for i in range(lines_n)
+    ]  # fmt: skip
+    data = b"".join(json.dumps(r).encode() + b"\n" for r in rows)
+    front = openai.AsyncOpenAI(base_url=suite.lb.url + "/v1", api_key=key.secret, max_retries=0)
+    up = await front.files.create(file=("in.jsonl", io.BytesIO(data)), purpose="batch")
+    # Every control plane serves the file, whichever one took the upload.
+    for cp in suite.cluster.control_planes:
+        direct = openai.AsyncOpenAI(base_url=cp.http_url + "/v1", api_key=key.secret)
+        assert (await direct.files.content(up.id)).content == data, cp.name
+        await direct.close()
+    batch = await front.batches.create(
+        input_file_id=up.id, endpoint="/v1/chat/completions", completion_window="24h"
+    )
+
+    async def completed() -> int:
+        return (await front.batches.retrieve(batch.id)).request_counts.completed
+
+    await wait_until(lambda: _at_least(completed(), 30), timeout_s=60, what="the batch under way")
+    leader = await suite.leader()
+    leader.kill()
+    await leader.reap()
+    before = await completed()
+    await suite.cluster.leader(timeout_s=30, other_than=leader)
+    await leader.start()
+
+    async def ended():
+        b = await front.batches.retrieve(batch.id)
+        return b if b.status in ("completed", "failed", "expired", "cancelled") else None
+
+    done = await wait_until(ended, timeout_s=180, interval_s=0.5, what="the batch ended")
+    print(f"\nbatch of {lines_n} across a kill -9 of {leader.name}: {before} answered before")
+    assert before < lines_n, "the batch ended before the leader was killed"
+    assert done.status == "completed", done
+    assert done.request_counts.completed == lines_n and done.request_counts.failed == 0
+    outputs = set()
+    for cp in suite.cluster.control_planes:
+        direct = openai.AsyncOpenAI(base_url=cp.http_url + "/v1", api_key=key.secret)
+        outputs.add((await direct.files.content(done.output_file_id)).content)
+        await direct.close()
+    assert len(outputs) == 1, "the output differs between control planes"
+    answers = [json.loads(x) for x in outputs.pop().splitlines()]
+    ids = [a["custom_id"] for a in answers]
+    assert sorted(ids) == sorted(r["custom_id"] for r in rows), f"{len(ids)} lines"
+    assert all(a["response"]["status_code"] == 200 for a in answers)
+    # Metered once a line: no request answered twice across the handover.
+    assert await batch_usage_counts(suite.cluster.store_dsn, batch.id) == {200: lines_n}
+    await front.close()
+    async with await suite.admin() as admin:
+        await admin.remove_model(model)
+    await wait_until(suite.full_service, timeout_s=BACK_WITHIN_S, what="full service")
+
+
+async def _at_least(aw: Awaitable[int], n: int) -> bool:
+    return await aw >= n

@@ -27,6 +27,7 @@ from llmgw.errors import StoreError
 from proto.llmgw.v1 import ModelProfile, ModelSpec
 from tests.cluster_fixture import running_cluster
 from tests.faults.harness import PatroniCluster, haproxy, wait_until
+from tests.faults.harness.haproxy import behind_haproxy
 from tests.faults.harness.patroni import TEST_TTL_S
 
 pytestmark = [
@@ -291,7 +292,9 @@ async def test_a_gatewayd_behind_haproxy_answers_through_a_primary_change_and_ac
     # Guards answers refused, or usage rows lost or doubled, while the store's primary
     # moves: the gateway serves from memory and its usage journal holds the rows.
     dsn = await patroni.create_database("llmgw_gateway")
-    async with running_cluster(tmp_path, store=StoreConfig(dsn=dsn)) as cluster:
+    async with running_cluster(
+        tmp_path, store=StoreConfig(dsn=dsn), configure=behind_haproxy
+    ) as cluster:
         await cluster.start_agent("cpu-node")
         async with cluster.admin() as admin:
             await admin.put_model(_sim_spec())

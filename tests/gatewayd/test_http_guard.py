@@ -225,13 +225,36 @@ def test_a_request_that_came_during_a_stall_is_answered_not_dropped_as_idle():
             socket.create_connection(("127.0.0.1", ports[1]), timeout=20) as holder,
         ):
             s.sendall(request)
-            assert b"200 OK" in s.recv(65536)
+            assert b"200 OK" in _whole_answer(s)
             holder.sendall(b"x")
             assert stalled.wait(20)
             s.sendall(request)  # kept alive, on time, while the loop is held up
-            answer = s.recv(65536)
+            answer = _whole_answer(s)
             assert b"200 OK" in answer, answer
     finally:
         loop.call_soon_threadsafe(stop.set)
         thread.join(20)
         loop.close()
+
+
+def _whole_answer(s) -> bytes:
+    """One HTTP answer read whole: its headers, then the body its Content-Length says (the
+    two may come in separate reads)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = s.recv(65536)
+        if not chunk:
+            return data
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value.strip())
+    while len(body) < length:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        body += chunk
+    return head + b"\r\n\r\n" + body

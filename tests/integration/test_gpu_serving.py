@@ -246,9 +246,15 @@ async def test_a_vllm_replica_is_scraped_logged_and_adopted_by_a_restarted_agent
         # The router reads the engine's own metric names (vllm:num_requests_running, ...).
         stats = await wait_for(lambda: cluster.server.scraper.stats(r.replica_id), attempts=100)
         assert stats.kv_usage is not None
-        async with cluster.admin() as admin:
-            logs = (await admin.replica_logs(r.replica_id)).lines
-        assert any("Uvicorn running on http://127.0.0.1:" in line for line in logs), logs
+        seen: list[str] = []
+
+        async def logged() -> bool:
+            # The engine's lines reach the agent as it reads them: ready may come first.
+            async with cluster.admin() as admin:
+                seen[:] = (await admin.replica_logs(r.replica_id)).lines
+            return any("Uvicorn running on http://127.0.0.1:" in line for line in seen)
+
+        assert await wait_for(logged, attempts=200), seen
 
         # The agent goes and comes back; the engine kept running and is its own again.
         await cluster.stop_agents()

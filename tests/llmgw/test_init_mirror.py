@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import stat
+from pathlib import Path
 
 import pytest
 import yaml
@@ -18,6 +19,7 @@ from llmgw.setup import plan as setup_plan
 from llmgw.setup import words as setup_words
 from llmgw.setup.mirror_init import bytes_text, init_mirror, parse_bytes
 from llmgw.setup.plan import MirrorPart, SetupPlan, StarterPart, check, steps, to_command
+from llmgw.tls import pki
 from tests.llmgw.test_setup_plan import BIG, free_port, run_command
 
 
@@ -37,13 +39,83 @@ def test_server_init_with_a_mirror_writes_its_config_read_token_url_and_unit(tmp
     assert set(yaml.safe_load(paths.mirror_yaml.read_text())) == {"listen", "max_bytes"}
     token = paths.mirror_read_token_file
     assert stat.S_IMODE(token.stat().st_mode) == 0o600 and len(token.read_text().strip()) >= 40
-    # The mirror listens everywhere; the cluster reaches it by the name nodes dial.
-    assert load_server_config(paths.server_yaml).mirror.urls == ["http://cp.example:7080"]
+    # The mirror listens everywhere; the cluster reaches it by the name nodes dial, over HTTPS.
+    assert load_server_config(paths.server_yaml).mirror.urls == ["https://cp.example:7080"]
     unit = (paths.config_dir / "systemd" / "llmgw-mirror.service").read_text()
     assert f"mirror serve --config {paths.mirror_yaml}" in unit
     assert f"Environment=LLMGW_HOME={paths.home}" in unit and "Restart=always" in unit
     assert "llmgw mirror serve" in res.stdout
     assert res.stdout.rstrip().endswith("Start it: llmgw server")
+
+
+def test_the_mirror_gets_an_admin_token_of_its_own_and_a_certificate_from_the_cluster_ca(
+    tmp_path,
+) -> None:
+    # Guards: a mirror took the cluster's admin token and served plain HTTP by default.
+    res = init(tmp_path, "--host", "cp.example", "--host", "10.0.0.5", "--mirror", "--json")
+    assert res.exit_code == 0, res.output
+    paths = Paths.under(tmp_path)
+    mirror = json.loads(res.stdout)["mirror"]
+    admin = paths.mirror_admin_token_file
+    assert mirror["admin_token_file"] == str(admin)
+    assert stat.S_IMODE(admin.stat().st_mode) == 0o600 and len(admin.read_text().strip()) >= 40
+    assert admin.read_text() != paths.admin_token_file.read_text()
+    assert admin.read_text() != paths.mirror_read_token_file.read_text()
+    # HTTPS with a certificate the cluster CA signed, for every name nodes dial this machine by.
+    cert = paths.mirror_cert.read_bytes()
+    assert mirror["tls_cert"] == str(paths.mirror_cert) and mirror["url"].startswith("https://")
+    assert pki.issued_by(cert, paths.ca_cert.read_bytes())
+    assert {"cp.example", "10.0.0.5", "127.0.0.1"} <= set(pki.cert_hosts(cert))
+    assert stat.S_IMODE(paths.mirror_key.stat().st_mode) == 0o600
+    # The mirror and the control plane take the mirror's own token, by default.
+    assert load_mirror_config(paths.mirror_yaml).admin_token_file == ""
+    assert {s["item"]: s["action"] for s in mirror["steps"]}["tls_cert"] == "created"
+    again = init(tmp_path, "--mirror", "--json")
+    steps = {s["item"]: s["action"] for s in json.loads(again.stdout)["mirror"]["steps"]}
+    assert steps["tls_cert"] == "kept" and steps["admin_token"] == "kept"
+    assert paths.mirror_cert.read_bytes() == cert
+
+
+def test_a_plain_http_mirror_is_a_choice_said_in_its_flag(tmp_path) -> None:
+    res = init(tmp_path, "--host", "cp.example", "--mirror", "--mirror-plain-http", "--json")
+    assert res.exit_code == 0, res.output
+    paths = Paths.under(tmp_path)
+    mirror = json.loads(res.stdout)["mirror"]
+    assert mirror["url"] == "http://cp.example:7080" and mirror["tls_cert"] == ""
+    assert load_mirror_config(paths.mirror_yaml).plain_http is True
+    assert not paths.mirror_cert.exists()
+    # Every other protection stays: its own admin token.
+    assert paths.mirror_admin_token_file.exists()
+    plan = SetupPlan(starter=StarterPart(on=False), mirror=MirrorPart(on=True, plain_http=True))
+    assert to_command(plan)[-1] == "--mirror-plain-http"
+    assert "plain HTTP" in setup_words.describe_part(plan, "mirror")
+    assert "HTTPS" in setup_words.describe_part(
+        plan.with_part("mirror", MirrorPart(on=True)), "mirror"
+    )
+
+
+def test_a_certificate_for_a_mirror_on_another_machine_is_issued_on_the_control_plane(
+    tmp_path,
+) -> None:
+    assert init(tmp_path).exit_code == 0
+    res = CliRunner().invoke(
+        app,
+        ["mirror", "cert", "--host", "mirror-2.example", "--host", "10.0.0.7", "--json"],
+        env={"LLMGW_HOME": str(tmp_path)},
+    )
+    assert res.exit_code == 0, res.output
+    bundle = json.loads(res.stdout)
+    paths = Paths.under(tmp_path)
+    cert = Path(bundle["cert"]).read_bytes()
+    assert pki.issued_by(cert, paths.ca_cert.read_bytes())
+    assert {"mirror-2.example", "10.0.0.7"} <= set(pki.cert_hosts(cert))
+    assert Path(bundle["ca_cert"]).read_bytes() == paths.ca_cert.read_bytes()
+    assert stat.S_IMODE(Path(bundle["key"]).stat().st_mode) == 0o600
+    people = CliRunner().invoke(
+        app, ["mirror", "cert", "--host", "m3.example"], env={"LLMGW_HOME": str(tmp_path)}
+    )
+    assert people.exit_code == 0, people.output
+    assert "--tls-cert" in people.stdout and "mirror-admin-token" in people.stdout
 
 
 def test_running_it_again_keeps_the_read_token_every_node_holds(tmp_path) -> None:
@@ -68,11 +140,13 @@ def test_a_url_already_in_mirror_urls_is_kept_and_others_stay_first(tmp_path) ->
     cfg.mirror.urls = ["http://other:7080"]
     paths.server_yaml.write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
     done = init_mirror(paths, listen="10.0.0.5:7080", write_unit=False)
-    assert done.url == "http://10.0.0.5:7080"
+    assert done.url == "https://10.0.0.5:7080"
     assert load_server_config(paths.server_yaml).mirror.urls == [
         "http://other:7080",
-        "http://10.0.0.5:7080",
+        "https://10.0.0.5:7080",
     ]
+    # The certificate names the address it listens on.
+    assert "10.0.0.5" in pki.cert_hosts(paths.mirror_cert.read_bytes())
 
 
 @pytest.mark.parametrize(
@@ -152,5 +226,5 @@ async def test_a_setup_run_with_a_mirror_says_where_the_cluster_reaches_it(tmp_p
     ended = {u.key: u for u in [u async for u in run.updates()] if u.state != "running"}
     assert run.ok, ended
     assert list(ended) == ["check", "init", "node", "mirror"]
-    assert f"http://127.0.0.1:{port}" in ended["mirror"].detail
+    assert f"https://127.0.0.1:{port}" in ended["mirror"].detail
     assert str(paths.mirror_read_token_file) in ended["mirror"].detail

@@ -88,7 +88,14 @@ class ControlPlaneMachine(FakeNode):
             return "", f"fake machine: no part for sh -c {shlex.quote(script)}\n", 127
         cfg = yaml.safe_load(Path(start["config"]).read_text())
         port = int(cfg["listen"]["http"].rsplit(":", 1)[1])
-        self.http = await asyncio.start_server(_standby_http, "127.0.0.1", port)
+        tls = None
+        http = cfg.get("http") or {}
+        if http.get("tls_cert"):  # HTTPS only, with the certificate server.yaml names
+            import ssl
+
+            tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            tls.load_cert_chain(http["tls_cert"], http["tls_key"])
+        self.http = await asyncio.start_server(_standby_http, "127.0.0.1", port, ssl=tls)
         self.starts += 1
         Path(start["pidfile"]).parent.mkdir(parents=True, exist_ok=True)
         Path(start["pidfile"]).write_text("4242\n")
@@ -396,3 +403,36 @@ async def test_a_standby_of_a_new_cluster_is_waited_for_on_its_own_health_withou
     assert {w["check"] for w in result["warnings"]} == {"systemd"}
     ready = [s for s in result["steps"] if s["step"] == "ready"]
     assert [s["status"] for s in ready] == ["running", "ok"]
+
+
+async def test_a_cluster_whose_gateway_serves_https_gives_the_new_control_plane_its_own_cert(
+    tmp_path, wheel_cache
+):
+    # Guards server add carrying server.yaml's http.tls_cert as this machine's path, with no
+    # certificate there: the new control plane refused to start.
+    from llmgw.setup.http_init import ensure_http_cert, http_cert_paths
+
+    paths = _cluster(tmp_path, wheel_cache)
+    ensure_http_cert(paths, ["cp-a.example"])
+    crt, key = http_cert_paths(paths)
+    cfg = yaml.safe_load(paths.server_yaml.read_text())
+    cfg["http"] = {"tls_cert": str(crt), "tls_key": str(key)}
+    paths.server_yaml.write_text(yaml.safe_dump(cfg))
+    async with machine(tmp_path) as node:
+        events = await _run(_plan(paths, node, tmp_path))
+        again = await _run(_plan(paths, node, tmp_path))
+    assert events[-1].status == "ok", [e.model_dump() for e in events if e.status == "fail"]
+    # Its /health was asked over https, checked against the cluster CA.
+    assert "answers https://127.0.0.1:" in _steps(events)["ready"].detail
+    there = ServerLayout.for_root(str(tmp_path / "root")).paths
+    their_crt, their_key = http_cert_paths(there)
+    theirs = yaml.safe_load(there.server_yaml.read_text())
+    assert theirs["http"]["tls_cert"] == str(their_crt)
+    assert theirs["http"]["tls_key"] == str(their_key)
+    issued = their_crt.read_bytes()
+    assert pki.issued_by(issued, paths.ca_cert.read_bytes())
+    assert "127.0.0.1" in pki.cert_hosts(issued) and issued != crt.read_bytes()
+    assert _mode(their_key) == 0o600
+    # Again: the certificate there is sound, and kept.
+    assert again[-1].status == "ok" and _steps(again)["files"].status == "kept"
+    assert their_crt.read_bytes() == issued

@@ -45,3 +45,28 @@ async def test_the_mirror_part_turns_on_takes_its_address_and_quota_and_shows_in
         command = text_of(app, "#plan-command")
         assert "--mirror --mirror-listen 0.0.0.0:7181" in command
         assert "--mirror-max-bytes 200000000000" in command
+
+
+async def test_the_mirror_s_plain_http_choice_is_a_checkbox_and_its_flag(tmp_path) -> None:
+    from textual.widgets import Checkbox
+
+    from llmgw.paths import Paths
+
+    app = SetupConsole(Paths.under(tmp_path / "home"), machine=BIG)
+    async with app.run_test(size=SMALL_TERMINAL) as pilot:
+        await parts_shown(pilot, app)
+        await pilot.press(*["down"] * PART_IDS.index("mirror"), "space")
+        assert "HTTPS" in prompt(app, "mirror")
+        await pilot.press("enter")
+        assert isinstance(app.screen, MirrorDialog)
+        box = app.screen.query_one("#mirror-plain-http", Checkbox)
+        assert box.value is False  # HTTPS with the cluster CA unless asked otherwise
+        box.value = True
+        app.screen.query_one("#mirror-listen", Input).focus()
+        await pilot.press("enter")
+        assert isinstance(app.screen, PartsScreen)
+        assert app.plan.mirror.plain_http is True
+        assert "plain HTTP" in prompt(app, "mirror")
+        await pilot.press("p")
+        await plan_checked(pilot, app)
+        assert "--mirror-plain-http" in text_of(app, "#plan-command")

@@ -35,6 +35,7 @@ from llmgw.setup.plan import (
     starter_need_bytes,
     validation_text,
 )
+from llmgw.setup.plan_gateway import GatewayPart
 from llmgw.setup.words import PART_HELP, PART_TITLES
 from tui.screens.dialogs import FormDialog
 
@@ -289,6 +290,12 @@ class MirrorDialog(PartDialog):
             "mirror-max-bytes",
             placeholder="none: the disk is the limit",
         )
+        yield Checkbox(
+            "Plain HTTP, behind a TLS proxy (--mirror-plain-http; default HTTPS, cluster CA)",
+            m.plain_http,
+            id="mirror-plain-http",
+            compact=True,
+        )
 
     def result(self) -> MirrorPart:
         quota = self.field("#mirror-max-bytes")
@@ -297,6 +304,49 @@ class MirrorDialog(PartDialog):
             on=self.on,
             listen=self.field("#mirror-listen"),
             max_bytes=parse_bytes(quota) if quota else 0,
+            plain_http=self.query_one("#mirror-plain-http", Checkbox).value,
+        )
+
+
+class GatewayDialog(PartDialog):
+    PART_ID = "gateway"
+
+    def part_fields(self) -> ComposeResult:
+        g: GatewayPart = self.current
+        yield Checkbox(
+            "HTTPS with a certificate from the cluster CA (--http-tls)",
+            g.tls,
+            id="gw-tls",
+            compact=True,
+        )
+        with Horizontal(classes="form-row"):
+            with Vertical():
+                yield from _field("Or your certificate (--http-cert)", g.cert, "gw-cert", "none")
+            with Vertical():
+                yield from _field("and its key (--http-key)", g.key, "gw-key", "none")
+        yield from _field(
+            "Trusted proxies: addresses or CIDRs, comma separated (--trusted-proxy)",
+            ", ".join(g.trusted_proxies),
+            "gw-proxies",
+            placeholder="none",
+        )
+        yield Checkbox(
+            "They send PROXY headers (--proxy-protocol; HAProxy's send-proxy-v2)",
+            g.proxy_protocol,
+            id="gw-proxy-protocol",
+            compact=True,
+        )
+
+    def result(self) -> GatewayPart:
+        cert = self.field("#gw-cert")
+        return _build(
+            GatewayPart,
+            on=self.on,
+            tls=self.query_one("#gw-tls", Checkbox).value and not cert,
+            cert=cert,
+            key=self.field("#gw-key"),
+            trusted_proxies=tuple(self.field("#gw-proxies").split(",")),
+            proxy_protocol=self.query_one("#gw-proxy-protocol", Checkbox).value,
         )
 
 
@@ -314,6 +364,7 @@ DIALOGS: dict[str, type[PartDialog]] = {
         LimitsDialog,
         AdminDialog,
         MirrorDialog,
+        GatewayDialog,
     )
 }
 

@@ -98,6 +98,8 @@ class Refusal(BaseModel):
     message: str
     retry_after_s: int | None
     status: int = 429
+    # The exact wait behind ``retry_after_s`` (a rate's; 0 where none is known).
+    wait_s: float = 0.0
 
 
 class TokenBucket:
@@ -297,6 +299,11 @@ class LimitTable:
             bucket._tokens -= est
         return Ticket(tpm_buckets, est, self._clock)
 
+    def forget(self, scope_is: Callable[[str], bool]) -> None:
+        """Drop the buckets of the scopes ``scope_is`` picks (what they limit is gone)."""
+        for key in [k for k in self._buckets if scope_is(k[0])]:
+            del self._buckets[key]
+
     def _sweep(self, now: float) -> None:
         self._next_sweep_at = now + self._idle_s / 4
         idle = [
@@ -316,4 +323,5 @@ def _refusal(scope: str, limit: LimitName, rate: int, wait_s: float) -> Refusal:
         limit=limit,
         message=f"{scope_label(scope)}: {rate:,} {unit} per minute reached; try again in {after} s",
         retry_after_s=after,
+        wait_s=wait_s,
     )

@@ -32,6 +32,12 @@ DEMAND = "demand"
 ROW_TTL = timedelta(days=1)
 # The period of a run's demand rows: one count for the whole run.
 RUN = "run"
+# The period of a run's rows of requests held now, said again every sync round while
+# any is held; the leader counts them while they are this fresh (a writer that
+# died stops saying them).
+HELD = "held"
+HELD_FRESH_S = 5.0
+HELD_ROW_TTL = timedelta(minutes=5)
 # Retry-After for a model that cannot be placed now: the reconciler tries again this often.
 RETRY_UNPLACEABLE_S = 15
 
@@ -70,6 +76,10 @@ class Demand:
         self._seen: dict[tuple[str, str], int] = {}
         # Requests being held now, per model.
         self.holding: dict[str, int] = {}
+        # model -> held requests last written (a model no longer held is written once as 0).
+        self._held_written: dict[str, int] = {}
+        # (writer, model) -> requests another run holds, and when we last read it (monotonic).
+        self._held_elsewhere: dict[tuple[str, str], tuple[int, float]] = {}
         self._changed = asyncio.Event()
         self._follow: asyncio.Task | None = None
 
@@ -88,31 +98,73 @@ class Demand:
         return self._last.get(model)
 
     def pending(self, writer: str) -> list[SharedCounter]:
-        """This run's counts that changed since the last call, as rows for the store."""
+        """This run's counts that changed since the last call, and the requests it holds now
+        (said again every round while any is held, so that the leader knows they still
+        wait), as rows for the store."""
         rows = []
-        expires = datetime.now(UTC) + ROW_TTL
+        now = datetime.now(UTC)
+        expires = now + ROW_TTL
         for model, n in self._counts.items():
             if self._written.get(model) != n:
                 self._written[model] = n
                 rows.append(SharedCounter(writer, model, DEMAND, RUN, n, expires))
+        held_until = now + HELD_ROW_TTL
+        for model in self.holding.keys() | self._held_written.keys():
+            n = self.holding.get(model, 0)
+            if n or self._held_written.get(model):
+                rows.append(SharedCounter(writer, model, DEMAND, HELD, n, held_until))
+            if n:
+                self._held_written[model] = n
+            else:
+                self._held_written.pop(model, None)
         return rows
 
     def unsent(self, rows: Iterable[SharedCounter]) -> None:
         for c in rows:
-            if c.kind == DEMAND:
+            if c.kind == DEMAND and c.period == RUN:
                 self._written.pop(c.scope, None)
+            elif c.kind == DEMAND and c.period == HELD and not c.amount:
+                self._held_written[c.scope] = 1  # the zero is said again next round
 
     def absorb(self, rows: Iterable[SharedCounter], *, first: bool = False) -> None:
-        """Other runs' counts: one that grew means its model was asked for just now."""
+        """Other runs' counts: one that grew means its model was asked for just now, and
+        the reconciler is asked to look at once. Their held requests are kept (with when
+        they were last said) for ``waiting``."""
         now = self._clock()
+        wall = datetime.now(UTC)
         for c in rows:
             if c.kind != DEMAND:
                 continue
             key = (c.writer, c.scope)
+            if c.period == HELD:
+                said = c.updated_at
+                if said is not None and (wall - said).total_seconds() > HELD_FRESH_S:
+                    self._held_elsewhere.pop(key, None)  # an old row: its writer has gone
+                    continue
+                had = self._held_elsewhere.get(key, (0, 0.0))[0]
+                self._held_elsewhere[key] = (c.amount, now)
+                if c.amount and not had:
+                    self._last[c.scope] = now
+                    self._wake(c.scope)
+                continue
             before = self._seen.get(key)
             self._seen[key] = c.amount
             if not first and (before is None or c.amount > before):
                 self._last[c.scope] = now
+                self._wake(c.scope)
+
+    def waiting(self, model: str) -> int:
+        """Requests of ``model`` held now, here and on the other control planes (as they
+        last said, within ``HELD_FRESH_S``)."""
+        n = self.holding.get(model, 0)
+        if self._held_elsewhere:
+            now = self._clock()
+            for (writer, scope), (amount, at) in list(self._held_elsewhere.items()):
+                if now - at > HELD_FRESH_S:
+                    del self._held_elsewhere[(writer, scope)]
+                elif scope == model:
+                    n += amount
+        return n
 
     # ---- holding ------------------------------------------------------------------
 

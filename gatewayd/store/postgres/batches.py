@@ -5,7 +5,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from gatewayd.store.batch_records import ACTIVE_STATUSES, BatchProgress, BatchRecord, FileRecord
+from gatewayd.store.batch_records import (
+    ACTIVE_STATUSES,
+    CHUNK_BYTES,
+    BatchMoved,
+    BatchProgress,
+    BatchRecord,
+    FileRecord,
+)
 from gatewayd.store.postgres.catalog import _aware
 from gatewayd.store.postgres.usage import _write_usage
 from gatewayd.store.tenant_sql import PROJECT_PATH
@@ -50,6 +57,8 @@ _BATCH_COLUMNS = (
     "prompt_tokens",
     "cached_tokens",
     "completion_tokens",
+    "cancel_requested_at",
+    "input_bytes",
     *_STATE_COLUMNS,
 )
 # A batch is read back with its project's path now.
@@ -59,6 +68,33 @@ _BATCH_SELECT = f"SELECT {', '.join(_BATCH_COLUMNS)}, {PROJECT_PATH} FROM batche
 def _value(rec: BatchRecord, column: str):
     value = getattr(rec, column)
     return _aware(value) if isinstance(value, datetime) else value
+
+
+# A file's bytes are still wanted while it is recorded, being uploaded, or read
+# or written by a batch not yet at an end (an input deleted while its batch runs
+# keeps its bytes until the batch ends). ``c`` is the file_chunks row; $1 is
+# the active statuses.
+_BYTES_UNWANTED = (
+    "NOT EXISTS (SELECT 1 FROM files f WHERE f.file_id = c.file_id)"
+    " AND NOT EXISTS (SELECT 1 FROM file_uploads u WHERE u.file_id = c.file_id)"
+    " AND NOT EXISTS (SELECT 1 FROM batches b WHERE b.status = ANY($1::text[])"
+    " AND (b.input_file_id = c.file_id"
+    " OR 'file-' || substr(b.batch_id, 7) || '-output' = c.file_id"
+    " OR 'file-' || substr(b.batch_id, 7) || '-error' = c.file_id))"
+)
+
+
+def _output_id(batch_id: str, kind: str) -> str:
+    # As gatewayd.batches.objects.output_file_id names it (the store imports nothing above it).
+    return f"file-{batch_id.removeprefix('batch_')}-{kind}"
+
+
+def _pieces(file_id: str, at: int, data: bytes) -> list[tuple[str, int, bytes]]:
+    """``data`` as chunk rows of at most CHUNK_BYTES, from offset ``at``."""
+    return [(file_id, at + i, data[i : i + CHUNK_BYTES]) for i in range(0, len(data), CHUNK_BYTES)]
+
+
+_PUT_CHUNKS = "INSERT INTO file_chunks (file_id, at, data) VALUES ($1, $2, $3)"
 
 
 class PostgresBatches:
@@ -113,8 +149,85 @@ class PostgresBatches:
 
     async def delete_file(self, file_id: str) -> bool:
         with self._mapped(f"remove file {file_id}"):
-            done = await self._conn.execute("DELETE FROM files WHERE file_id = $1", file_id)
+            async with self._conn.acquire() as conn, conn.transaction():
+                done = await conn.execute("DELETE FROM files WHERE file_id = $1", file_id)
+                await conn.execute(
+                    f"DELETE FROM file_chunks AS c WHERE c.file_id = $2 AND {_BYTES_UNWANTED}",
+                    list(ACTIVE_STATUSES),
+                    file_id,
+                )
         return done.endswith(" 1")
+
+    # ---- files' bytes ------------------------------------------------------
+
+    async def begin_upload(self, file_id: str, now: datetime) -> None:
+        with self._mapped(f"begin the upload {file_id}"):
+            await self._conn.execute(
+                "INSERT INTO file_uploads (file_id, started_at) VALUES ($1, $2)",
+                file_id,
+                _aware(now),
+            )
+
+    async def put_file_chunk(self, file_id: str, at: int, data: bytes) -> None:
+        with self._mapped(f"write the bytes of file {file_id}"):
+            await self._conn.executemany(_PUT_CHUNKS, _pieces(file_id, at, data))
+
+    async def finish_upload(self, rec: FileRecord) -> None:
+        with self._mapped(f"save file {rec.file_id}"):
+            async with self._conn.acquire() as conn, conn.transaction():
+                await conn.execute(
+                    f"INSERT INTO files ({_FILE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                    rec.file_id,
+                    rec.project_id,
+                    rec.key_id,
+                    rec.filename,
+                    rec.purpose,
+                    rec.bytes,
+                    _aware(rec.created_at),
+                    _aware(rec.expires_at),
+                )
+                await conn.execute("DELETE FROM file_uploads WHERE file_id = $1", rec.file_id)
+
+    async def abort_upload(self, file_id: str) -> None:
+        with self._mapped(f"drop the upload {file_id}"):
+            async with self._conn.acquire() as conn, conn.transaction():
+                await conn.execute("DELETE FROM file_chunks WHERE file_id = $1", file_id)
+                await conn.execute("DELETE FROM file_uploads WHERE file_id = $1", file_id)
+
+    async def file_chunks(
+        self, file_id: str, start: int = 0, window: int = CHUNK_BYTES
+    ) -> list[tuple[int, bytes]]:
+        with self._mapped(f"read the bytes of file {file_id}"):
+            rows = await self._conn.fetch(
+                "SELECT at, data FROM file_chunks WHERE file_id = $1 AND at >= $2 AND at < $3"
+                " ORDER BY at",
+                file_id,
+                start,
+                start + max(window, 1),
+            )
+        return [(r["at"], bytes(r["data"])) for r in rows]
+
+    async def drop_file_bytes(self, file_id: str) -> int:
+        with self._mapped(f"drop the bytes of file {file_id}"):
+            done = await self._conn.execute(
+                f"DELETE FROM file_chunks AS c WHERE c.file_id = $2 AND {_BYTES_UNWANTED}",
+                list(ACTIVE_STATUSES),
+                file_id,
+            )
+        return int(done.split()[-1])
+
+    async def sweep_file_bytes(self, stale_before: datetime) -> int:
+        with self._mapped("drop the bytes no file wants"):
+            async with self._conn.acquire() as conn, conn.transaction():
+                await conn.execute(
+                    "DELETE FROM file_uploads WHERE started_at < $1", _aware(stale_before)
+                )
+                done = await conn.execute(
+                    "DELETE FROM file_chunks WHERE file_id IN (SELECT DISTINCT c.file_id"
+                    f" FROM file_chunks AS c WHERE {_BYTES_UNWANTED})",
+                    list(ACTIVE_STATUSES),
+                )
+        return int(done.split()[-1])
 
     async def expired_files(self, now: datetime, limit: int = 1000) -> list[FileRecord]:
         with self._mapped("list expired files"):
@@ -185,29 +298,55 @@ class PostgresBatches:
             )
         return [BatchRecord(**dict(r)) for r in rows]
 
-    async def batch_done_lines(self, batch_id: str) -> set[int]:
+    async def batch_done_lines(
+        self, batch_id: str, start: int = 0, end: int | None = None
+    ) -> set[int]:
         with self._mapped(f"read the answered lines of batch {batch_id}"):
             rows = await self._conn.fetch(
-                "SELECT line FROM batch_done WHERE batch_id = $1", batch_id
+                "SELECT line FROM batch_done WHERE batch_id = $1 AND line >= $2"
+                " AND ($3::bigint IS NULL OR line < $3)",
+                batch_id,
+                start,
+                end,
             )
         return {r["line"] for r in rows}
+
+    async def request_batch_cancel(self, batch_id: str, at: datetime) -> bool:
+        with self._mapped(f"cancel batch {batch_id}"):
+            done = await self._conn.execute(
+                "UPDATE batches SET cancel_requested_at = $2 WHERE batch_id = $1"
+                " AND status IN ('validating', 'in_progress') AND cancel_requested_at IS NULL",
+                batch_id,
+                _aware(at),
+            )
+        return done.endswith(" 1")
+
+    async def project_batch_load(self, project_id: str) -> tuple[int, int]:
+        with self._mapped(f"count the batches of {project_id}"):
+            row = await self._conn.fetchrow(
+                "SELECT COUNT(*) AS n, COALESCE(SUM(input_bytes), 0) AS b FROM batches"
+                " WHERE project_id = $1 AND status = ANY($2::text[])",
+                project_id,
+                list(ACTIVE_STATUSES),
+            )
+        return int(row["n"]), int(row["b"])
 
     async def record_batch_progress(
         self, progress: BatchProgress, usage: Sequence[UsageFields]
     ) -> None:
         p = progress
+        guarded = p.from_output_bytes is not None and p.from_error_bytes is not None
         with self._mapped(f"record the progress of batch {p.batch_id}"):
             async with self._conn.acquire() as conn, conn.transaction():
-                await conn.execute(
-                    "INSERT INTO batch_done (batch_id, line) SELECT $1, unnest($2::bigint[])",
-                    p.batch_id,
-                    p.lines,
-                )
-                await conn.execute(
+                # First, so that a run that lost the batch to another waits on the row's
+                # lock and then finds the ends moved, before it writes anything.
+                done = await conn.execute(
                     "UPDATE batches SET completed = completed + $1, failed = failed + $2,"
                     " output_bytes = $3, error_bytes = $4, prompt_tokens = prompt_tokens + $5,"
                     " cached_tokens = cached_tokens + $6,"
-                    " completion_tokens = completion_tokens + $7 WHERE batch_id = $8",
+                    " completion_tokens = completion_tokens + $7 WHERE batch_id = $8"
+                    " AND ($9::bigint IS NULL OR output_bytes = $9)"
+                    " AND ($10::bigint IS NULL OR error_bytes = $10)",
                     p.completed,
                     p.failed,
                     p.output_bytes,
@@ -216,6 +355,28 @@ class PostgresBatches:
                     p.cached_tokens,
                     p.completion_tokens,
                     p.batch_id,
+                    p.from_output_bytes,
+                    p.from_error_bytes,
                 )
+                if guarded and not done.endswith(" 1"):
+                    raise BatchMoved(
+                        f"batch {p.batch_id} was taken forward by another run",
+                        hint="it is read again from the store",
+                    )
+                await conn.execute(
+                    "INSERT INTO batch_done (batch_id, line) SELECT $1, unnest($2::bigint[])",
+                    p.batch_id,
+                    p.lines,
+                )
+                pieces = [
+                    *_pieces(
+                        _output_id(p.batch_id, "output"), p.output_bytes - len(p.output), p.output
+                    ),
+                    *_pieces(
+                        _output_id(p.batch_id, "error"), p.error_bytes - len(p.error), p.error
+                    ),
+                ]
+                if pieces:
+                    await conn.executemany(_PUT_CHUNKS, pieces)
                 if usage:
                     await _write_usage(conn, usage)

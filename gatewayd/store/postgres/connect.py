@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import ssl
 from dataclasses import dataclass
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -150,8 +151,12 @@ async def takes_writes(conn: asyncpg.Connection) -> str:
 class MemberDialer:
     """The pool's connect hook: a connection to the writable member, or NoWritableMember."""
 
-    def __init__(self, dsn: str, *, dial_timeout_s: float = DIAL_TIMEOUT_S) -> None:
+    def __init__(
+        self, dsn: str, *, dial_timeout_s: float = DIAL_TIMEOUT_S, tls: ssl.SSLContext | None = None
+    ) -> None:
         self.dsn = dsn
+        # A DSN asking for TLS: the context that checks the server (postgres/tls.py).
+        self.tls = tls
         self.members = members_of(dsn)
         self.dial_timeout_s = dial_timeout_s
         # Where writes went last: tried first, so a new connection costs one dial.
@@ -169,6 +174,8 @@ class MemberDialer:
         # Each member is judged here, not by asyncpg's own multi-host logic,
         # whose one timeout covers them all.
         kwargs["target_session_attrs"] = "any"
+        if self.tls is not None:
+            kwargs["ssl"] = self.tls
         if not self.members:
             conn = await asyncpg.connect(self.dsn, **kwargs)
             set_dead_peer_options(conn)

@@ -19,6 +19,7 @@ import contextlib
 import json
 from collections.abc import Iterator
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
@@ -42,6 +43,7 @@ from gatewayd.store.postgres.responses import PostgresResponses
 from gatewayd.store.postgres.revoked import PostgresRevoked
 from gatewayd.store.postgres.settings import PostgresSettings
 from gatewayd.store.postgres.tenants import PostgresTenants
+from gatewayd.store.postgres.tls import tls_context
 from gatewayd.store.postgres.usage import PostgresUsage
 from gatewayd.store.records import HeartbeatRow, NodeRecord
 from llmgw.aio import within
@@ -194,8 +196,16 @@ class PostgresStore(
 
     backend = "postgres"
 
-    def __init__(self, dsn: str, *, migrations: list[Migration] | None = None) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        migrations: list[Migration] | None = None,
+        cluster_ca: Path | None = None,
+    ) -> None:
         self.dsn = dsn
+        # Checked against, beside the system's and the DSN's authorities, when TLS is asked.
+        self.cluster_ca = cluster_ca
         # Tests pass their own migrations; normally the packaged ones are used.
         self._migrations = migrations
         self._pool: asyncpg.Pool | None = None
@@ -209,7 +219,7 @@ class PostgresStore(
         if migrations is None:
             migrations = load_migrations(migrations_dir(self.backend))
         try:
-            self._dialer = MemberDialer(self.dsn)
+            self._dialer = MemberDialer(self.dsn, tls=tls_context(self.dsn, self.cluster_ca))
             pool = await asyncpg.create_pool(
                 self.dsn,
                 min_size=POOL_MIN_SIZE,

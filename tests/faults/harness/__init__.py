@@ -9,8 +9,9 @@ process it started (process groups, SIGKILL last) however the test ends:
   member, the writable one wanted), ``member_dsns()``, ``primary_name()``,
   ``wait_primary()``, ``switchover()``, ``stop_primary(kill=False)``,
   ``stop_member()``, ``start_member()``, ``wait_replicas_streaming()``
-- ``haproxy(root, backends, check_path="/ready")`` → ``HAProxy``: ``url`` (client
-  front), ``leader_url``, ``server_states()``, ``wait_servers_up()``
+- ``haproxy(root, backends, check_path="/ready", proxy_protocol=True)`` → ``HAProxy``:
+  ``url`` (client front), ``leader_url``, ``server_states()``, ``wait_servers_up()``; it
+  sends PROXY v2 headers from ``PROXY_SOURCE``, which ``behind_haproxy(cfg)`` trusts
 - ``wait_until(condition, timeout_s=…)``: the only way the suite waits.
 
 tests/faults/conftest.py makes module-wide fixtures of them (``ha_root``,

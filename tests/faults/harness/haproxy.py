@@ -5,7 +5,12 @@ Only what differs on loopback is changed: the two ``bind`` lines, the
 ``server`` lines of both backends, the client backend's check path when a
 test asks for another, the runtime API's socket (under the test's folder,
 where the harness reads which servers HAProxy counts as up), and ``maxconn``
-where this machine's descriptor limit is below what it takes.
+where this machine's descriptor limit is below what it takes. The server lines
+keep the shipped options (``send-proxy-v2 check-send-proxy``) and connect from
+``PROXY_SOURCE``, a loopback address of HAProxy's own: the control planes trust
+that one (``behind_haproxy``), while the suite's own probes from 127.0.0.1 stay
+plain HTTP, believed about nothing. ``proxy_protocol=False`` drops the header
+for backends that cannot read it (test_front.py's small servers).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from llmgw.config import HttpConfig, ServerConfig
 from tests.faults.harness.deploy_files import deploy_file
 from tests.faults.harness.procs import (
     HarnessError,
@@ -31,6 +37,15 @@ HAPROXY = "/usr/sbin/haproxy"
 CLIENT_BACKEND = "control_planes"
 LEADER_BACKEND = "leader"
 READY_TIMEOUT_S = 30.0
+# The address HAProxy dials the control planes from (all of 127/8 is this machine's).
+PROXY_SOURCE = "127.0.0.10"
+_PROXY_OPTIONS = ("send-proxy-v2", "check-send-proxy", "send-proxy")
+
+
+def behind_haproxy(cfg: ServerConfig) -> None:
+    """A control plane's server.yaml for the shipped HAProxy in front: it trusts
+    ``PROXY_SOURCE``, and connections from there start with a PROXY header."""
+    cfg.http = HttpConfig(trusted_proxies=[PROXY_SOURCE], proxy_protocol=True)
 
 
 def _maxconn(wanted: int) -> int:
@@ -47,6 +62,7 @@ def render_haproxy_config(
     leader_port: int,
     backends: Sequence[str],
     check_path: str = "/ready",
+    proxy_protocol: bool = True,
 ) -> Path:
     """deploy/haproxy/haproxy.cfg on loopback: ``backends`` are ``host:port`` of each gatewayd."""
     text = deploy_file("haproxy/haproxy.cfg").read_text()
@@ -66,7 +82,13 @@ def render_haproxy_config(
             line = f"    bind 127.0.0.1:{port}"
         elif stripped.startswith("server "):
             if stripped.startswith("server cp1 "):  # the backend's list, swapped whole
-                out += [f"    server cp{i} {addr} check" for i, addr in enumerate(backends, 1)]
+                opts = stripped.split()[3:]
+                if proxy_protocol:
+                    opts += ["source", PROXY_SOURCE]
+                else:
+                    opts = [o for o in opts if o not in _PROXY_OPTIONS]
+                tail = " ".join(opts)
+                out += [f"    server cp{i} {addr} {tail}" for i, addr in enumerate(backends, 1)]
             continue
         elif stripped.startswith("http-check send ") and section == f"backend {CLIENT_BACKEND}":
             line = f"    http-check send meth GET uri {check_path}"
@@ -148,6 +170,7 @@ async def haproxy(
     front_port: int = 0,
     leader_port: int = 0,
     check_path: str = "/ready",
+    proxy_protocol: bool = True,
 ) -> AsyncIterator[HAProxy]:
     """Run HAProxy in front of ``backends`` (``host:port``); port 0 picks a free one."""
     require_binaries(HAPROXY)
@@ -159,6 +182,7 @@ async def haproxy(
         leader_port=leader_port,
         backends=backends,
         check_path=check_path,
+        proxy_protocol=proxy_protocol,
     )
     check = await asyncio.create_subprocess_exec(
         HAPROXY, "-c", "-q", "-f", str(config), stdout=asyncio.subprocess.PIPE,

@@ -31,6 +31,7 @@ from llmgw.paths import Paths
 from llmgw.setup.cluster_init import init_server, issue_node_bundle
 from llmgw.setup.server_add_files import ensure_shared_secrets
 from tests.e2e.helpers import env_for
+from tests.faults.harness.haproxy import behind_haproxy
 from tests.faults.harness.patroni import PatroniCluster
 from tests.faults.harness.procs import HarnessError, Proc, free_port, wait_until
 from tests.faults.harness.store_link import StoreLink
@@ -224,6 +225,8 @@ def _write_control_plane(
     cfg.store = StoreConfig(dsn=dsn)
     cfg.cluster.lease_ttl_s = lease_ttl_s
     cfg.cluster.advertise_host = "127.0.0.1"
+    # The suite puts the shipped HAProxy (send-proxy-v2) in front of them.
+    behind_haproxy(cfg)
     paths.server_yaml.write_text(dump_yaml(cfg))
     control_plane_id(paths)  # made now, so the suite knows each one's id before it starts
 

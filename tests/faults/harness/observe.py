@@ -91,3 +91,16 @@ async def usage_counts(dsn: str, key_id: str) -> dict[int, int]:
     finally:
         await conn.close()
     return {r[0]: r[1] for r in rows}
+
+
+async def batch_usage_counts(dsn: str, batch_id: str) -> dict[int, int]:
+    """Usage rows metered for ``batch_id``'s requests, by status."""
+    conn = await _connect(dsn)
+    try:
+        rows = await conn.fetch(
+            "SELECT status, count(*) FROM usage_rows WHERE batch_id = $1 GROUP BY status",
+            batch_id,
+        )
+    finally:
+        await conn.close()
+    return {r[0]: r[1] for r in rows}

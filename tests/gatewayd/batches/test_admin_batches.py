@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 
 import pytest
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
+from gatewayd.batches.objects import new_id
 from gatewayd.store.batch_records import FileRecord
 from proto.llmgw.v1 import GetBatchRequest, ListBatchesRequest
 from tests.cluster_fixture import cluster  # noqa: F401  (a gatewayd per backend)
@@ -20,12 +22,18 @@ async def _made(cluster, project="local/default/default"):  # noqa: F811
     if tenancy.get(project) is None:
         await tenancy.create("project", project, parents=True)
     project_id = tenancy.get(project).id
+    # One request for a model with no room: the batch stays cancellable until cancelled.
+    cluster.server.batch_runner._room = lambda model: 0
+    line = json.dumps({"custom_id": "a", "method": "POST", "url": "/v1/chat/completions",
+                       "body": {"model": "chat", "messages": []}}).encode() + b"\n"  # fmt: skip
+    file_id = new_id("file-")
+    await cluster.server.store.put_file_chunk(file_id, 0, line)
     await cluster.server.store.put_file(
-        FileRecord(file_id="file-in", project_id=project_id, filename="in.jsonl",
-                   purpose="batch", bytes=0, created_at=now)
+        FileRecord(file_id=file_id, project_id=project_id, filename="in.jsonl",
+                   purpose="batch", bytes=len(line), created_at=now)
     )  # fmt: skip
     request = {
-        "input_file_id": "file-in",
+        "input_file_id": file_id,
         "endpoint": "/v1/chat/completions",
         "completion_window": "24h",
         "metadata": {"job": "nightly"},

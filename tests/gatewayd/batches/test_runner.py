@@ -1,6 +1,6 @@
 """The batch runner over a real store (both backends), its requests answered by a stand-in
 for ``Gateway.internal`` that keeps its contract: (status, body), and one usage row per
-attempt handed to ``on_usage``."""
+attempt handed to ``on_usage``. Files' bytes are the store's (``file_chunks``)."""
 
 from __future__ import annotations
 
@@ -70,10 +70,9 @@ async def _setup(store: Store, tmp_path, n: int, gateway: StandIn):
     keys = KeyCache(store, tenancy)
     key, _ = await keys.create(PROJECT, "batch", [], 0)
     project_id = tenancy.get(PROJECT).id
-    files = FileStore(tmp_path / "files")
-    files.ensure()
+    files = FileStore(store)
     file_id = new_id("file-")
-    files.path(file_id).write_bytes(_input(n))
+    await files.write(file_id, _input(n))
     now = datetime.now(UTC)
     await store.put_file(
         FileRecord(file_id=file_id, project_id=project_id, filename="in.jsonl", purpose="batch",
@@ -108,7 +107,7 @@ def no_backoff(monkeypatch):
     monkeypatch.setattr(runner_module, "BACKOFF_MAX_S", 0.0)
 
 
-async def test_a_restart_cuts_what_was_written_but_not_committed_and_sends_only_the_rest(
+async def test_a_restart_sends_only_what_was_not_committed_and_writes_each_answer_once(
     store: Store, tmp_path
 ):
     gateway = StandIn()
@@ -116,17 +115,17 @@ async def test_a_restart_cuts_what_was_written_but_not_committed_and_sends_only_
     await runner.step()  # validated: in progress, nothing sent yet is committed
     for task in list(runner._tasks):
         task.cancel()
-    # As a run killed mid-way leaves it: lines 0 and 1 committed (with their usage),
-    # line 2 appended to the output file but never committed, half a line after it.
+    # As a run killed mid-way leaves it: lines 0 and 1 committed (with their usage and
+    # their bytes); line 2 answered but never committed, so nothing of it is in the store.
     committed = answer_line("c-0", 200, b"{}") + answer_line("c-1", 200, b"{}")
     row = UsageRow(key_id=rec.key_id, project=PROJECT, model="chat", batch_id=rec.batch_id)
     await store.record_batch_progress(
         BatchProgress(batch_id=rec.batch_id, lines=[0, 1], completed=2,
-                      output_bytes=len(committed), error_bytes=0),
+                      output_bytes=len(committed), error_bytes=0, from_output_bytes=0,
+                      from_error_bytes=0, output=committed),
         [row, row],
     )  # fmt: skip
     out_id = output_file_id(rec.batch_id, "output")
-    files.path(out_id).write_bytes(committed + answer_line("c-2", 200, b"{}") + b'{"id":"ba')
 
     restarted = BatchBook(store)
     await restarted.load()
@@ -138,11 +137,12 @@ async def test_a_restart_cuts_what_was_written_but_not_committed_and_sends_only_
     assert sorted(gateway.sent) == ["c-2", "c-3", "c-4"]
     done = await store.get_batch(rec.batch_id)
     assert done.status == "completed" and (done.completed, done.failed) == (5, 0)
-    lines = [json.loads(x) for x in files.path(out_id).read_bytes().splitlines()]
+    data = await files.read(out_id)
+    lines = [json.loads(x) for x in data.splitlines()]
     assert sorted(x["custom_id"] for x in lines) == [f"c-{i}" for i in range(5)]
     assert len(await _usage(store, rec.batch_id)) == 5
     out = await store.get_file(out_id)
-    assert out.purpose == "batch_output" and out.bytes == files.path(out_id).stat().st_size
+    assert out.purpose == "batch_output" and out.bytes == len(data) == done.output_bytes
 
 
 async def test_no_room_puts_a_request_back_unmetered_and_an_error_answer_is_the_answer(
@@ -155,7 +155,7 @@ async def test_no_room_puts_a_request_back_unmetered_and_an_error_answer_is_the_
     assert gateway.sent.count("c-1") == 4 and gateway.sent.count("c-2") == 1
     done = await store.get_batch(rec.batch_id)
     assert done.status == "completed" and (done.completed, done.failed) == (2, 1)
-    errors = [json.loads(x) for x in files.path(done.error_file_id).read_bytes().splitlines()]
+    errors = [json.loads(x) for x in (await files.read(done.error_file_id)).splitlines()]
     assert [(e["custom_id"], e["response"]["status_code"]) for e in errors] == [("c-2", 400)]
     rows = await _usage(store, rec.batch_id)
     assert sorted(r.status for r in rows) == [200, 200, 400]
@@ -172,7 +172,7 @@ async def test_a_revoked_keys_batch_fails_the_rest_in_words(store: Store, tmp_pa
     assert done.status == "failed" and done.failed == 3 and done.output_file_id == ""
     assert done.errors[0]["code"] == "key_revoked"
     assert f"the API key {rec.key_id} this batch was created with" in done.errors[0]["message"]
-    errors = [json.loads(x) for x in files.path(done.error_file_id).read_bytes().splitlines()]
+    errors = [json.loads(x) for x in (await files.read(done.error_file_id)).splitlines()]
     assert [e["custom_id"] for e in errors] == ["c-0", "c-1", "c-2"]
     assert all(e["response"] is None and e["error"]["code"] == "key_revoked" for e in errors)
 
@@ -207,17 +207,19 @@ async def test_a_batch_past_its_window_expires_with_its_unsent_requests_in_the_e
     done = await store.get_batch(rec.batch_id)
     assert done.status == "expired" and done.expired_at is not None
     assert done.completed + done.failed == 4 and done.failed >= 1
-    errors = [json.loads(x) for x in files.path(done.error_file_id).read_bytes().splitlines()]
+    errors = [json.loads(x) for x in (await files.read(done.error_file_id)).splitlines()]
     assert {e["error"]["code"] for e in errors} == {"batch_expired"}
     assert len(gateway.sent) == done.completed == len(await _usage(store, rec.batch_id))
 
 
-async def test_expired_files_are_deleted_from_disk_and_store(store: Store, tmp_path):
+async def test_expired_files_are_deleted_with_their_bytes(store: Store, tmp_path):
     _, runner, files, _, rec = await _setup(store, tmp_path, 1, StandIn())
     f = await store.get_file(rec.input_file_id)
     await store.put_file(f.model_copy(update={"expires_at": datetime.now(UTC)}))
+    # The batch reading it ends first (an input's bytes stay while its batch runs).
+    await store.update_batch(rec.model_copy(update={"status": "cancelled"}))
     assert await runner.sweep() == 1
-    assert await store.get_file(f.file_id) is None and not files.path(f.file_id).exists()
+    assert await store.get_file(f.file_id) is None and await files.read(f.file_id) == b""
 
 
 class FailingCommits:
@@ -257,6 +259,6 @@ async def test_a_commit_that_failed_is_found_written_or_not_and_nothing_is_doubl
             await task
     done = await store.get_batch(rec.batch_id)
     assert done.status == "completed" and done.completed == 6
-    lines = [json.loads(x) for x in files.path(done.output_file_id).read_bytes().splitlines()]
+    lines = [json.loads(x) for x in (await files.read(done.output_file_id)).splitlines()]
     assert sorted(x["custom_id"] for x in lines) == [f"c-{i}" for i in range(6)]
     assert len(await _usage(store, rec.batch_id)) == 6

@@ -29,6 +29,9 @@ class Seen:
     def last_asked(self, model: str) -> float | None:
         return self.at
 
+    def waiting(self, model: str) -> int:
+        return self.holding.get(model, 0)
+
 
 def _rule():
     clock = Clock()

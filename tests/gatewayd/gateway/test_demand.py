@@ -94,3 +94,58 @@ def test_another_planes_growing_count_means_the_model_was_asked_for_now():
     # Budget rows are not demand.
     demand.absorb([SharedCounter("cp-b/1", "other", "spend", "2030-01", 9, far)])
     assert demand.last_asked("other") is None
+
+
+def _through_the_store(rows: list[SharedCounter]) -> list[SharedCounter]:
+    """The rows as another control plane reads them back: stamped with the store's clock."""
+    now = datetime.now(UTC)
+    return [
+        SharedCounter(r.writer, r.scope, r.kind, r.period, r.amount, r.expires_at, 0, now)
+        for r in rows
+    ]
+
+
+async def test_a_request_held_on_a_standby_keeps_its_model_wanted_on_the_leader():
+    # Guards the leader knowing only of requests asked: with evict_after_idle_s shorter
+    # than a reconcile pass, a request held on a standby never got its replica started
+    # (the fault suite's on-demand row: 503 no_replica_ready after the queue_ttl).
+    standby_state, leader_state = _state(), _state()
+    clock = Clock()
+    standby, leader = _demand(standby_state), _demand(leader_state, clock=clock)
+    standby.asked("chat")
+    held = asyncio.create_task(standby.hold("chat", 30))
+    await asyncio.sleep(0)
+    leader.absorb(_through_the_store(standby.pending("cp-b/1")))
+    assert leader.waiting("chat") == 1
+    # The leader's reconciler is asked to look at once, not at its next tick.
+    assert set(leader_state["woken"]) == {"chat"}
+    # Said again every round while held: still waiting long after the ask.
+    for _ in range(10):
+        clock.now += 1.0
+        leader.absorb(_through_the_store(standby.pending("cp-b/1")))
+        assert leader.waiting("chat") == 1
+    standby_state["ready"].add("chat")
+    standby.notice()
+    await asyncio.wait_for(held, 5)
+    # No longer held: said once as 0, then nothing.
+    rows = standby.pending("cp-b/1")
+    assert [(r.period, r.amount) for r in rows] == [("held", 0)]
+    leader.absorb(_through_the_store(rows))
+    assert leader.waiting("chat") == 0
+    assert standby.pending("cp-b/1") == []
+    await standby.close()
+
+
+def test_held_requests_of_a_control_plane_that_stopped_saying_them_are_forgotten():
+    clock = Clock()
+    leader = _demand(_state(), clock=clock)
+    far = datetime(2030, 1, 1, tzinfo=UTC)
+    now = datetime.now(UTC)
+    leader.absorb([SharedCounter("cp-b/1", "chat", DEMAND, "held", 2, far, 0, now)])
+    assert leader.waiting("chat") == 2
+    clock.now += 6.0  # past HELD_FRESH_S with no word from cp-b
+    assert leader.waiting("chat") == 0
+    # A row written long ago (its writer died) is not counted at all.
+    old = datetime(2020, 1, 1, tzinfo=UTC)
+    leader.absorb([SharedCounter("cp-c/1", "chat", DEMAND, "held", 3, far, 0, old)], first=True)
+    assert leader.waiting("chat") == 0

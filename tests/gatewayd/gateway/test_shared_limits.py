@@ -313,3 +313,34 @@ async def test_a_writer_whose_clock_is_minutes_off_is_not_counted_twice(planes):
     await b.sync.step()
     chain = [(KEY, Limits(rpm=600))]
     assert sum(isinstance(b.limits.admit(chain, 0), Ticket) for _ in range(600)) == 550
+
+
+async def test_an_mcp_servers_rate_holds_across_control_planes_as_a_keys_limit_does(planes):
+    # Guards each control plane keeping its own buckets: --rate 30 let 30 through each.
+    from gatewayd.mcp.protect import RateBuckets
+
+    clock = FakeClock()
+    a, b = await planes("cp-a", clock=clock), await planes("cp-b", clock=clock)
+    rates = []
+    for p in (a, b):
+        r = RateBuckets(clock)
+        r.share(p.limits)
+        rates.append(r)
+    limit, per_sync = 30, 4
+    admitted = 0
+    for _ in range(20):
+        for r in rates:
+            for _ in range(per_sync):
+                admitted += r.take("key_1", "hr", limit) == 0.0
+        for p in (a, b, a):
+            await p.sync.step()
+    assert limit <= admitted <= limit + per_sync
+    for r in rates:
+        assert r.take("key_1", "hr", limit) > 0
+        # Another key, and the same key at another server, have their own allowance.
+        assert r.take("key_2", "hr", limit) == 0.0
+        assert r.take("key_1", "wiki", limit) == 0.0
+    # A server removed is forgotten: its buckets go, other servers' stay.
+    rates[0].forget_server("hr")
+    assert rates[0].take("key_1", "hr", limit) == 0.0
+    assert rates[0].take("key_1", "wiki", limit) == 0.0

@@ -10,6 +10,9 @@ import zipfile
 import pytest
 
 from llmgw.errors import AdminUnreachable, NotFoundError, UsageError
+from llmgw.mirror.pins import load_pins
+from llmgw.paths import Paths
+from llmgw.setup.cluster_init import init_server
 from proto.llmgw.v1 import MirrorAddRequest, PlanModelRequest
 from tests.cluster_fixture import running_cluster
 from tests.fakes.hub import FakeHub
@@ -168,6 +171,34 @@ async def test_a_folder_of_wheels_is_put_wheel_by_wheel(tmp_path, mirror):
     held = [p.revision.repo for p in seen if p.revision]
     assert held == ["a-1.0-py3-none-any.whl", "b-2.0-py3-none-any.whl"]
     assert one.revisions[0].kind == "wheel" and one.files[0].size_bytes == b.stat().st_size
+
+
+async def test_each_wheel_added_is_pinned_by_the_sha256_the_control_plane_read(tmp_path, mirror):
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    a, b = _wheel(wheels, "a", "1.0"), _wheel(wheels, "b", "2.0")
+    async with cluster_with(tmp_path, mirror, mirror.url) as c, c.admin() as admin:
+        await _add(admin, source=str(wheels), kind="wheel")
+        pins = load_pins(c.paths.mirror_pins_file).sha256s()
+    assert pins == {w.name: hashlib.sha256(w.read_bytes()).hexdigest() for w in (a, b)}
+
+
+async def test_the_control_plane_writes_to_mirrors_with_their_own_admin_token(tmp_path, mirror):
+    # Guards: gatewayd sent the cluster's admin token to every mirror it wrote to.
+    read_file = tmp_path / "mirror-read-token"
+    read_file.write_text(mirror.read_token + "\n")
+
+    def configure(cfg):
+        cfg.mirror.urls = [mirror.url]
+        cfg.mirror.read_token_file = str(read_file)
+
+    paths = Paths.under(tmp_path / "home")
+    init_server(paths, hosts=["localhost"])
+    paths.mirror_admin_token_file.write_text(mirror.admin_token + "\n")
+    async with running_cluster(tmp_path, configure=configure) as c, c.admin() as admin:
+        assert c.token != mirror.admin_token
+        du = await admin.mirror_disk_usage()
+    assert du.served_by == mirror.url
 
 
 async def test_an_engine_archive_is_kept_by_its_pinned_sha256(tmp_path, mirror):

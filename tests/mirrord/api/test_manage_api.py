@@ -122,11 +122,11 @@ async def test_an_upload_with_the_wrong_digest_is_refused(mirror):
 
 async def test_a_wheel_put_whole_is_listed_read_and_removed(mirror):
     name, data = make_wheel("pkg", "1.0")
-    async with mirror.client(admin=True) as c:
-        put = await c.put(f"/v1/files/wheel/{name}", content=data)
+    async with mirror.client(admin=True) as admin, mirror.client() as c:
+        put = await admin.put(f"/v1/files/wheel/{name}", content=data)
         got = await c.get(f"/v1/files/wheel/{name}")
         served = await c.get(f"/files/wheel/{name}")
-        gone = await c.delete(f"/v1/files/wheel/{name}")
+        gone = await admin.delete(f"/v1/files/wheel/{name}")
         after = await c.get(f"/v1/files/wheel/{name}")
     assert put.status_code == 201, put.text
     rev = Revision.model_validate(got.json())

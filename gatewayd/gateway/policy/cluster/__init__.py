@@ -37,6 +37,9 @@ async def mount_shared_limits(server) -> None:
     gateway.budgets = budgets
     # The gateway reads its limiter from here on every request; it holds no state yet.
     limits = gateway._limits = SharedLimitTable()
+    # MCP servers' --rate is counted there too: it holds across control planes as well.
+    if getattr(server, "mcp", None) is not None:
+        server.mcp.rates.share(limits)
     # On-demand models' requests travel the same way: the leader learns of them.
     demand = getattr(gateway, "demand", None)
     sync = server.shared_limits = CounterSync(server.store, writer, budgets, limits, demand=demand)
