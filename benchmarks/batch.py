@@ -23,7 +23,12 @@ Figures: the interactive p50/p99 of each window; the batch's requests
 answered per second in window 2 (from its counts, polled every 0.2 s), as a
 share of the replicas' capacity, and with the interactive requests as the
 replicas' use; the batch's rate over its whole run (10 % to 90 % answered)
-and how it ended; gatewayd's CPU over each window.
+and how it ended; gatewayd's CPU over each window. gatewayd's memory (its
+RSS, sampled every 0.2 s): just before and just after the upload, as 10, 50
+and 90 % were answered, its peak and median from the upload to the batch's
+end, and ``AFTER_S`` after it ended, with the input file's size: the runner
+reads the input from the store a window at a time, so the leader's RSS
+should stay flat however big the batch is.
 
 Printed, never judged: ``python benchmarks/batch.py [--requests 10000]
 [--rate 100] [--json batch.json]``. Exit status 0 when the batch completed
@@ -45,6 +50,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NoReturn
 
 import aiohttp
 import psutil
@@ -67,6 +73,11 @@ START_TIMEOUT_S = 120.0
 REQUEST_TIMEOUT_S = 60.0
 POLL_S = 0.2
 IDLE_SAMPLES = 30
+# gatewayd's RSS is read this often; "after" is read this long after the batch ended (its
+# last requests' buffers freed, before the next window's load starts).
+RSS_EVERY_S = 0.2
+AFTER_S = 3.0
+MB = 10**6
 
 
 def free_port() -> int:
@@ -102,7 +113,7 @@ class Cluster:
                 self.up.wait()
 
 
-def start_cluster(workdir: Path, args) -> Cluster:
+def start_cluster(workdir: Path, args, input_bytes: int) -> Cluster:
     paths = Paths.under(workdir / "home")
     env = dict(os.environ)
     env["LLMGW_HOME"] = str(paths.home)
@@ -123,6 +134,13 @@ def start_cluster(workdir: Path, args) -> Cluster:
     ]
     cfg.batches.max_in_flight = args.batch_in_flight
     cfg.batches.headroom_sigmas = args.headroom_sigmas
+    # A big batch must pass the caps on one upload and one batch (200 MB, 50,000 requests
+    # by default): raised to fit it, never lowered.
+    cfg.files.max_bytes = max(cfg.files.max_bytes, input_bytes)
+    cfg.batches.max_requests = max(cfg.batches.max_requests, args.requests)
+    cfg.batches.max_queued_bytes_per_project = max(
+        cfg.batches.max_queued_bytes_per_project, input_bytes
+    )
     write_atomic(paths.server_yaml, dump_yaml(cfg))
     log = (workdir / "up.log").open("wb")
     up = subprocess.Popen(
@@ -296,8 +314,9 @@ async def idle_service_s(http: aiohttp.ClientSession, endpoint: str, engine_key:
     return percentile(times, 50) or 0.0
 
 
-async def create_batch(http: aiohttp.ClientSession, base: str, key: str, n: int) -> str:
-    lines = [
+def batch_input(n: int) -> bytes:
+    """The batch's input file: ``n`` chat requests, one JSON line each."""
+    lines = (
         {
             "custom_id": f"r{i}",
             "method": "POST",
@@ -305,13 +324,25 @@ async def create_batch(http: aiohttp.ClientSession, base: str, key: str, n: int)
             "body": chat_body(i),
         }
         for i in range(n)
-    ]
-    data = "".join(json.dumps(line) + "\n" for line in lines).encode()
+    )
+    return "".join(json.dumps(line) + "\n" for line in lines).encode()
+
+
+def upload_timeout_s(n: int) -> float:
+    """How long the upload and the batch's creation may take: the gateway reads and checks
+    every line, 100,000 of them in seconds; 60 s and 1 s more per 500 lines is far above."""
+    return 60.0 + n / 500
+
+
+async def create_batch(
+    http: aiohttp.ClientSession, base: str, key: str, data: bytes, n: int
+) -> str:
     headers = {"authorization": f"Bearer {key}"}
+    timeout = aiohttp.ClientTimeout(total=upload_timeout_s(n))
     form = aiohttp.FormData()
     form.add_field("purpose", "batch")
     form.add_field("file", data, filename="requests.jsonl", content_type="application/jsonl")
-    async with http.post(f"{base}/v1/files", data=form, headers=headers) as resp:
+    async with http.post(f"{base}/v1/files", data=form, headers=headers, timeout=timeout) as resp:
         f = await resp.json()
         if resp.status != 200:
             raise LlmgwError(f"the upload was refused: {f}")
@@ -320,7 +351,9 @@ async def create_batch(http: aiohttp.ClientSession, base: str, key: str, n: int)
         "endpoint": "/v1/chat/completions",
         "completion_window": "24h",
     }
-    async with http.post(f"{base}/v1/batches", json=request, headers=headers) as resp:
+    async with http.post(
+        f"{base}/v1/batches", json=request, headers=headers, timeout=timeout
+    ) as resp:
         made = await resp.json()
         if resp.status != 200:
             raise LlmgwError(f"the batch was refused: {made}")
@@ -364,14 +397,56 @@ async def follow(admin: AdminClient, batch_id: str, p: Progress, finished: async
         await asyncio.sleep(POLL_S)
 
 
+@dataclass
+class Rss:
+    """gatewayd's resident memory over time, read every ``RSS_EVERY_S``."""
+
+    samples: list[tuple[float, int]] = field(default_factory=list)
+
+    def between(self, t0: float, t1: float) -> list[int]:
+        return [rss for ts, rss in self.samples if t0 <= ts <= t1]
+
+    def at(self, t: float | None) -> int | None:
+        """The last sample at or before ``t``."""
+        if t is None:
+            return None
+        return next((rss for ts, rss in reversed(self.samples) if ts <= t), None)
+
+
+def _rss(p: psutil.Process | None) -> int | None:
+    if p is None:
+        return None
+    with contextlib.suppress(psutil.Error):
+        return p.memory_info().rss
+    return None
+
+
+async def sample_rss(p: psutil.Process | None, rss: Rss) -> None:
+    while True:
+        value = _rss(p)
+        if value is not None:
+            rss.samples.append((time.perf_counter(), value))
+        await asyncio.sleep(RSS_EVERY_S)
+
+
+def batch_timeout_s(args) -> float:
+    """How long the batch may take to end: ``--batch-timeout-s``, else 10 minutes and 1 s
+    more per 25 requests (a rate far below the replicas' 300 req/s by default), so a
+    100,000-request batch is given 70 minutes."""
+    if args.batch_timeout_s is not None:
+        return args.batch_timeout_s
+    return 600.0 + args.requests / 25
+
+
 # ---- the run ---------------------------------------------------------------------------
 
 
 async def run(args) -> dict:
     with tempfile.TemporaryDirectory(prefix="llmgw-bench-batch-") as tmp:
-        cluster = start_cluster(Path(tmp), args)
+        data = batch_input(args.requests)
+        cluster = start_cluster(Path(tmp), args, len(data))
         try:
-            return await measure(cluster, args)
+            return await measure(cluster, args, data)
         except BaseException:
             log = Path(tmp) / "up.log"
             if log.exists():
@@ -381,7 +456,7 @@ async def run(args) -> dict:
             cluster.stop()
 
 
-async def measure(cluster: Cluster, args) -> dict:
+async def measure(cluster: Cluster, args, data: bytes) -> dict:
     say = (lambda *a: None) if args.quiet else (lambda *a: print("bench:", *a, file=sys.stderr))
     say("starting llmgw up and the sim replicas")
     ikey, bkey, endpoints, engine_key = await prepare(cluster, args)
@@ -401,13 +476,22 @@ async def measure(cluster: Cluster, args) -> dict:
         say(f"interactive alone at {args.rate}/s for {args.window_s:g} s")
         before = await interactive(http, cluster.http, ikey, args.rate, args.window_s, cluster)
 
-        say(f"uploading a batch of {args.requests:,} requests")
-        batch_id = await create_batch(http, cluster.http, bkey, args.requests)
+        rss = Rss()
+        sampler = asyncio.create_task(sample_rss(cluster.gatewayd(), rss))
+        await asyncio.sleep(2 * RSS_EVERY_S)
+        deadline = time.monotonic() + batch_timeout_s(args)
+        rss_before = _rss(cluster.gatewayd())
+        say(f"uploading a batch of {args.requests:,} requests ({len(data) / MB:.1f} MB)")
+        t_upload = time.perf_counter()
+        batch_id = await create_batch(http, cluster.http, bkey, data, args.requests)
+        rss_uploaded = _rss(cluster.gatewayd())
         progress, finished = Progress(), asyncio.Event()
         follower = asyncio.create_task(follow(admin, batch_id, progress, finished))
         # The window opens once the batch runs at its pace (2 % answered).
         warm = max(1, args.requests // 50)
         while progress.at(time.perf_counter()) < warm and not finished.is_set():
+            if time.monotonic() > deadline or follower.done():
+                _gave_up(follower, "the batch to start", batch_timeout_s(args))
             await asyncio.sleep(POLL_S)
         say(f"interactive beside the batch for {args.window_s:g} s")
         t_open = time.perf_counter()
@@ -417,12 +501,20 @@ async def measure(cluster: Cluster, args) -> dict:
         done_close = progress.samples[-1][1] if progress.samples else 0
         ended_inside = finished.is_set()
         say("waiting for the batch to finish")
-        await asyncio.wait_for(finished.wait(), args.batch_timeout_s)
+        try:
+            await asyncio.wait_for(finished.wait(), max(1.0, deadline - time.monotonic()))
+        except TimeoutError:
+            _gave_up(follower, "the batch to end", batch_timeout_s(args))
         await follower
+        t_end = progress.samples[-1][0]
+        await asyncio.sleep(AFTER_S)
+        rss_after = _rss(cluster.gatewayd())
+        sampler.cancel()
         say(f"interactive alone again for {args.window_s:g} s")
         after = await interactive(http, cluster.http, ikey, args.rate, args.window_s, cluster)
 
     batch_rps = (done_close - done_open) / (t_close - t_open)
+    during = rss.between(t_upload, t_end)
     interactive_rps = len(beside.latency_s) / args.window_s
     t10, t90 = progress.when(args.requests // 10), progress.when(args.requests * 9 // 10)
     # After the window the batch has the replicas to itself, up to its last 5 % (its tail
@@ -480,8 +572,44 @@ async def measure(cluster: Cluster, args) -> dict:
             if alone_rps is None
             else round(alone_rps / capacity * 100, 1),
             "ended_inside_window": ended_inside,
+            "seconds": round(t_end - t_upload, 1),
+        },
+        "memory": {
+            "input_bytes": len(data),
+            "gatewayd_rss_before_mb": _mb(rss_before),
+            "gatewayd_rss_during_peak_mb": _mb(max(during, default=None)),
+            "gatewayd_rss_during_median_mb": _mb(percentile(during, 50)),
+            "gatewayd_rss_after_mb": _mb(rss_after),
+            # Where the growth came from: taking the upload in, or running the batch.
+            "gatewayd_rss_after_upload_mb": _mb(rss_uploaded),
+            # Flat, or creeping with the lines read: its RSS as 10, 50 and 90 % were answered.
+            **{
+                f"gatewayd_rss_at_{pct}_pct_mb": _mb(
+                    rss.at(progress.when(args.requests * pct // 100))
+                )
+                for pct in (10, 50, 90)
+            },
+            "after_s": AFTER_S,
+            "samples_during": len(during),
         },
     }
+
+
+def _mb(v: float | None) -> float | None:
+    return None if v is None else round(v / MB, 1)
+
+
+def _gave_up(follower: asyncio.Task, what: str, timeout_s: float) -> NoReturn:
+    """Raise why waiting for ``what`` stopped: the follower's error, or the timeout."""
+    if follower.done() and follower.exception() is not None:
+        raise LlmgwError(f"following the batch failed while waiting for {what}") from (
+            follower.exception()
+        )
+    follower.cancel()
+    raise LlmgwError(
+        f"gave up after {timeout_s:g} s waiting for {what}: raise --batch-timeout-s "
+        "or lower --requests"
+    )
 
 
 def render(report: dict) -> None:
@@ -518,6 +646,26 @@ def render(report: dict) -> None:
     )
     if b["ended_inside_window"]:
         out.print("[yellow]The batch ended inside the window: its rate there is too low.[/yellow]")
+    m = report["memory"]
+    t = Table(
+        title=f"gatewayd RSS (MB), input file {m['input_bytes'] / MB:.1f} MB, "
+        f"batch {b['seconds']:g} s from upload to end",
+        title_justify="left",
+    )
+    columns = {
+        "before": "before upload",
+        "after_upload": "uploaded",
+        "at_10_pct": "10 % answered",
+        "at_50_pct": "50 %",
+        "at_90_pct": "90 %",
+        "during_peak": "peak",
+        "during_median": "median",
+        "after": f"after (+{m['after_s']:g} s)",
+    }
+    for col in columns.values():
+        t.add_column(col, justify="right")
+    t.add_row(*(str(m[f"gatewayd_rss_{k}_mb"]) for k in columns))
+    out.print(t)
 
 
 def main() -> int:
@@ -540,7 +688,11 @@ def main() -> int:
     parser.add_argument(
         "--headroom-sigmas", type=float, default=3.0, help="batches.headroom_sigmas (0: none)"
     )
-    parser.add_argument("--batch-timeout-s", type=float, default=1800.0)
+    parser.add_argument(
+        "--batch-timeout-s",
+        type=float,
+        help="how long the batch may take to end (default 600 s + 1 s per 25 requests)",
+    )
     parser.add_argument("--json", type=Path, help="write the report here too")
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args()
