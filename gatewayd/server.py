@@ -53,6 +53,7 @@ from gatewayd.http.app import make_app
 from gatewayd.http.guard import ConnectionBudget, PortGuard
 from gatewayd.http.realaddr import TrustedProxies
 from gatewayd.http.tls_gate import GuardedServer
+from gatewayd.http.tls_http import TlsUvicorn, https_context
 from gatewayd.mcp import mount as mount_mcp
 from gatewayd.mirrors.set import MirrorSet
 from gatewayd.nodes.registry import NodeRegistry
@@ -514,11 +515,12 @@ class GatewayServer:
                         f"{what} {f} is not a readable file",
                         hint="issue one with: llmgw server init --http-tls",
                     )
+        guard = self._guard(name)
         config = uvicorn.Config(
             app,
             host=host,
             port=port,
-            http=self._guard(name).http_protocol(),
+            http=guard.http_protocol(),
             ws="none",
             backlog=2048,
             log_level="warning",
@@ -527,11 +529,14 @@ class GatewayServer:
             # Trusted proxies are the guard's (gatewayd/http/proxied.py): it sets
             # scope["client"] itself, and counts connections by it.
             proxy_headers=False,
-            ssl_certfile=tls.tls_cert if tls is not None else None,
-            ssl_keyfile=tls.tls_key if tls is not None else None,
             server_header=False,
         )
-        server = _QuietUvicorn(config)
+        # HTTPS: the handshakes counted and timed by the guard too (gatewayd/http/tls_http.py).
+        server = (
+            _QuietUvicorn(config)
+            if tls is None
+            else TlsUvicorn(config, https_context(tls.tls_cert, tls.tls_key), guard)
+        )
         self._uvicorns.append(server)
         task = asyncio.create_task(server.serve(), name=name)
         self._tasks.append(task)

@@ -17,25 +17,15 @@ client's first handshake bytes could land in the plain protocol and be lost.)
 from __future__ import annotations
 
 import asyncio
-import errno
 import logging
-import socket
 import ssl
 
 from grpclib.server import Server
 
-from gatewayd.http.guard import PortGuard, client_key, reset_socket
+from gatewayd.http.guard import PortGuard
+from gatewayd.http.tls_accept import TlsListener
 
 log = logging.getLogger(__name__)
-
-# Connections the kernel queues before gatewayd accepts them (grpclib's default is 100;
-# a flood should be accepted and reset, not crowd agents out of a short queue).
-BACKLOG = 2048
-# Connections accepted in one turn of the loop, so a flood cannot starve the rest.
-ACCEPTS_PER_TURN = 128
-# Out of descriptors: accepting again after this long, as asyncio does.
-ACCEPT_RETRY_S = 1.0
-_OUT_OF = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
 
 
 class GuardedServer(Server):
@@ -46,92 +36,11 @@ class GuardedServer(Server):
     ) -> None:
         loop = asyncio.get_running_loop()
         # grpclib's close() and wait_closed() use these two attributes as after start().
-        self._server = _Listener(self, host, port, ssl_context, guard)
+        factory = self._protocol_factory
+        self._server = TlsListener(
+            host, port, ssl_context, guard, lambda key: _Counted(factory, guard, key), "agent port"
+        )
         self._server_closed_fut = loop.create_future()
-
-
-class _Listener:
-    """The listening socket, with what grpclib asks of an ``asyncio.Server``."""
-
-    def __init__(self, server: Server, host: str, port: int, ctx: ssl.SSLContext, guard):
-        self._grpc = server
-        self._ctx = ctx
-        self._guard = guard
-        self._loop = asyncio.get_running_loop()
-        if ":" in host:  # "::" serves IPv4 clients too where the system can
-            sock = socket.create_server(
-                (host, port),
-                family=socket.AF_INET6,
-                backlog=BACKLOG,
-                dualstack_ipv6=host == "::" and socket.has_dualstack_ipv6(),
-            )
-        else:
-            sock = socket.create_server((host or "0.0.0.0", port), backlog=BACKLOG)
-        sock.setblocking(False)
-        self.sockets = [sock]
-        self._tasks: set[asyncio.Task] = set()
-        self._loop.add_reader(sock.fileno(), self._accept)
-
-    def _accept(self) -> None:
-        sock = self.sockets[0]
-        for _ in range(ACCEPTS_PER_TURN):
-            try:
-                conn, addr = sock.accept()
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError as e:
-                if e.errno not in _OUT_OF:
-                    raise
-                log.warning("agent port: out of descriptors (%s); accepting again in 1 s", e)
-                self._loop.remove_reader(sock.fileno())
-                self._loop.call_later(ACCEPT_RETRY_S, self._resume)
-                return
-            key = client_key(addr)
-            reason = self._guard.take(key)
-            if reason is not None:
-                reset_socket(conn)
-                self._guard.count(reason, key)
-                continue
-            task = self._loop.create_task(self._handshake(conn, key))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-
-    def _resume(self) -> None:
-        if self.sockets:
-            self._loop.add_reader(self.sockets[0].fileno(), self._accept)
-
-    async def _handshake(self, conn: socket.socket, key: str) -> None:
-        counted = _Counted(self._grpc._protocol_factory, self._guard, key)
-        try:
-            await self._loop.connect_accepted_socket(
-                lambda: counted,
-                conn,
-                ssl=self._ctx,
-                ssl_handshake_timeout=self._guard.tls_handshake_timeout_s,
-            )
-        except ConnectionAbortedError:
-            # asyncio's (and uvloop's) handshake deadline: the only abort on this path.
-            self._guard.count("tls_handshake_timeout", key)
-            counted.release()
-        except (OSError, ssl.SSLError) as e:
-            log.debug("agent port: a TLS handshake failed: %s", e)
-            counted.release()
-        except asyncio.CancelledError:
-            counted.release()
-            conn.close()
-            raise
-
-    def close(self) -> None:
-        if self.sockets:
-            sock = self.sockets.pop()
-            self._loop.remove_reader(sock.fileno())
-            sock.close()
-        for task in self._tasks:
-            task.cancel()  # handshakes not done: nothing to hand grpclib
-
-    async def wait_closed(self) -> None:
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
 
 
 class _Counted(asyncio.Protocol):

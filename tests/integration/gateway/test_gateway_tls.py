@@ -69,3 +69,57 @@ async def test_the_openai_sdk_gets_an_answer_over_https_and_plain_http_is_refuse
             except httpx.HTTPError:
                 got = None
             assert got is None or got.status_code != 200
+
+
+async def test_handshakes_on_the_https_port_are_counted_per_client_and_timed(tmp_path):
+    # Guards uvicorn's own TLS: a handshake was counted against no bound for 60 s.
+    import asyncio
+
+    from llmgw.config import ConnectionsConfig
+
+    home = tmp_path / "home"
+
+    def tls(cfg):
+        from llmgw.paths import Paths
+
+        paths = Paths.under(home)
+        ensure_http_cert(paths, ["localhost"])
+        crt, key = http_cert_paths(paths)
+        cfg.http = HttpConfig(tls_cert=str(crt), tls_key=str(key))
+        cfg.connections = ConnectionsConfig(max_per_address=2, tls_handshake_timeout=0.5)
+
+    async with running_cluster(tmp_path, configure=tls) as cluster:
+        port = cluster.server.ports["http"]
+        guard = cluster.server.guards["http"]
+
+        async def ended(reader: asyncio.StreamReader) -> bool:
+            """The server closed or reset the connection (the test's loop is the server's:
+            nothing here may block it)."""
+            try:
+                return await asyncio.wait_for(reader.read(1), 5) == b""
+            except ConnectionResetError:
+                return True
+
+        held = [await asyncio.open_connection("127.0.0.1", port) for _ in range(2)]
+        try:
+            # A third connection of the same client, its two handshakes not done: reset.
+            try:
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            except ConnectionResetError:
+                pass  # reset before the connect call returned
+            else:
+                assert await ended(reader)
+                writer.close()
+            await wait_for(lambda: guard.refused["per_address"] >= 1)
+            # The two that never finish their handshake are closed at its deadline.
+            for reader, _ in held:
+                assert await ended(reader)
+            await wait_for(lambda: guard.refused["tls_handshake_timeout"] == 2)
+            assert guard.open == 0
+        finally:
+            for _, writer in held:
+                writer.close()
+        # A client that does its handshake is served.
+        verify = ssl.create_default_context(cafile=str(cluster.paths.ca_cert))
+        async with httpx.AsyncClient(verify=verify) as http:
+            assert (await http.get(f"https://localhost:{port}/health")).status_code == 200
