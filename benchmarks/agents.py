@@ -234,8 +234,17 @@ class Gatewayd:
             if self.proc is None or self.proc.poll() is not None:
                 raise BenchError(f"gatewayd exited at start; its log:\n{self.log_tail()}")
             try:
-                await admin.status()
-                return
+                # Up, and leading: agents that dial a control plane not leading yet (its
+                # first lease round is slow on a busy machine) are sent elsewhere, as a
+                # standby sends them, and this benchmark's agents do not dial again.
+                if (await admin.status()).leader:
+                    return
+                if time.monotonic() > deadline:
+                    raise BenchError(
+                        f"gatewayd did not lead within {GATEWAYD_START_TIMEOUT_S:g} s;"
+                        f" its log:\n{self.log_tail()}"
+                    )
+                await asyncio.sleep(0.1)
             except LlmgwError:
                 if time.monotonic() > deadline:
                     raise BenchError(
