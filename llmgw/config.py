@@ -342,13 +342,6 @@ class HttpConfig(_Strict):
             raise ValueError(
                 "http.proxy_protocol needs http.trusted_proxies: the proxies whose header is read"
             )
-        if self.proxy_protocol and self.tls_cert:
-            # The PROXY header comes before the TLS handshake, which uvicorn's TLS
-            # reads first: the two would break every connection.
-            raise ValueError(
-                "http.proxy_protocol cannot be used with http.tls_cert: behind a proxy that "
-                "speaks TLS to :8080, leave proxy_protocol off (X-Forwarded-For names the client)"
-            )
         return self
 
     @property

@@ -62,7 +62,11 @@ def make_app(
             ok, why = serving() if serving is not None else (True, "serving")
             answers, answers_why = routable()
             status = 200 if ok else 503
-            body = {"ready": ok, "reason": why, "replicas": {"ready": answers, "reason": answers_why}}
+            body = {
+                "ready": ok,
+                "reason": why,
+                "replicas": {"ready": answers, "reason": answers_why},
+            }
         elif path == "/ready/replicas":
             ok, why = routable()
             status, body = (200 if ok else 503), {"ready": ok, "reason": why}

@@ -7,7 +7,8 @@ could name any address) the real client is taken from
 
 - a **PROXY protocol header** (v1 or v2, ``http.proxy_protocol: true``;
   HAProxy's ``send-proxy-v2``): read before httptools sees a byte, the bytes
-  after it handed on. A header that does not parse resets the connection
+  after it handed on (over HTTPS it comes before the TLS handshake and is read
+  there, tls_accept.py). A header that does not parse resets the connection
   (``proxy_header``); one slow to come is late for ``header_timeout`` as any
   request's headers are. ``LOCAL``/``UNKNOWN`` headers (the proxy's health
   checks) leave the connection the proxy's.
@@ -118,6 +119,15 @@ class ProxiedHttpProtocol(GuardedHttpProtocol):
             self.client = source
         if len(buf) > used:
             _data_received(self, buf[used:])
+
+    def header_before_tls(self, source: tuple[str, int] | None) -> None:
+        """Over HTTPS the PROXY header came before the handshake, read by the listener
+        (tls_accept.py): the client it named (None: the proxy's own, a health check)."""
+        if self._pending is None:
+            return  # not waiting for one: not from a trusted proxy, or no PROXY protocol
+        self._pending = None
+        if source is not None and self._count_as(client_key(source)):
+            self.client = source
 
     def on_headers_complete(self) -> None:
         if self._xff:

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from gatewayd.http.guard import PortGuard, client_key, reset_socket
+from gatewayd.http.realaddr import ProxyHeaderError, parse_proxy_header
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +36,12 @@ ACCEPT_RETRY_S = 1.0
 _OUT_OF = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
 
 
+# The longest PROXY header read before a handshake: v1's 107 bytes, v2's with its TLVs.
+PROXY_HEADER_MAX = 536
+# A PROXY header come in part is looked at again this often (until header_timeout).
+PROXY_HEADER_RECHECK_S = 0.01
+
+
 class Releasing(Protocol):
     """The protocol a connection's handshake runs under; ``release`` lets its count go."""
 
@@ -44,8 +51,11 @@ class Releasing(Protocol):
 class TlsListener:
     """The listening socket, with what grpclib and uvicorn ask of an ``asyncio.Server``.
 
-    ``protocol(key)``: the protocol for a connection of client ``key`` (an
-    ``asyncio.Protocol`` with ``release``), made before its handshake.
+    ``protocol(key, source)``: the protocol for a connection of client ``key`` (an
+    ``asyncio.Protocol`` with ``release``), made before its handshake; ``source`` is
+    the client a trusted proxy's PROXY header named before the handshake (with the
+    guard's ``proxy_protocol``; HAProxy's ``send-proxy-v2`` with ``ssl`` sends it
+    first), else None.
     """
 
     def __init__(
@@ -54,7 +64,7 @@ class TlsListener:
         port: int,
         ctx: ssl.SSLContext,
         guard: PortGuard,
-        protocol: Callable[[str], Releasing],
+        protocol: Callable[[str, tuple[str, int] | None], Releasing],
         what: str,
     ) -> None:
         self._ctx = ctx
@@ -91,12 +101,15 @@ class TlsListener:
                 self._loop.call_later(ACCEPT_RETRY_S, self._resume)
                 return
             key = client_key(addr)
-            reason = self._guard.take(key)
+            # A trusted proxy carries everyone's connections: its handshakes are not held
+            # to one client's bound (the protocol counts each as its client afterwards).
+            trusted = self._guard.trusted.trusts(addr[0] if addr else None)
+            reason = self._guard.take(key, bounded=not trusted)
             if reason is not None:
                 reset_socket(conn)
                 self._guard.count(reason, key)
                 continue
-            task = self._loop.create_task(self._handshake(conn, key))
+            task = self._loop.create_task(self._handshake(conn, key, trusted))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
@@ -104,8 +117,24 @@ class TlsListener:
         if self.sockets:
             self._loop.add_reader(self.sockets[0].fileno(), self._accept)
 
-    async def _handshake(self, conn: socket.socket, key: str) -> None:
-        protocol = self._protocol(key)
+    async def _handshake(self, conn: socket.socket, key: str, trusted: bool) -> None:
+        source = None
+        if trusted and self._guard.proxy_protocol:
+            try:
+                source = await self._proxy_header(conn)
+            except (ProxyHeaderError, OSError, TimeoutError) as e:
+                log.debug("%s: no PROXY header from the proxy %s: %s", self._what, key, e)
+                self._guard.count(
+                    "header_timeout" if isinstance(e, TimeoutError) else "proxy_header", key
+                )
+                self._guard.release(key)
+                reset_socket(conn)
+                return
+            except asyncio.CancelledError:
+                self._guard.release(key)
+                conn.close()
+                raise
+        protocol = self._protocol(key, source)
         try:
             await self._loop.connect_accepted_socket(
                 lambda: protocol,  # type: ignore[arg-type,return-value]
@@ -124,6 +153,34 @@ class TlsListener:
             protocol.release()
             conn.close()
             raise
+
+    async def _proxy_header(self, conn: socket.socket) -> tuple[str, int] | None:
+        """The PROXY header at the start of ``conn``, taken out of it (the TLS handshake's
+        bytes after it stay unread); the client it names, None for LOCAL/UNKNOWN."""
+        async with asyncio.timeout(self._guard.header_timeout_s):
+            while True:
+                try:
+                    data = conn.recv(PROXY_HEADER_MAX, socket.MSG_PEEK)
+                except (BlockingIOError, InterruptedError):
+                    data = None
+                if data == b"":
+                    raise ProxyHeaderError("the connection ended before its PROXY header")
+                if data:
+                    parsed = parse_proxy_header(data)
+                    if parsed is not None:
+                        source, used = parsed
+                        conn.recv(used)  # there already: peeked
+                        return source
+                    if len(data) >= PROXY_HEADER_MAX:
+                        raise ProxyHeaderError("a PROXY header longer than any proxy sends")
+                    await asyncio.sleep(PROXY_HEADER_RECHECK_S)  # the rest is on its way
+                    continue
+                ready = self._loop.create_future()
+                self._loop.add_reader(conn.fileno(), ready.set_result, None)
+                try:
+                    await ready
+                finally:
+                    self._loop.remove_reader(conn.fileno())
 
     def close(self) -> None:
         if self.sockets:

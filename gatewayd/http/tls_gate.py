@@ -38,7 +38,12 @@ class GuardedServer(Server):
         # grpclib's close() and wait_closed() use these two attributes as after start().
         factory = self._protocol_factory
         self._server = TlsListener(
-            host, port, ssl_context, guard, lambda key: _Counted(factory, guard, key), "agent port"
+            host,
+            port,
+            ssl_context,
+            guard,
+            lambda key, _source: _Counted(factory, guard, key),
+            "agent port",
         )
         self._server_closed_fut = loop.create_future()
 

@@ -9,7 +9,10 @@ by its client when accepted (``PortGuard.take``; one past a bound is reset at
 once), its handshake must finish within ``connections.tls_handshake_timeout``
 (late ones are counted and closed), and only then is it given to uvicorn's
 protocol — the guarded one, which counts it from there on: the handshake's
-count is let go in the same call, so the bound holds throughout.
+count is let go in the same call, so the bound holds throughout. From a
+trusted proxy with ``http.proxy_protocol``, the PROXY header that comes before
+the handshake (HAProxy's ``send-proxy-v2`` with ``ssl``) is read first
+(tls_accept.py), and the connection is counted as the client it names.
 """
 
 from __future__ import annotations
@@ -65,7 +68,7 @@ class TlsUvicorn(uvicorn.Server):
                 config.port,
                 self._ctx,
                 guard,
-                lambda key: _Handover(create_protocol, guard, key),
+                lambda key, source: _Handover(create_protocol, guard, key, source),
                 "http port",
             )
         ]
@@ -79,10 +82,18 @@ class _Handover(asyncio.Protocol):
     own, in the same call: nothing runs between the two.
     """
 
-    def __init__(self, factory: Callable[[], asyncio.Protocol], guard: PortGuard, key: str):
+    def __init__(
+        self,
+        factory: Callable[[], asyncio.Protocol],
+        guard: PortGuard,
+        key: str,
+        source: tuple[str, int] | None = None,
+    ):
         self._factory = factory
         self._guard = guard
         self._key: str | None = key
+        # The client a trusted proxy's PROXY header named before the handshake.
+        self._source = source
         self._inner: asyncio.Protocol | None = None
 
     def release(self) -> None:
@@ -96,6 +107,10 @@ class _Handover(asyncio.Protocol):
         with contextlib.suppress(NotImplementedError, AttributeError):
             transport.set_protocol(inner)
         inner.connection_made(transport)
+        # A proxied protocol waiting for its PROXY header: it came before the handshake.
+        before_tls = getattr(inner, "header_before_tls", None)
+        if before_tls is not None:
+            before_tls(self._source)
 
     # Where the transport could not take the inner protocol itself, each call is passed on.
     def data_received(self, data: bytes) -> None:

@@ -63,8 +63,10 @@ def render_haproxy_config(
     backends: Sequence[str],
     check_path: str = "/ready",
     proxy_protocol: bool = True,
+    server_options: Sequence[str] = (),
 ) -> Path:
-    """deploy/haproxy/haproxy.cfg on loopback: ``backends`` are ``host:port`` of each gatewayd."""
+    """deploy/haproxy/haproxy.cfg on loopback: ``backends`` are ``host:port`` of each gatewayd;
+    ``server_options`` go on each ``server`` line besides the shipped ones (``ssl …``)."""
     text = deploy_file("haproxy/haproxy.cfg").read_text()
     out: list[str] = []
     section = ""
@@ -87,7 +89,7 @@ def render_haproxy_config(
                     opts += ["source", PROXY_SOURCE]
                 else:
                     opts = [o for o in opts if o not in _PROXY_OPTIONS]
-                tail = " ".join(opts)
+                tail = " ".join([*opts, *server_options])
                 out += [f"    server cp{i} {addr} {tail}" for i, addr in enumerate(backends, 1)]
             continue
         elif stripped.startswith("http-check send ") and section == f"backend {CLIENT_BACKEND}":
@@ -171,6 +173,7 @@ async def haproxy(
     leader_port: int = 0,
     check_path: str = "/ready",
     proxy_protocol: bool = True,
+    server_options: Sequence[str] = (),
 ) -> AsyncIterator[HAProxy]:
     """Run HAProxy in front of ``backends`` (``host:port``); port 0 picks a free one."""
     require_binaries(HAPROXY)
@@ -183,6 +186,7 @@ async def haproxy(
         backends=backends,
         check_path=check_path,
         proxy_protocol=proxy_protocol,
+        server_options=server_options,
     )
     check = await asyncio.create_subprocess_exec(
         HAPROXY, "-c", "-q", "-f", str(config), stdout=asyncio.subprocess.PIPE,

@@ -92,3 +92,54 @@ async def test_a_plain_connection_from_an_untrusted_address_is_its_own(tmp_path,
         reader, writer = await _open(cluster.server.ports["http"], source, HEALTH)
         assert await _status(reader) == 200
         writer.close()
+
+
+async def test_through_haproxy_over_tls_each_client_is_still_counted_by_its_own_address(
+    tmp_path,
+):
+    # HAProxy's send-proxy-v2 with ssl: the PROXY header first, then the TLS handshake,
+    # HAProxy checking gatewayd's certificate against the cluster CA. Before, the config
+    # refused TLS with proxy_protocol, and every client was HAProxy's again.
+    require_binaries(HAPROXY)
+    from llmgw.config import HttpConfig
+    from llmgw.paths import Paths
+    from llmgw.setup.http_init import ensure_http_cert, http_cert_paths
+
+    home = tmp_path / "home"
+    paths = Paths.under(home)
+
+    def configure(cfg):
+        ensure_http_cert(paths, ["localhost"])
+        crt, key = http_cert_paths(paths)
+        cfg.http = HttpConfig(
+            tls_cert=str(crt), tls_key=str(key), trusted_proxies=[PROXY_SOURCE], proxy_protocol=True
+        )
+        cfg.connections.max_per_address = PER_ADDRESS
+        cfg.connections.body_read_timeout = 60
+
+    async with running_cluster(tmp_path, configure=configure) as cluster:
+        guard = cluster.server.guards["http"]
+        backend = f"127.0.0.1:{cluster.server.ports['http']}"
+        tls = ["ssl", "verify", "required", "ca-file", str(paths.ca_cert), "verifyhost", "localhost"]
+        async with haproxy(tmp_path / "lb", [backend], server_options=tls) as lb:
+            await lb.wait_servers_up(1)  # its health checks: a LOCAL header, then TLS
+            held = []
+            try:
+                reader, writer = await _open(lb.front_port, CLIENT_B, HEALTH)
+                assert await _status(reader) == 200
+                writer.close()
+                for _ in range(PER_ADDRESS):
+                    held.append(await _open(lb.front_port, CLIENT_A, HELD))
+                await _held_by(guard, CLIENT_A, PER_ADDRESS)
+                reader, writer = await _open(lb.front_port, CLIENT_A, HEALTH)
+                assert await _status(reader) in (502, 503)
+                writer.close()
+                reader, writer = await _open(lb.front_port, CLIENT_B, HEALTH)
+                assert await _status(reader) == 200
+                writer.close()
+                assert guard.refused["proxy_header"] == 0
+            finally:
+                for _, writer in held:
+                    writer.close()
+                    with contextlib.suppress(OSError):
+                        await writer.wait_closed()

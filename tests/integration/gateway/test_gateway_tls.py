@@ -123,3 +123,34 @@ async def test_handshakes_on_the_https_port_are_counted_per_client_and_timed(tmp
         verify = ssl.create_default_context(cafile=str(cluster.paths.ca_cert))
         async with httpx.AsyncClient(verify=verify) as http:
             assert (await http.get(f"https://localhost:{port}/health")).status_code == 200
+
+
+async def test_a_trusted_proxys_handshakes_are_not_held_to_one_clients_bound(tmp_path):
+    # The proxy carries every client's connections: three at once from it, past a bound of
+    # two, are all let into their handshakes (each is counted as its client afterwards).
+    import asyncio
+
+    from llmgw.config import ConnectionsConfig
+
+    home = tmp_path / "home"
+
+    def tls(cfg):
+        from llmgw.paths import Paths
+
+        paths = Paths.under(home)
+        ensure_http_cert(paths, ["localhost"])
+        crt, key = http_cert_paths(paths)
+        cfg.http = HttpConfig(tls_cert=str(crt), tls_key=str(key), trusted_proxies=["127.0.0.1"])
+        cfg.connections = ConnectionsConfig(max_per_address=2, tls_handshake_timeout=1.0)
+
+    async with running_cluster(tmp_path, configure=tls) as cluster:
+        port = cluster.server.ports["http"]
+        guard = cluster.server.guards["http"]
+        held = [await asyncio.open_connection("127.0.0.1", port) for _ in range(3)]
+        try:
+            await wait_for(lambda: guard.open == 3)
+            assert guard.refused["per_address"] == 0
+            await wait_for(lambda: guard.refused["tls_handshake_timeout"] == 3, attempts=400)
+        finally:
+            for _, writer in held:
+                writer.close()
