@@ -16,6 +16,7 @@ the pool then makes new ones, to whichever member leads by then.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import socket
@@ -42,6 +43,42 @@ class _InWords(logging.Filter):
 
 
 logging.getLogger("asyncpg.pool").addFilter(_InWords())
+
+
+def quiet_shielded_releases(loop: asyncio.AbstractEventLoop) -> None:
+    """One log line, not asyncio's traceback, for a pool connection whose release failed
+    after whoever released it had gone.
+
+    asyncpg releases a connection under ``asyncio.shield``: when the statement's caller
+    is cancelled (a store timeout, a control plane stopping), the release goes on alone,
+    and the reset it runs can then fail too (a store frozen or failing over). asyncpg has
+    closed that connection already and the pool makes a new one; nothing is lost, but
+    nobody retrieves the error, and asyncio logs it with a traceback ("Task exception
+    was never retrieved"), as for a bug. Other contexts go to the handler set before.
+    """
+    previous = loop.get_exception_handler()
+    if getattr(previous, "quiets_pool_releases", False):
+        return
+
+    def handler(loop: asyncio.AbstractEventLoop, context: dict) -> None:
+        task = context.get("future") or context.get("task")
+        exc = context.get("exception")
+        get_coro = getattr(task, "get_coro", None)
+        coro = get_coro() if get_coro is not None else None
+        if exc is not None and getattr(coro, "__qualname__", "") == "PoolConnectionHolder.release":
+            log.warning(
+                "store: a connection could not be made ready again after a statement was cut"
+                " short (%s); it is closed, and the pool makes a new one",
+                f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__,
+            )
+            return
+        if previous is not None:
+            previous(loop, context)
+        else:
+            loop.default_exception_handler(context)
+
+    handler.quiets_pool_releases = True  # type: ignore[attr-defined]
+    loop.set_exception_handler(handler)
 
 # 3 s per member: a member on the same network answers in milliseconds, and
 # a powered-off one must not hold up the others (it once cost 45 s of hanging

@@ -15,6 +15,7 @@ connection: they all lead to the same server.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 from collections.abc import Iterator
@@ -34,6 +35,7 @@ from gatewayd.store.postgres.connect import (
     Member,
     MemberDialer,
     NoWritableMember,
+    quiet_shielded_releases,
 )
 from gatewayd.store.postgres.counters import PostgresCounters
 from gatewayd.store.postgres.keys import PostgresKeys
@@ -219,6 +221,7 @@ class PostgresStore(
         if migrations is None:
             migrations = load_migrations(migrations_dir(self.backend))
         try:
+            quiet_shielded_releases(asyncio.get_running_loop())
             self._dialer = MemberDialer(self.dsn, tls=tls_context(self.dsn, self.cluster_ca))
             pool = await asyncpg.create_pool(
                 self.dsn,
