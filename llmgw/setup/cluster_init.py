@@ -400,6 +400,25 @@ def _leaf_problem(crt: Path, key: Path, ca: pki.CertKey, *, common_name: str | N
     return ""
 
 
+def ensure_named_leaf(
+    crt: Path, key: Path, ca: pki.CertKey, hosts: list[str], issue
+) -> tuple[str, str]:
+    """A leaf certificate at ``crt``/``key`` from ``ca``, kept while sound and naming
+    ``hosts``, else issued again by ``issue(ca, hosts)``; (created | reissued | kept, why)."""
+    problem = _leaf_problem(crt, key, ca)
+    if not problem:
+        lacking = [h for h in pki.server_hosts(hosts) if h not in pki.cert_hosts(crt.read_bytes())]
+        if lacking:
+            problem = f"it does not name {', '.join(lacking)}"
+    if not problem:
+        return "kept", ""
+    first = not crt.exists()
+    issued = issue(ca, hosts)
+    write_secret(key, issued.key_pem)
+    write_atomic(crt, issued.cert_pem, mode=0o644)
+    return ("created", "") if first else ("reissued", problem)
+
+
 def _default_control_planes(paths: Paths) -> list[str]:
     """``HOST:PORT`` from the server certificate's first outside name and server.yaml's port."""
     port = DEFAULT_AGENT_PORT

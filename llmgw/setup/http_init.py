@@ -16,9 +16,9 @@ from pydantic import BaseModel, ValidationError
 
 from llmgw.config import HttpConfig, dump_yaml, load_server_config
 from llmgw.errors import UsageError
-from llmgw.fsutil import write_atomic, write_secret
+from llmgw.fsutil import write_atomic
 from llmgw.paths import Paths
-from llmgw.setup.cluster_init import _leaf_problem, load_ca
+from llmgw.setup.cluster_init import ensure_named_leaf, load_ca
 from llmgw.tls import pki
 
 
@@ -51,24 +51,8 @@ def this_machines_hosts(paths: Paths) -> list[str]:
 def ensure_http_cert(paths: Paths, hosts: list[str]) -> HttpStep:
     """<pki>/http.crt and http.key from the cluster CA, kept while sound and naming ``hosts``."""
     crt, key = http_cert_paths(paths)
-    ca = load_ca(paths)
-    problem = _leaf_problem(crt, key, ca)
-    if not problem:
-        lacking = [h for h in pki.server_hosts(hosts) if h not in pki.cert_hosts(crt.read_bytes())]
-        if lacking:
-            problem = f"it does not name {', '.join(lacking)}"
-    if not problem:
-        return HttpStep(item="http_cert", path=str(crt), action="kept")
-    first = not crt.exists()
-    issued = pki.issue_server_cert(ca, hosts)
-    write_secret(key, issued.key_pem)
-    write_atomic(crt, issued.cert_pem, mode=0o644)
-    return HttpStep(
-        item="http_cert",
-        path=str(crt),
-        action="created" if first else "reissued",
-        reason="" if first else problem,
-    )
+    action, reason = ensure_named_leaf(crt, key, load_ca(paths), hosts, pki.issue_server_cert)
+    return HttpStep(item="http_cert", path=str(crt), action=action, reason=reason)
 
 
 def check_http_flags(

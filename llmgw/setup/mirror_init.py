@@ -38,7 +38,7 @@ from llmgw.mirror.config import (
     with_machine_tls,
 )
 from llmgw.paths import ENV_HOME, Paths
-from llmgw.setup.cluster_init import _leaf_problem, load_ca
+from llmgw.setup.cluster_init import ensure_named_leaf, load_ca
 from llmgw.tls import pki
 
 MIRROR_UNIT_NAME = "llmgw-mirror.service"
@@ -187,24 +187,8 @@ def mirror_cert_hosts(paths: Paths, listen: str, url: str = "") -> list[str]:
 def ensure_mirror_cert(paths: Paths, hosts: list[str]) -> MirrorStep:
     """<pki>/mirror.crt and mirror.key from the cluster CA, kept while sound and naming ``hosts``."""
     crt, key = paths.mirror_cert, paths.mirror_key
-    ca = load_ca(paths)
-    problem = _leaf_problem(crt, key, ca)
-    if not problem:
-        lacking = [h for h in pki.server_hosts(hosts) if h not in pki.cert_hosts(crt.read_bytes())]
-        if lacking:
-            problem = f"it does not name {', '.join(lacking)}"
-    if not problem:
-        return MirrorStep(item="tls_cert", path=str(crt), action="kept")
-    first = not crt.exists()
-    issued = pki.issue_mirror_cert(ca, hosts)
-    write_secret(key, issued.key_pem)
-    write_atomic(crt, issued.cert_pem, mode=0o644)
-    return MirrorStep(
-        item="tls_cert",
-        path=str(crt),
-        action="created" if first else "reissued",
-        reason="" if first else problem,
-    )
+    action, reason = ensure_named_leaf(crt, key, load_ca(paths), hosts, pki.issue_mirror_cert)
+    return MirrorStep(item="tls_cert", path=str(crt), action=action, reason=reason)
 
 
 def issue_mirror_bundle(paths: Paths, hosts: list[str]) -> MirrorBundle:

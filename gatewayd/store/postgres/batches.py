@@ -97,6 +97,20 @@ def _pieces(file_id: str, at: int, data: bytes) -> list[tuple[str, int, bytes]]:
 _PUT_CHUNKS = "INSERT INTO file_chunks (file_id, at, data) VALUES ($1, $2, $3)"
 
 
+def _file_row(rec: FileRecord) -> tuple:
+    """A file's values in _FILE_COLUMNS' order."""
+    return (
+        rec.file_id,
+        rec.project_id,
+        rec.key_id,
+        rec.filename,
+        rec.purpose,
+        rec.bytes,
+        _aware(rec.created_at),
+        _aware(rec.expires_at),
+    )
+
+
 class PostgresBatches:
     """Mixed into PostgresStore; uses its pool and error mapping."""
 
@@ -108,14 +122,7 @@ class PostgresBatches:
                 f"INSERT INTO files ({_FILE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
                 " ON CONFLICT (file_id) DO UPDATE SET bytes = EXCLUDED.bytes,"
                 " expires_at = EXCLUDED.expires_at",
-                rec.file_id,
-                rec.project_id,
-                rec.key_id,
-                rec.filename,
-                rec.purpose,
-                rec.bytes,
-                _aware(rec.created_at),
-                _aware(rec.expires_at),
+                *_file_row(rec),
             )
 
     async def get_file(self, file_id: str) -> FileRecord | None:
@@ -177,14 +184,7 @@ class PostgresBatches:
             async with self._conn.acquire() as conn, conn.transaction():
                 await conn.execute(
                     f"INSERT INTO files ({_FILE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-                    rec.file_id,
-                    rec.project_id,
-                    rec.key_id,
-                    rec.filename,
-                    rec.purpose,
-                    rec.bytes,
-                    _aware(rec.created_at),
-                    _aware(rec.expires_at),
+                    *_file_row(rec),
                 )
                 await conn.execute("DELETE FROM file_uploads WHERE file_id = $1", rec.file_id)
 

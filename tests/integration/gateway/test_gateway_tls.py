@@ -13,18 +13,22 @@ from proto.llmgw.v1 import ModelProfile, ModelSpec
 from tests.cluster_fixture import running_cluster, wait_for
 
 
-async def test_the_openai_sdk_gets_an_answer_over_https_and_plain_http_is_refused(tmp_path):
-    home = tmp_path / "home"
+def _https(home, **http):
+    """server.yaml's http: a certificate from the cluster CA for localhost, and ``http``."""
 
-    def tls(cfg):
+    def configure(cfg):
         from llmgw.paths import Paths
 
         paths = Paths.under(home)
         ensure_http_cert(paths, ["localhost"])
         crt, key = http_cert_paths(paths)
-        cfg.http = HttpConfig(tls_cert=str(crt), tls_key=str(key))
+        cfg.http = HttpConfig(tls_cert=str(crt), tls_key=str(key), **http)
 
-    async with running_cluster(tmp_path, configure=tls) as cluster:
+    return configure
+
+
+async def test_the_openai_sdk_gets_an_answer_over_https_and_plain_http_is_refused(tmp_path):
+    async with running_cluster(tmp_path, configure=_https(tmp_path / "home")) as cluster:
         port = cluster.server.ports["http"]
         # What ctl status and the console show is the https URL.
         assert cluster.server.info["gateway_url"] == f"https://127.0.0.1:{port}/v1"
@@ -77,15 +81,10 @@ async def test_handshakes_on_the_https_port_are_counted_per_client_and_timed(tmp
 
     from llmgw.config import ConnectionsConfig
 
-    home = tmp_path / "home"
+    https = _https(tmp_path / "home")
 
     def tls(cfg):
-        from llmgw.paths import Paths
-
-        paths = Paths.under(home)
-        ensure_http_cert(paths, ["localhost"])
-        crt, key = http_cert_paths(paths)
-        cfg.http = HttpConfig(tls_cert=str(crt), tls_key=str(key))
+        https(cfg)
         cfg.connections = ConnectionsConfig(max_per_address=2, tls_handshake_timeout=0.5)
 
     async with running_cluster(tmp_path, configure=tls) as cluster:
@@ -132,15 +131,10 @@ async def test_a_trusted_proxys_handshakes_are_not_held_to_one_clients_bound(tmp
 
     from llmgw.config import ConnectionsConfig
 
-    home = tmp_path / "home"
+    https = _https(tmp_path / "home", trusted_proxies=["127.0.0.1"])
 
     def tls(cfg):
-        from llmgw.paths import Paths
-
-        paths = Paths.under(home)
-        ensure_http_cert(paths, ["localhost"])
-        crt, key = http_cert_paths(paths)
-        cfg.http = HttpConfig(tls_cert=str(crt), tls_key=str(key), trusted_proxies=["127.0.0.1"])
+        https(cfg)
         cfg.connections = ConnectionsConfig(max_per_address=2, tls_handshake_timeout=1.0)
 
     async with running_cluster(tmp_path, configure=tls) as cluster:
